@@ -1,0 +1,186 @@
+// Package storage is the one narrow interface the pipeline uses to reach
+// object storage: a local directory (file://), an S3-compatible bucket
+// (s3://), or process memory (mem://, for tests).
+//
+// The contract is written on Store and checked for every backend by the
+// conformance suite in storage/storagetest. Keys are slash-separated,
+// relative, never start with "/" and never contain "." or ".." segments;
+// they name objects, not directories.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sentinel errors callers branch on. Backends wrap them with context
+// (the key and the backend), so test with errors.Is.
+var (
+	// ErrNotFound is returned by Get, GetRange, Stat and Delete when the key
+	// does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrExists is returned by PutIfAbsent when the key already exists.
+	ErrExists = errors.New("object already exists")
+	// ErrInvalidKey is returned for a key that breaks the key rules above.
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrUnknownScheme is returned by Open for a URL scheme no backend
+	// registered.
+	ErrUnknownScheme = errors.New("unknown store URL scheme")
+)
+
+// Info describes one stored object.
+type Info struct {
+	// Key is the object's key relative to the store root.
+	Key string
+	// Size is the object's length in bytes.
+	Size int64
+	// ModTime is the object's last-modified time as reported by the backend
+	// (UTC, second precision or better). gc uses it for its grace period.
+	ModTime time.Time
+}
+
+// Store is the storage contract every backend honours.
+//
+//   - Get returns the whole object; ErrNotFound if absent. The caller closes
+//     the reader.
+//   - GetRange returns length bytes starting at offset (bytes); a range that
+//     runs past the end is cut at the end; offset beyond the end returns an
+//     empty reader. ErrNotFound if absent.
+//   - Put writes the object atomically: readers see the old object or the
+//     whole new one, never a prefix. size is the number of bytes r yields
+//     (-1 if unknown).
+//   - PutIfAbsent is Put that fails with ErrExists if the key exists. Among
+//     any number of concurrent PutIfAbsent calls on one key exactly one
+//     succeeds (S3: If-None-Match: *; file: link(2)/O_EXCL).
+//   - Stat returns the object's Info; ErrNotFound if absent.
+//   - List returns every object whose key starts with prefix, sorted by key.
+//   - Delete removes the object; ErrNotFound if absent.
+//   - A cancelled ctx aborts the call and returns ctx.Err() (wrapped);
+//     a cancelled Put leaves no object behind.
+type Store interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
+	Stat(ctx context.Context, key string) (Info, error)
+	List(ctx context.Context, prefix string) ([]Info, error)
+	Delete(ctx context.Context, key string) error
+	// URL returns the URL the store was opened with, with credentials removed.
+	URL() string
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// Opener opens a store from a parsed URL. Registered per scheme.
+type Opener func(ctx context.Context, u *url.URL) (Store, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Opener{}
+)
+
+// Register makes a backend available under scheme. It panics on a duplicate
+// scheme, since that is a programming error made at init time.
+func Register(scheme string, open Opener) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[scheme]; dup {
+		panic("storage: duplicate scheme " + scheme)
+	}
+	registry[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for s := range registry {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the store named by rawURL, e.g. "file://./runs",
+// "s3://bucket/prefix?endpoint=http://127.0.0.1:7070", "mem://test".
+// Errors: ErrUnknownScheme (wrapped, naming the scheme and the known ones),
+// or the backend's own error naming the URL.
+func Open(ctx context.Context, rawURL string) (Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store URL %q: %w", rawURL, err)
+	}
+	registryMu.RLock()
+	open, ok := registry[u.Scheme]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("store URL %q: %w %q (known: %s)", Redact(rawURL), ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	return open(ctx, u)
+}
+
+// ValidateKey checks the key rules of the package doc. It returns an error
+// wrapping ErrInvalidKey that names the key.
+func ValidateKey(key string) error {
+	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") || strings.Contains(key, "\x00") {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+		}
+	}
+	return nil
+}
+
+// Redact returns rawURL with any user info and secret-looking query values
+// removed, for logs and error messages.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	u.User = nil
+	q := u.Query()
+	for k := range q {
+		lk := strings.ToLower(k)
+		if strings.Contains(lk, "secret") || strings.Contains(lk, "key") || strings.Contains(lk, "token") || strings.Contains(lk, "password") {
+			q.Set(k, "REDACTED")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// ReadAll reads a whole object into memory. For manifests and other small
+// objects; part files go through ReaderAt.
+func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return b, nil
+}
+
+// PutBytes stores b under key with Put.
+func PutBytes(ctx context.Context, s Store, key string, b []byte) error {
+	return s.Put(ctx, key, strings.NewReader(string(b)), int64(len(b)))
+}
+
+// PutBytesIfAbsent stores b under key with PutIfAbsent.
+func PutBytesIfAbsent(ctx context.Context, s Store, key string, b []byte) error {
+	return s.PutIfAbsent(ctx, key, strings.NewReader(string(b)), int64(len(b)))
+}

@@ -1,0 +1,20 @@
+package schemas
+
+// CorpusDoc is one row of the corpus table: a grounding document
+// (SPADE.md step 1). Key: DocID.
+type CorpusDoc struct {
+	// DocID is the stable document id: the source's own id where it has one
+	// (e.g. an arXiv id), else a prefix of the text's sha256.
+	DocID string `parquet:"doc_id" json:"doc_id"`
+	// Source names where the document came from: "embedded", or the
+	// imported file's base name.
+	Source string `parquet:"source" json:"source"`
+	Title  string `parquet:"title" json:"title"`
+	// Domain is a coarse field label (e.g. "Mathematics", "physics").
+	Domain string `parquet:"domain" json:"domain"`
+	// Text is the full UTF-8 text, in bytes as imported.
+	Text    string `parquet:"text,zstd" json:"text"`
+	License string `parquet:"license" json:"license"`
+	// SHA256 is the hex sha256 of Text; documents are deduplicated by it.
+	SHA256 string `parquet:"sha256" json:"sha256"`
+}

@@ -1,0 +1,106 @@
+// Package model is the one interface both SPADE roles (environment designer
+// and reasoning agent, SPADE.md "The idea") use to reach a language model,
+// plus the types that cross it. Backends live in subpackages: openai (any
+// OpenAI-compatible server), procedural (the offline stand-in), and the
+// record/replay wrappers.
+package model
+
+import "context"
+
+// Roles of a chat message, as in the OpenAI chat-completions wire format.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Message is one chat message.
+type Message struct {
+	// Role is one of RoleSystem, RoleUser, RoleAssistant, RoleTool.
+	Role string `json:"role"`
+	// Content is the message text (may be empty for an assistant message
+	// that only carries tool calls).
+	Content string `json:"content"`
+	// ToolCalls are the function calls an assistant message makes.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID links a RoleTool message to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is one function call made by the model.
+type ToolCall struct {
+	// ID is the call id the model (or server) assigned.
+	ID string `json:"id"`
+	// Name is the function name.
+	Name string `json:"name"`
+	// Arguments is the JSON object text of the arguments, as the model wrote
+	// it (it may be malformed; callers validate).
+	Arguments string `json:"arguments"`
+}
+
+// Tool declares one function the model may call (OpenAI "function" tool).
+type Tool struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Parameters is a JSON Schema object, as JSON text.
+	Parameters string `json:"parameters"`
+}
+
+// Request is one chat call. Sampling parameters left at zero use the
+// backend's defaults, except Temperature, which is always sent.
+type Request struct {
+	// Messages is the conversation so far, oldest first.
+	Messages []Message `json:"messages"`
+	// Tools the model may call; empty for plain chat.
+	Tools []Tool `json:"tools,omitempty"`
+	// N is the number of samples to draw (>= 1; 0 means 1).
+	N int `json:"n,omitempty"`
+	// Temperature and TopP are the usual sampling parameters.
+	Temperature float64 `json:"temperature"`
+	TopP        float64 `json:"top_p,omitempty"`
+	// MaxTokens bounds each sample's completion length in tokens (0 = backend default).
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// Seed makes sampling reproducible where the server supports it.
+	Seed int64 `json:"seed"`
+	// Stop sequences end a sample early.
+	Stop []string `json:"stop,omitempty"`
+	// Meta carries structured context about the call that is not sent to a
+	// remote server but is part of the request hash: "spade.task" (design,
+	// hint, agent), "spade.kind", "spade.skill", "spade.setting", and other
+	// keys documented where they are set. The procedural backend reads it in
+	// place of understanding the prompt.
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// Choice is one sample of a response.
+type Choice struct {
+	Message Message `json:"message"`
+	// FinishReason is "stop", "length", "tool_calls" or the server's word.
+	FinishReason string `json:"finish_reason"`
+}
+
+// Usage counts tokens as the server reports them.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// Response is what a backend returns for one Request.
+type Response struct {
+	// Model is the model name the server reports.
+	Model string `json:"model"`
+	// Choices holds N samples, in order.
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+// Backend is a chat model. Chat must be safe for concurrent use, honour ctx
+// (a cancelled ctx returns promptly with an error wrapping ctx.Err()), and
+// return an error (never an empty Response) when no sample could be drawn.
+type Backend interface {
+	Chat(ctx context.Context, req Request) (Response, error)
+	// Name identifies the backend and model, e.g. "openai:qwen3-8b" or
+	// "procedural:v1"; it is recorded in tables.
+	Name() string
+}
