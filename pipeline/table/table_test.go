@@ -1,0 +1,174 @@
+package table_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	_ "github.com/duckdb/duckdb-go/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline/table"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// fill sets every field of v to a deterministic pseudo-random value. Row i
+// of a table gets: nil lists when i%3==0, empty lists when i%3==1; nil
+// optional pointers when i%2==0 and pointers to the zero value otherwise.
+func fill(v reflect.Value, r *rand.Rand, i int) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%05d-%d", i, r.IntN(1000)))
+	case reflect.Int64:
+		v.SetInt(int64(r.IntN(1 << 20)))
+	case reflect.Float64:
+		v.SetFloat(r.Float64())
+	case reflect.Bool:
+		v.SetBool(r.IntN(2) == 0)
+	case reflect.Pointer:
+		if i%2 == 0 {
+			return
+		}
+		v.Set(reflect.New(v.Type().Elem())) // zero value: must stay non-NULL
+	case reflect.Slice:
+		switch i % 3 {
+		case 0:
+			return
+		case 1:
+			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+		default:
+			n := 1 + r.IntN(3)
+			s := reflect.MakeSlice(v.Type(), n, n)
+			for j := 0; j < n; j++ {
+				fill(s.Index(j), r, i+j+2) // +2 keeps nested lists non-nil
+			}
+			v.Set(s)
+		}
+	case reflect.Struct:
+		for f := 0; f < v.NumField(); f++ {
+			fill(v.Field(f), r, i)
+		}
+	}
+}
+
+func rowsOf[T any](n int) []T {
+	r := rand.New(rand.NewPCG(1, 2))
+	rows := make([]T, n)
+	for i := range rows {
+		fill(reflect.ValueOf(&rows[i]).Elem(), r, i)
+	}
+	return rows
+}
+
+func checkTable[T any](t *testing.T, tb schemas.Table[T]) {
+	t.Run(tb.Name, func(t *testing.T) {
+		const n = 300
+		rows := rowsOf[T](n)
+		a, err := table.Encode(tb, append([]T(nil), rows...))
+		require.NoError(t, err)
+		b, err := table.Encode(tb, append([]T(nil), rows...))
+		require.NoError(t, err)
+		require.Equal(t, sha256.Sum256(a), sha256.Sum256(b), "same rows must give byte-identical files")
+
+		// Reader 1: parquet-go, exact round trip including nil vs empty lists.
+		got, info, err := table.Decode(tb, tb.Name, a)
+		require.NoError(t, err)
+		require.EqualValues(t, n, info.Rows)
+		sorted := append([]T(nil), rows...)
+		table.Sort(tb, sorted)
+		require.True(t, reflect.DeepEqual(sorted, got), "parquet-go round trip differs")
+
+		// Reader 2: arrow-go.
+		pf, err := file.NewParquetReader(bytes.NewReader(a))
+		require.NoError(t, err)
+		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+		require.NoError(t, err)
+		at, err := fr.ReadTable(context.Background())
+		require.NoError(t, err)
+		defer at.Release()
+		require.EqualValues(t, n, at.NumRows())
+		require.EqualValues(t, tb.RowType.NumField(), at.NumCols())
+
+		// Reader 3: DuckDB; NULL lists/pointers only where the Go value is nil.
+		path := filepath.Join(t.TempDir(), tb.Name+".parquet")
+		require.NoError(t, os.WriteFile(path, a, 0o644))
+		db, err := sql.Open("duckdb", "")
+		require.NoError(t, err)
+		defer db.Close()
+		var count int64
+		require.NoError(t, db.QueryRow(fmt.Sprintf("select count(*) from read_parquet('%s')", path)).Scan(&count))
+		require.EqualValues(t, n, count)
+		for f := 0; f < tb.RowType.NumField(); f++ {
+			ft := tb.RowType.Field(f)
+			if ft.Type.Kind() != reflect.Slice && ft.Type.Kind() != reflect.Pointer {
+				continue
+			}
+			col := tb.Schema.Fields()[f].Name()
+			var nulls, empties int64
+			q := fmt.Sprintf(`select count(*) filter (where "%s" is null) from read_parquet('%s')`, col, path)
+			require.NoError(t, db.QueryRow(q).Scan(&nulls))
+			wantNulls, wantEmpty := 0, 0
+			for i := range sorted {
+				fv := reflect.ValueOf(&sorted[i]).Elem().Field(f)
+				if fv.IsNil() {
+					wantNulls++
+				} else if fv.Kind() == reflect.Slice && fv.Len() == 0 {
+					wantEmpty++
+				}
+			}
+			require.EqualValues(t, wantNulls, nulls, "NULLs in %s.%s", tb.Name, col)
+			if ft.Type.Kind() == reflect.Slice {
+				q = fmt.Sprintf(`select count(*) filter (where len("%s") = 0) from read_parquet('%s')`, col, path)
+				require.NoError(t, db.QueryRow(q).Scan(&empties))
+				require.EqualValues(t, wantEmpty, empties, "empty lists in %s.%s", tb.Name, col)
+			}
+		}
+	})
+}
+
+// TestEveryTableThreeReaders writes every table kind and reads it back with
+// parquet-go, arrow-go and DuckDB (issue: tables read by three readers).
+func TestEveryTableThreeReaders(t *testing.T) {
+	checkTable(t, schemas.Corpus)
+	checkTable(t, schemas.Slots)
+	checkTable(t, schemas.Designs)
+	checkTable(t, schemas.Validations)
+	checkTable(t, schemas.Environments)
+	checkTable(t, schemas.Hints)
+	checkTable(t, schemas.Rollouts)
+	checkTable(t, schemas.Labels)
+	checkTable(t, schemas.Memory)
+	checkTable(t, schemas.Pool)
+	checkTable(t, schemas.TrainBatch)
+	checkTable(t, schemas.TrainMetrics)
+	checkTable(t, schemas.Checkpoints)
+	checkTable(t, schemas.Metrics)
+	checkTable(t, schemas.LLMCalls)
+	require.Len(t, schemas.All(), 15, "a new table kind must be added to this test")
+}
+
+func TestDecodeCorrupt(t *testing.T) {
+	good, err := table.Encode(schemas.Slots, rowsOf[schemas.Slot](50))
+	require.NoError(t, err)
+	for name, data := range map[string][]byte{
+		"empty":     {},
+		"truncated": good[:len(good)/2],
+		"garbage":   []byte("PAR1 this is not parquet PAR1"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := table.Decode(schemas.Slots, "x.parquet", data)
+			require.ErrorIs(t, err, table.ErrCorrupt)
+			require.Contains(t, err.Error(), "x.parquet")
+		})
+	}
+}
