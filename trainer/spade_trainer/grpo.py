@@ -1,0 +1,248 @@
+"""The GRPO update: token-level clipped surrogate with optional k3 KL.
+
+For trained token t of sample i (advantage A_i from the batch, computed by
+the Go side; weight w_i), with logp the current policy's log-prob of the
+token, logp_old the policy's before this round's first optimiser step
+(detached) and logp_ref the reference policy's:
+
+    ratio_t = exp(logp_t - logp_old_t)
+    pg      = -(1/T) * sum_{i,t} w_i * mask_t * min(ratio_t * A_i,
+                                                 clip(ratio_t, 1-eps, 1+eps) * A_i)
+    k3_t    = exp(logp_ref_t - logp_t) - (logp_ref_t - logp_t) - 1
+    kl      = (1/T) * sum_{i,t} mask_t * k3_t
+    loss    = pg + beta * kl
+
+T is the number of trained tokens in the whole batch (token-level mean, as
+DAPO / Dr. GRPO recommend over a per-sequence mean that favours short
+sequences), so micro-batching with gradient accumulation gives the same
+gradient as one full-batch step. k3 is Schulman's unbiased, non-negative
+estimator of KL(policy || reference) (DeepSeekMath GRPO, eq. 4); the weight
+w_i scales only the policy-gradient term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import resource
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .config import InputError, Sample, TrainConfig
+
+
+@dataclasses.dataclass
+class Encoded:
+    """One tokenised sample: ids (L,), targets mask (L,) (1 = trained)."""
+
+    ids: List[int]
+    mask: List[int]
+    advantage: float
+    weight: float
+
+
+def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str) -> List[Encoded]:
+    """Tokenise every sample with its role's token mask. A sample longer
+    than max_seq_len tokens is an error naming its line (truncating would
+    silently drop the tokens the reward was earned with)."""
+    out = []
+    for s in samples:
+        ids, mask = encoder.encode_chat(s.messages, s.trained_messages())
+        if len(ids) > max_seq_len:
+            raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
+        if sum(mask[1:]) == 0:
+            raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
+        out.append(Encoded(ids, mask, s.advantage, s.weight))
+    return out
+
+
+@dataclasses.dataclass
+class MicroBatch:
+    ids: torch.Tensor  # (B, L) int64, right-padded
+    mask: torch.Tensor  # (B, L-1) float32: target t+1 is trained
+    adv: torch.Tensor  # (B,) float32
+    weight: torch.Tensor  # (B,) float32
+    tokens: int  # real (non-pad) tokens
+
+
+def make_micro_batches(enc: Sequence[Encoded], size: int, pad_id: int, device: torch.device) -> List[MicroBatch]:
+    """Group samples by length (stable sort on (length, index), so the
+    result is deterministic) into micro-batches of ``size`` sequences,
+    right-padded to their longest member."""
+    order = sorted(range(len(enc)), key=lambda i: (len(enc[i].ids), i))
+    out = []
+    for c in range(0, len(order), size):
+        chunk = [enc[i] for i in order[c : c + size]]
+        L = max(len(e.ids) for e in chunk)
+        ids = torch.full((len(chunk), L), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), L), dtype=torch.float32)
+        for r, e in enumerate(chunk):
+            ids[r, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+            mask[r, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.float32)
+        out.append(
+            MicroBatch(
+                ids=ids.to(device),
+                mask=mask[:, 1:].contiguous().to(device),
+                adv=torch.tensor([e.advantage for e in chunk], dtype=torch.float32, device=device),
+                weight=torch.tensor([e.weight for e in chunk], dtype=torch.float32, device=device),
+                tokens=sum(len(e.ids) for e in chunk),
+            )
+        )
+    return out
+
+
+def token_logps(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """log p(ids[:, t+1] | ids[:, :t+1]) as float32, shape (B, L-1)."""
+    lg = logits[:, :-1].float()
+    tgt = ids[:, 1:].unsqueeze(-1)
+    return lg.gather(-1, tgt).squeeze(-1) - torch.logsumexp(lg, dim=-1)
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: Optional[torch.Tensor],
+    adv: torch.Tensor,
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    kl_beta: float,
+    norm_tokens: float,
+) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    """The module-level loss for one micro-batch, normalised by the whole
+    batch's trained-token count ``norm_tokens``. Shapes: logp/old/ref/mask
+    (B, T), adv/weight (B,). Returns (loss, sums) where sums holds detached
+    per-micro-batch sums: pg, kl (both already / norm_tokens) and clipped
+    (number of tokens where the clipped branch was active, i.e. the token
+    gets no gradient: A > 0 and ratio > 1+eps, or A < 0 and ratio < 1-eps).
+    """
+    a = adv[:, None]
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * a
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
+    surr = torch.min(unclipped, clipped)
+    pg = -(surr * weight[:, None] * mask).sum() / norm_tokens
+    loss = pg
+    kl = torch.zeros((), device=logp.device)
+    if ref_logp is not None and kl_beta > 0:
+        d = ref_logp - logp
+        kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
+        loss = loss + kl_beta * kl
+    with torch.no_grad():
+        active = ((a > 0) & (ratio > 1.0 + clip_eps)) | ((a < 0) & (ratio < 1.0 - clip_eps))
+        n_clipped = (active.float() * mask).sum()
+    return loss, {"pg": pg.detach(), "kl": kl.detach(), "clipped": n_clipped}
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: torch's peak allocated bytes on the device. CPU: the process's
+    peak resident set size (Linux reports ru_maxrss in KiB)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW; fused on CUDA when this torch has it (torch >= 2.0)."""
+    kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    if device.type == "cuda":
+        try:
+            return torch.optim.AdamW(params, fused=True, **kw)
+        except (TypeError, RuntimeError):
+            pass
+    return torch.optim.AdamW(params, **kw)
+
+
+def train_round(
+    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    params: List[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    micro: Sequence[MicroBatch],
+    cfg: TrainConfig,
+    device: torch.device,
+    amp_dtype: Optional[torch.dtype],
+    ref_logits_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    emit: Callable[[dict], None] = lambda m: None,
+) -> List[dict]:
+    """Run cfg.inner_steps optimiser steps on the batch; return metrics.
+
+    On the first inner step logp_old is the step's own detached log-prob
+    (ratio exactly 1) and is kept for later steps, so no separate forward
+    pass is spent on it; with no reference_checkpoint the reference is the
+    input policy, i.e. logp_old. Raises RuntimeError on a non-finite loss or
+    gradient norm (the checkpoint would be garbage).
+    """
+    norm_tokens = float(sum(float(mb.mask.sum()) for mb in micro))
+    if norm_tokens == 0:
+        raise InputError("batch has no trained tokens")
+    total_tokens = sum(mb.tokens for mb in micro)
+    old: List[Optional[torch.Tensor]] = [None] * len(micro)
+    ref: List[Optional[torch.Tensor]] = [None] * len(micro)
+    if ref_logits_fn is not None and cfg.kl_beta > 0:
+        with torch.no_grad():
+            for j, mb in enumerate(micro):
+                with _autocast(device, amp_dtype):
+                    ref[j] = token_logps(ref_logits_fn(mb.ids), mb.ids)
+    metrics = []
+    for step in range(1, cfg.inner_steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), device=device)
+        kl_sum = torch.zeros((), device=device)
+        clipped = torch.zeros((), device=device)
+        for j, mb in enumerate(micro):
+            with _autocast(device, amp_dtype):
+                logits = logits_fn(mb.ids)
+            logp = token_logps(logits, mb.ids)
+            if old[j] is None:
+                old[j] = logp.detach()
+            r = ref[j] if ref[j] is not None else old[j]
+            loss, sums = grpo_loss(logp, old[j], r, mb.adv, mb.weight, mb.mask, cfg.clip_epsilon, cfg.kl_beta, norm_tokens)
+            loss.backward()
+            loss_sum += loss.detach()
+            kl_sum += sums["kl"]
+            clipped += sums["clipped"]
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        # One host sync per optimiser step: the values are needed for the
+        # finite checks and the metrics line anyway.
+        gn, lv, klv, clv = (float(x) for x in (grad_norm, loss_sum, kl_sum, clipped))
+        if not (math.isfinite(gn) and math.isfinite(lv)):
+            raise RuntimeError(f"inner step {step}: non-finite loss {lv} or grad norm {gn}; refusing to write a checkpoint")
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dt = time.perf_counter() - t0
+        m = {
+            "step": step,
+            "loss": lv,
+            "kl": klv,
+            "clip_fraction": clv / norm_tokens,
+            "grad_norm": gn,
+            "tokens": total_tokens,
+            "trained_tokens": int(norm_tokens),
+            "tokens_per_s": total_tokens / dt if dt > 0 else 0.0,
+            "seconds": dt,
+            "peak_memory_bytes": peak_memory_bytes(device),
+            "lr": opt.param_groups[0]["lr"],
+            "micro_batches": len(micro),
+        }
+        metrics.append(m)
+        emit(m)
+    return metrics
+
+
+class _NullCtx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
+    if dtype is None:
+        return _NullCtx()
+    return torch.autocast(device_type=device.type, dtype=dtype)

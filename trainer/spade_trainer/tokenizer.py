@@ -1,0 +1,191 @@
+"""Tokenisation of chat samples into ids and per-token training masks.
+
+Two encoders share one interface, ``encode_chat(messages, train) ->
+(ids, mask)`` where ``train`` says which message indices are the role's own
+output; ``mask[t]`` is 1 when token t is a training target:
+
+* :class:`ByteTokenizer`, the built-in tokenizer of the tiny model: ids
+  0..255 are the UTF-8 bytes, then the specials <|endoftext|> (256, padding),
+  <|im_start|> (257) and <|im_end|> (258). Chat layout as Qwen's ChatML:
+  ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message. Special-token
+  text inside message content is encoded as plain bytes, never as the
+  special id, so LLM-written text cannot forge turn boundaries.
+* :class:`HFChatEncoder`, wrapping a transformers tokenizer and its
+  ``apply_chat_template``; a trained message's span is found by rendering
+  the conversation up to it (with the generation prompt) and through it.
+
+For a trained message the targets are its content tokens and the closing
+<|im_end|> (the model must learn to stop), not the role header and not the
+newline after <|im_end|>, which the chat template adds and the model never
+generates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Sequence, Tuple
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# Marker file written next to a tiny-model checkpoint; its presence selects
+# the built-in tokenizer when the checkpoint is loaded again.
+SPADE_TOKENIZER_FILE = "spade_tokenizer.json"
+
+
+def _bytes_to_unicode() -> Dict[int, str]:
+    """The byte -> printable-character map of byte-level BPE (GPT-2's
+    scheme, which Hugging Face's ByteLevel pre-tokenizer uses): printable
+    Latin-1 bytes map to themselves, the rest to code points from 256 on."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    out = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+class ByteTokenizer:
+    """Byte-level tokenizer with ChatML specials (see module doc)."""
+
+    specials = [ENDOFTEXT, IM_START, IM_END]
+
+    def __init__(self) -> None:
+        self.special_ids = {s: 256 + i for i, s in enumerate(self.specials)}
+        self.pad_id = self.special_ids[ENDOFTEXT]
+        self.im_start_id = self.special_ids[IM_START]
+        self.im_end_id = self.special_ids[IM_END]
+        self.vocab_size = 256 + len(self.specials)
+        self.eos_id = self.im_end_id
+
+    def encode(self, text: str) -> List[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out = bytearray()
+        inv = {v: k for k, v in self.special_ids.items()}
+        for i in ids:
+            if i < 256:
+                out.append(i)
+            elif i in inv:
+                out += inv[i].encode()
+        return out.decode("utf-8", errors="replace")
+
+    def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:
+        trained = set(train)
+        ids: List[int] = []
+        mask: List[int] = []
+        for i, m in enumerate(messages):
+            header = [self.im_start_id] + self.encode(m["role"] + "\n")
+            body = self.encode(m["content"]) + [self.im_end_id]
+            tail = self.encode("\n")
+            t = 1 if i in trained else 0
+            ids += header + body + tail
+            mask += [0] * len(header) + [t] * len(body) + [0] * len(tail)
+        return ids, mask
+
+    def save(self, out_dir: str, model_max_length: int) -> List[str]:
+        """Write the tokenizer files: our marker, a Hugging Face
+        ``tokenizer.json`` (byte-level BPE with an empty merge list, which
+        maps every byte to its own id exactly as this class does), and
+        ``tokenizer_config.json`` with the chat template. Returns names."""
+        b2u = _bytes_to_unicode()
+        vocab = {b2u[b]: b for b in range(256)}
+        added = [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+            for s, i in self.special_ids.items()
+        ]
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+        tok_json = {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "normalizer": None,
+            "pre_tokenizer": byte_level,
+            "post_processor": None,
+            "decoder": byte_level,
+            "model": {
+                "type": "BPE",
+                "dropout": None,
+                "unk_token": None,
+                "continuing_subword_prefix": None,
+                "end_of_word_suffix": None,
+                "fuse_unk": False,
+                "byte_fallback": False,
+                "vocab": vocab,
+                "merges": [],
+            },
+        }
+        cfg = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": model_max_length,
+            "bos_token": None,
+            "eos_token": IM_END,
+            "pad_token": ENDOFTEXT,
+            "chat_template": CHAT_TEMPLATE,
+            "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
+        }
+        marker = {"type": "spade-byte", "version": 1, "specials": self.special_ids, "vocab_size": self.vocab_size}
+        files = {"tokenizer.json": tok_json, "tokenizer_config.json": cfg, SPADE_TOKENIZER_FILE: marker}
+        for name, obj in files.items():
+            with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=1, sort_keys=True, ensure_ascii=False)
+                f.write("\n")
+        return sorted(files)
+
+    @staticmethod
+    def load(ckpt_dir: str) -> "ByteTokenizer":
+        with open(os.path.join(ckpt_dir, SPADE_TOKENIZER_FILE), encoding="utf-8") as f:
+            marker = json.load(f)
+        if marker.get("type") != "spade-byte" or marker.get("version") != 1:
+            raise ValueError(f"{ckpt_dir}/{SPADE_TOKENIZER_FILE}: unknown tokenizer type/version {marker.get('type')!r}/{marker.get('version')!r}")
+        return ByteTokenizer()
+
+
+class HFChatEncoder:
+    """Chat encoding with a transformers tokenizer (GPU path; needs the
+    ``transformers`` package, which this module imports lazily)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id
+        self.pad_id = pad if pad is not None else 0
+
+    def _ids(self, messages: Sequence[dict], gen: bool) -> List[int]:
+        text = self.tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:
+        full = self._ids(messages, False)
+        mask = [0] * len(full)
+        for i in train:
+            start = len(self._ids(messages[:i], True))
+            through = self._ids(messages[: i + 1], False)
+            if full[: len(through)] != through:
+                raise ValueError(
+                    f"chat template is not prefix-stable at message {i} (e.g. it rewrites earlier turns); cannot locate the trained tokens"
+                )
+            end = len(through)
+            # Drop the template's trailing whitespace after the end-of-turn
+            # token: the model never generates it.
+            while end > start and self.tok.decode([through[end - 1]]).strip() == "":
+                end -= 1
+            for t in range(start, end):
+                mask[t] = 1
+        return full, mask
