@@ -1,0 +1,166 @@
+package modeltest
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spade-pipeline/spade/stages/model"
+)
+
+// Roles the default handler recognises in a prompt (see Classify).
+const (
+	RoleDesign = "design"
+	RoleHint   = "hint"
+	RoleAgent  = "agent"
+)
+
+// DefaultEnvSource is a small valid environment written to the spade_env
+// contract (stages/design/prompt): reach a shown target total by
+// adding 1, 2 or 3 per turn; overshooting loses. It is what the default
+// handler designs when no WithEnvSource is given.
+const DefaultEnvSource = `from spade_env import Env
+
+
+class ReachTarget(Env):
+    """Reach the target total exactly by adding 1, 2 or 3 each turn."""
+
+    name = "reach_target"
+    skill = "planning"
+    max_turns = 15
+    reward_range = (0.0, 1.0)
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.target = self.rng.randint(12, 24)
+        self.total = 0
+        self.turn = 0
+        return self._observation("Reach the target total exactly."), {}
+
+    def _observation(self, prefix):
+        return (
+            f"{prefix} Total: {self.total}. Target: {self.target}. "
+            f"Turns left: {self.max_turns - self.turn}.\n"
+            "Valid actions: add 1 | add 2 | add 3"
+        )
+
+    def step(self, action):
+        self.turn += 1
+        choice = " ".join(str(action).strip().lower().split())
+        if choice not in ("add 1", "add 2", "add 3"):
+            if self.turn >= self.max_turns:
+                return self._observation("Out of turns: you lose."), 0.0, False, True, {"success": False}
+            return self._observation(f"Unknown action {choice!r}; choose one of the valid actions."), 0.0, False, False, {}
+        self.total += int(choice.split()[1])
+        if self.total == self.target:
+            return self._observation("Exactly on target: you win."), 1.0, True, False, {"success": True}
+        if self.total > self.target:
+            return self._observation("Overshot the target: you lose."), 0.0, True, False, {"success": False}
+        if self.turn >= self.max_turns:
+            return self._observation("Out of turns: you lose."), 0.0, False, True, {"success": False}
+        return self._observation("Keep going."), 0.0, False, False, {}
+`
+
+// DefaultHint is what the default handler answers to hint prompts.
+const DefaultHint = "Count how far the total is from the target and never add more than that distance; add 3 while the gap exceeds 3, then close it exactly."
+
+// Classify tells which SPADE call a request is, from its prompt text
+// alone (Meta never reaches a server): RoleHint when a message asks for a
+// privileged hint, RoleDesign when a message addresses the Environment
+// Designer, RoleAgent otherwise. The phrases are the ones the templates in
+// stages/design/prompt use; that package's tests check they still match.
+func Classify(req model.Request) string {
+	design := false
+	for _, m := range req.Messages {
+		if m.Role != model.RoleSystem && m.Role != model.RoleUser {
+			continue
+		}
+		if strings.Contains(m.Content, "privileged hint") && strings.Contains(m.Content, "environment source") {
+			return RoleHint
+		}
+		if strings.Contains(m.Content, "Environment Designer") {
+			design = true
+		}
+	}
+	if design {
+		return RoleDesign
+	}
+	return RoleAgent
+}
+
+// DefaultHandler returns a Handler that answers plausibly for each role:
+// a designer prompt gets envSource in one python code block; a hint prompt
+// gets hint; an agent prompt with tools gets a call of one tool; any other
+// agent prompt gets one of the actions listed on the last "Valid actions:"
+// line of the conversation (chosen by a hash of the conversation, seed and
+// sample index, so answers are deterministic but varied), or "done".
+// It answers N choices (N <= 0 means 1).
+func DefaultHandler(envSource, hint string) Handler {
+	return func(req Request) Reply {
+		n := req.Chat.N
+		if n <= 0 {
+			n = 1
+		}
+		choices := make([]model.Choice, n)
+		role := Classify(req.Chat)
+		for i := range choices {
+			msg := model.Message{Role: model.RoleAssistant}
+			switch role {
+			case RoleDesign:
+				msg.Content = "Here is the environment.\n\n```python\n" + envSource + "```\n"
+			case RoleHint:
+				msg.Content = hint
+			default:
+				msg = agentAnswer(req.Chat, i)
+			}
+			choices[i] = model.Choice{Message: msg}
+		}
+		return Reply{Choices: choices}
+	}
+}
+
+func agentAnswer(req model.Request, sample int) model.Message {
+	h := fnv.New64a()
+	for _, m := range req.Messages {
+		_, _ = io.WriteString(h, m.Content)
+	}
+	_, _ = io.WriteString(h, strconv.FormatInt(req.Seed, 10)+"/"+strconv.Itoa(sample))
+	pick := h.Sum64()
+	if len(req.Tools) > 0 {
+		t := req.Tools[pick%uint64(len(req.Tools))]
+		args, _ := json.Marshal(map[string]any{})
+		return model.Message{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{{
+			ID: "call_" + strconv.FormatUint(pick%1_000_000, 10), Name: t.Name, Arguments: string(args),
+		}}}
+	}
+	actions := lastValidActions(req.Messages)
+	if len(actions) == 0 {
+		return model.Message{Role: model.RoleAssistant, Content: "done"}
+	}
+	return model.Message{Role: model.RoleAssistant, Content: actions[pick%uint64(len(actions))]}
+}
+
+// lastValidActions parses the newest "Valid actions: a | b | c" line.
+func lastValidActions(msgs []model.Message) []string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		lines := strings.Split(msgs[i].Content, "\n")
+		for j := len(lines) - 1; j >= 0; j-- {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(lines[j]), "Valid actions:")
+			if !ok {
+				continue
+			}
+			var out []string
+			for _, a := range strings.Split(rest, "|") {
+				if a = strings.TrimSpace(a); a != "" {
+					out = append(out, a)
+				}
+			}
+			if len(out) > 0 {
+				return out
+			}
+		}
+	}
+	return nil
+}

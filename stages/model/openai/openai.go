@@ -1,0 +1,506 @@
+// Package openai is the model.Backend for any OpenAI-compatible
+// chat-completions server (OpenAI, vLLM, SGLang, Ollama, llama.cpp), built on
+// the official github.com/openai/openai-go/v3 SDK (DESIGN.md "Engines the
+// stages share").
+//
+// The SDK's own retry loop is switched off (option.WithMaxRetries(0)); this
+// package retries itself so that (1) a concurrency slot is released while a
+// call sleeps in backoff, (2) backoff jitter is derived deterministically
+// from the request instead of a global random source, (3) the failure of the
+// last attempt comes back as a typed *model.CallError with the HTTP status,
+// the server's message and the Retry-After it asked for.
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	oa "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/spade-pipeline/spade/stages/model"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultAPIKeyEnv     = "OPENAI_API_KEY"
+	DefaultBaseURL       = "https://api.openai.com/v1"
+	DefaultConcurrency   = 16
+	DefaultTimeout       = 5 * time.Minute
+	DefaultMaxRetries    = 4
+	DefaultBackoffBase   = 1 * time.Second
+	DefaultBackoffMax    = 30 * time.Second
+	DefaultMaxRetryAfter = 2 * time.Minute
+)
+
+// maxErrorBody bounds how much of an error response body is read (bytes);
+// OpenAI-style error bodies are a few hundred bytes.
+const maxErrorBody = 64 << 10
+
+// Config configures one Backend. Zero fields take the Default* values.
+type Config struct {
+	// BaseURL is the server's API root including the version path, e.g.
+	// "http://127.0.0.1:8000/v1" for vLLM.
+	BaseURL string
+	// Model is the model name sent in every request (required).
+	Model string
+	// APIKeyEnv names the environment variable holding the API key
+	// (default OPENAI_API_KEY). An unset or empty variable sends no
+	// Authorization header, which local servers accept. The key itself is
+	// never stored in Config, tables, errors or logs.
+	APIKeyEnv string
+	// Concurrency bounds the HTTP requests in flight across all callers of
+	// this Backend (default 16).
+	Concurrency int
+	// Timeout bounds one HTTP attempt, from send to fully read body
+	// (default 5 minutes). The caller's ctx bounds the whole call.
+	Timeout time.Duration
+	// MaxRetries is the number of retries after the first attempt for
+	// retryable failures (default 4; negative means no retries).
+	MaxRetries int
+	// BackoffBase and BackoffMax shape the exponential backoff used when
+	// the server gives no Retry-After: attempt k waits a deterministic
+	// value in [d/2, d] with d = min(BackoffBase*2^k, BackoffMax).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxRetryAfter caps a server-directed delay: a Retry-After longer than
+	// this ends the call with a retryable *model.CallError instead of
+	// sleeping (default 2 minutes).
+	MaxRetryAfter time.Duration
+	// HTTPClient overrides the HTTP client; nil builds one whose connection
+	// pool matches Concurrency.
+	HTTPClient *http.Client
+}
+
+// Backend is a model.Backend talking to one OpenAI-compatible server. It is
+// safe for concurrent use; one semaphore bounds all its callers together.
+type Backend struct {
+	cfg  Config
+	name string
+	// redact removes the API key from text. The key lives only in this
+	// closure and the SDK's options, never in a printable field, so even
+	// fmt's %#v of a Backend cannot show it.
+	redact func(string) string
+	client oa.Client
+	sem    chan struct{}
+}
+
+// New checks cfg, applies defaults, reads the API key from the environment
+// variable cfg.APIKeyEnv and returns a Backend. It does not contact the
+// server. Errors: missing Model, negative Concurrency or Timeout.
+func New(cfg Config) (*Backend, error) {
+	if strings.TrimSpace(cfg.Model) == "" {
+		return nil, errors.New("openai backend: config field Model is empty")
+	}
+	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.MaxRetryAfter < 0 {
+		return nil, fmt.Errorf("openai backend %s: Concurrency, Timeout, BackoffBase, BackoffMax and MaxRetryAfter must not be negative", cfg.Model)
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	if cfg.APIKeyEnv == "" {
+		cfg.APIKeyEnv = DefaultAPIKeyEnv
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.MaxRetryAfter == 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.HTTPClient == nil {
+		t, ok := http.DefaultTransport.(*http.Transport)
+		if ok {
+			t = t.Clone()
+		} else {
+			t = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		}
+		// The default of 2 idle connections per host would make every call
+		// above 2 in flight open a fresh TCP connection.
+		t.MaxIdleConnsPerHost = cfg.Concurrency
+		t.MaxIdleConns = cfg.Concurrency
+		cfg.HTTPClient = &http.Client{Transport: t}
+	}
+	apiKey := os.Getenv(cfg.APIKeyEnv)
+	b := &Backend{
+		cfg:  cfg,
+		name: "openai:" + cfg.Model,
+		redact: func(s string) string {
+			if apiKey == "" {
+				return s
+			}
+			return strings.ReplaceAll(s, apiKey, "[REDACTED]")
+		},
+		sem: make(chan struct{}, cfg.Concurrency),
+	}
+	// WithAPIKey after the SDK's environment defaults overrides an ambient
+	// OPENAI_API_KEY, so APIKeyEnv alone decides which key is sent.
+	b.client = oa.NewClient(
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(apiKey),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(0),
+	)
+	return b, nil
+}
+
+// Close releases idle HTTP connections. Calls may still be made after
+// Close; they open new connections.
+func (b *Backend) Close() { b.cfg.HTTPClient.CloseIdleConnections() }
+
+// Name returns "openai:<model>".
+func (b *Backend) Name() string { return b.name }
+
+// Chat sends req as one chat-completions call, retrying retryable failures
+// (HTTP 408, 429, 5xx, transport errors, attempt timeouts, truncated
+// bodies) up to MaxRetries times. A Retry-After (or retry-after-ms) header
+// on the failed attempt sets the wait; otherwise the deterministic
+// exponential backoff of Config applies. Request.Meta is never sent.
+// Errors: *model.CallError for every failure after the request was built
+// (errors.Is works for model.ErrEmptyResponse, model.ErrMalformedResponse,
+// model.ErrTimeout and the caller's ctx.Err()); an error wrapping
+// model.ErrBadRequest when req cannot be expressed on the wire.
+func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, error) {
+	params, err := toParams(b.cfg.Model, req)
+	if err != nil {
+		return model.Response{}, fmt.Errorf("%s: %w", b.name, err)
+	}
+	jitterSeed := requestSeed(b.cfg.Model, req)
+	for attempt := 0; ; attempt++ {
+		resp, cerr := b.attempt(ctx, params)
+		if cerr == nil {
+			return resp, nil
+		}
+		cerr.Backend = b.name
+		cerr.Attempts = attempt + 1
+		if ctx.Err() != nil {
+			cerr.Err, cerr.Retryable = ctx.Err(), false
+			return model.Response{}, cerr
+		}
+		if !cerr.Retryable || attempt >= b.cfg.MaxRetries {
+			return model.Response{}, cerr
+		}
+		delay := backoff(b.cfg.BackoffBase, b.cfg.BackoffMax, attempt, jitterSeed)
+		if cerr.RetryAfter > 0 {
+			if cerr.RetryAfter > b.cfg.MaxRetryAfter {
+				return model.Response{}, cerr
+			}
+			delay = cerr.RetryAfter
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			cerr.Err, cerr.Retryable = ctx.Err(), false
+			return model.Response{}, cerr
+		case <-t.C:
+		}
+	}
+}
+
+// capture is what the per-attempt middleware saw of the HTTP response,
+// read before the SDK turns it into its own error type.
+type capture struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// attempt makes one HTTP request while holding a concurrency slot.
+func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams) (model.Response, *model.CallError) {
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return model.Response{}, &model.CallError{Err: ctx.Err()}
+	}
+	defer func() { <-b.sem }()
+
+	actx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	var c capture
+	mw := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(r)
+		if res == nil {
+			return res, err
+		}
+		c.status, c.header = res.StatusCode, res.Header
+		if res.StatusCode >= 400 && res.Body != nil {
+			body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+			_ = res.Body.Close()
+			c.body = body
+			res.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return res, err
+	})
+	comp, err := b.client.Chat.Completions.New(actx, params, mw)
+	if err != nil {
+		return model.Response{}, b.classify(ctx, actx, c, err)
+	}
+	if comp == nil || len(comp.Choices) == 0 {
+		return model.Response{}, &model.CallError{Status: c.status, Err: model.ErrEmptyResponse}
+	}
+	return fromCompletion(comp), nil
+}
+
+// classify turns a failed attempt into a CallError with a retry verdict.
+func (b *Backend) classify(ctx, actx context.Context, c capture, err error) *model.CallError {
+	switch {
+	case ctx.Err() != nil:
+		return &model.CallError{Err: ctx.Err()}
+	case c.status >= 400:
+		e := &model.CallError{
+			Status:     c.status,
+			Retryable:  c.status == http.StatusRequestTimeout || c.status == http.StatusTooManyRequests || c.status >= 500,
+			RetryAfter: retryAfter(c.header, time.Now()),
+			Message:    b.redact(errorMessage(c.body)),
+		}
+		return e
+	case actx.Err() != nil:
+		return &model.CallError{Status: c.status, Retryable: true,
+			Err: fmt.Errorf("%w after %s", model.ErrTimeout, b.cfg.Timeout)}
+	case c.status != 0:
+		// A 2xx whose body did not decode: truncated or not JSON.
+		return &model.CallError{Status: c.status, Retryable: true,
+			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(err.Error()))}
+	default:
+		var ne net.Error
+		retry := errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "connection refused")
+		return &model.CallError{Retryable: retry, Err: fmt.Errorf("transport: %s", b.redact(err.Error()))}
+	}
+}
+
+// errorMessage extracts error.message from an OpenAI-style error body, or
+// a one-line excerpt of any other body.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 {
+		var obj struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
+			return obj.Message
+		}
+		var s string
+		if json.Unmarshal(e.Error, &s) == nil && s != "" {
+			return s
+		}
+	}
+	s := strings.Join(strings.Fields(string(body)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// retryAfter reads the server-directed delay: retry-after-ms (OpenAI's
+// millisecond extension) first, then Retry-After as delta-seconds or an
+// HTTP-date (RFC 9110 section 10.2.3). Zero when absent or unparsable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if h == nil {
+		return 0
+	}
+	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && !math.IsInf(ms, 0) && ms < 1e12 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 || math.IsNaN(s) || s > 1e9 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// backoff is the wait before retry attempt+1 when the server names none:
+// d = min(base*2^attempt, max), then a value in [d/2, d] chosen by a hash
+// of the request and attempt, so identical runs wait identically while
+// different requests spread out instead of retrying in lockstep.
+func backoff(base, maxD time.Duration, attempt int, seed uint64) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < maxD; i++ {
+		d *= 2
+	}
+	if d > maxD {
+		d = maxD
+	}
+	x := splitmix64(seed + uint64(attempt)*0x9e3779b97f4a7c15)
+	frac := float64(x>>11) / float64(1<<53)
+	return d/2 + time.Duration(frac*float64(d/2))
+}
+
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// requestSeed hashes the parts of a request that identify it, for jitter.
+func requestSeed(modelName string, req model.Request) uint64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, modelName)
+	for _, m := range req.Messages {
+		_, _ = io.WriteString(h, m.Role)
+		_, _ = io.WriteString(h, m.Content)
+	}
+	_, _ = fmt.Fprintf(h, "|%d|%d", req.Seed, req.N)
+	return h.Sum64()
+}
+
+// toParams maps a model.Request onto the SDK's wire parameters. Meta is
+// deliberately not mapped.
+func toParams(modelName string, req model.Request) (oa.ChatCompletionNewParams, error) {
+	if len(req.Messages) == 0 {
+		return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: no messages", model.ErrBadRequest)
+	}
+	if req.N < 0 || req.MaxTokens < 0 {
+		return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: negative n (%d) or max_tokens (%d)", model.ErrBadRequest, req.N, req.MaxTokens)
+	}
+	p := oa.ChatCompletionNewParams{
+		Model:       shared.ChatModel(modelName),
+		Temperature: oa.Float(req.Temperature),
+		Seed:        oa.Int(req.Seed),
+	}
+	for i, m := range req.Messages {
+		u, err := toMessage(m)
+		if err != nil {
+			return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: message %d: %v", model.ErrBadRequest, i, err)
+		}
+		p.Messages = append(p.Messages, u)
+	}
+	for i, t := range req.Tools {
+		if t.Name == "" {
+			return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: tool %d: empty name", model.ErrBadRequest, i)
+		}
+		fd := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fd.Description = oa.String(t.Description)
+		}
+		if strings.TrimSpace(t.Parameters) != "" {
+			// Plain float64 numbers: the SDK's encoder writes json.Number
+			// as a string, which would corrupt "minimum": 1.
+			var schema map[string]any
+			if err := json.Unmarshal([]byte(t.Parameters), &schema); err != nil || schema == nil {
+				return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: tool %d (%s): field parameters is not a JSON object", model.ErrBadRequest, i, t.Name)
+			}
+			fd.Parameters = shared.FunctionParameters(schema)
+		}
+		p.Tools = append(p.Tools, oa.ChatCompletionFunctionTool(fd))
+	}
+	if req.N > 1 {
+		p.N = oa.Int(int64(req.N))
+	}
+	if req.TopP > 0 {
+		p.TopP = oa.Float(req.TopP)
+	}
+	if req.MaxTokens > 0 {
+		p.MaxTokens = oa.Int(int64(req.MaxTokens))
+	}
+	if len(req.Stop) > 0 {
+		p.Stop = oa.ChatCompletionNewParamsStopUnion{OfStringArray: req.Stop}
+	}
+	return p, nil
+}
+
+func toMessage(m model.Message) (oa.ChatCompletionMessageParamUnion, error) {
+	switch m.Role {
+	case model.RoleSystem:
+		return oa.SystemMessage(m.Content), nil
+	case model.RoleUser:
+		return oa.UserMessage(m.Content), nil
+	case model.RoleTool:
+		if m.ToolCallID == "" {
+			return oa.ChatCompletionMessageParamUnion{}, errors.New("tool message without tool_call_id")
+		}
+		return oa.ToolMessage(m.Content, m.ToolCallID), nil
+	case model.RoleAssistant:
+		var a oa.ChatCompletionAssistantMessageParam
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = param.NewOpt(m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			a.ToolCalls = append(a.ToolCalls, oa.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &oa.ChatCompletionMessageFunctionToolCallParam{
+					ID: tc.ID,
+					Function: oa.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name:      tc.Name,
+						Arguments: tc.Arguments,
+					},
+				},
+			})
+		}
+		return oa.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
+	default:
+		return oa.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+	}
+}
+
+// fromCompletion maps the SDK's response onto model.Response, choices in
+// index order.
+func fromCompletion(c *oa.ChatCompletion) model.Response {
+	choices := append([]oa.ChatCompletionChoice(nil), c.Choices...)
+	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Index < choices[j].Index })
+	out := model.Response{
+		Model: c.Model,
+		Usage: model.Usage{
+			PromptTokens:     int(c.Usage.PromptTokens),
+			CompletionTokens: int(c.Usage.CompletionTokens),
+		},
+		Choices: make([]model.Choice, 0, len(choices)),
+	}
+	for _, ch := range choices {
+		msg := model.Message{Role: model.RoleAssistant, Content: ch.Message.Content}
+		for _, tc := range ch.Message.ToolCalls {
+			call := model.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+			if tc.Type == "custom" {
+				call.Name, call.Arguments = tc.Custom.Name, tc.Custom.Input
+			}
+			msg.ToolCalls = append(msg.ToolCalls, call)
+		}
+		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: ch.FinishReason})
+	}
+	return out
+}
