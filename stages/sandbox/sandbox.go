@@ -1,0 +1,459 @@
+// Package sandbox runs untrusted, LLM-written Python environments (SPADE.md
+// steps 3-6: the designer's code is executed thousands of times by the
+// validate and rollout stages) in isolated, resource-limited worker
+// processes, with every deadline owned by Go.
+//
+// One program gets one fresh sandbox: bubblewrap (user, pid, net, ipc, uts,
+// mount and cgroup namespaces; read-only /usr; a private size-limited /tmp;
+// scrubbed environment; all capabilities dropped) around a Python harness
+// that applies rlimits (CPU, address space, file size, open files,
+// processes, no core dumps). The harness is a fork server: each episode runs
+// in a forked child, so episodes start from the freshly loaded program and
+// never see each other's state. Requests and replies travel as
+// length-prefixed JSON frames on fds 3 and 4, so output on stdout cannot
+// forge a reply. A call that passes its wall-clock timeout gets the whole
+// sandbox SIGKILLed; nothing inside it survives.
+//
+// Without bubblewrap the sandbox warns loudly and runs with rlimits (and, as
+// root, a dedicated uid) only; Config.Strict refuses instead. See
+// docs/sandbox.md for the threat model and measured throughput.
+package sandbox
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+//go:embed python/spade_harness.py python/spade_env/__init__.py
+var pythonFiles embed.FS
+
+// Config configures a Sandbox. Zero fields take the defaults documented on
+// each field.
+type Config struct {
+	// Python is the interpreter, outside any home directory (the sandbox
+	// hides homes). Default /usr/bin/python3 (Python >= 3.10).
+	Python string
+	// Bwrap is the bubblewrap binary. Default: /usr/bin/bwrap, else bwrap on
+	// PATH.
+	Bwrap string
+	// NoBwrap forces the rlimits-only fallback even when bubblewrap works
+	// (for tests and for hosts where namespaces are known to be unavailable).
+	NoBwrap bool
+	// Strict makes New fail with ErrNoIsolation instead of falling back to
+	// rlimits only when bubblewrap is missing or cannot create namespaces.
+	Strict bool
+	// Workers is how many programs may be loaded at once (sandbox slots);
+	// Load blocks while all are taken. Default 2.
+	Workers int
+	// CallTimeout is the wall-clock limit of one reset, step or close call.
+	// Default 5s.
+	CallTimeout time.Duration
+	// LoadTimeout is the wall-clock limit for starting a sandbox and loading
+	// (compiling and executing) a program. Default 10s.
+	LoadTimeout time.Duration
+	// CPUSeconds is RLIMIT_CPU per process, in CPU seconds. Default 10.
+	CPUSeconds int
+	// MemoryBytes is RLIMIT_AS per process, in bytes. Default 512 MiB.
+	MemoryBytes int64
+	// FileSizeBytes is RLIMIT_FSIZE, the largest file a process may write,
+	// in bytes. Default 4 MiB.
+	FileSizeBytes int64
+	// TmpfsBytes is the size of the sandbox's private /tmp, in bytes.
+	// Default 16 MiB.
+	TmpfsBytes int64
+	// OpenFiles is RLIMIT_NOFILE. Default 64.
+	OpenFiles int
+	// Processes is RLIMIT_NPROC inside the sandbox (threads count). Default
+	// 32. Enforced only where the count is isolated: inside bubblewrap's
+	// user namespace, or under a per-slot uid when running as root.
+	Processes int
+	// OutputBytes caps the sandbox's captured stdout+stderr, in bytes; more
+	// output kills the sandbox (KindOutputLimit). Default 256 KiB.
+	OutputBytes int64
+	// ReplyBytes caps one reply frame (observation + info), in bytes; a
+	// larger reply is refused (KindReplyLimit). Default 1 MiB.
+	ReplyBytes int
+	// UIDBase selects the uids workers run as when spade runs as root: slot
+	// i runs as UIDBase+i, so RLIMIT_NPROC is enforced (root is exempt) and
+	// a fork bomb in one slot cannot starve another. 0 derives a base from
+	// this process's pid (1,000,000 + 64*pid) so concurrent spade processes
+	// never share a uid; negative disables uid switching. Ignored when not
+	// root.
+	UIDBase int
+	// Logger receives the no-isolation warning and slot diagnostics.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Python == "" {
+		c.Python = "/usr/bin/python3"
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.LoadTimeout <= 0 {
+		c.LoadTimeout = 10 * time.Second
+	}
+	if c.CPUSeconds <= 0 {
+		c.CPUSeconds = 10
+	}
+	if c.MemoryBytes <= 0 {
+		c.MemoryBytes = 512 << 20
+	}
+	if c.FileSizeBytes <= 0 {
+		c.FileSizeBytes = 4 << 20
+	}
+	if c.TmpfsBytes <= 0 {
+		c.TmpfsBytes = 16 << 20
+	}
+	if c.OpenFiles <= 0 {
+		c.OpenFiles = 64
+	}
+	if c.Processes <= 0 {
+		c.Processes = 32
+	}
+	if c.OutputBytes <= 0 {
+		c.OutputBytes = 256 << 10
+	}
+	if c.ReplyBytes <= 0 {
+		c.ReplyBytes = 1 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Isolation names how a Sandbox isolates programs.
+type Isolation string
+
+// Isolation levels.
+const (
+	// IsolationBwrap: bubblewrap namespaces plus rlimits.
+	IsolationBwrap Isolation = "bwrap"
+	// IsolationRlimits: rlimits (and a per-slot uid as root) only; a hostile
+	// program can read host files and use the network.
+	IsolationRlimits Isolation = "rlimits"
+)
+
+// Sandbox starts sandboxed workers, at most Config.Workers at once. It is
+// safe for concurrent use. Close it to remove its harness files.
+type Sandbox struct {
+	cfg        Config
+	isolation  Isolation
+	bwrap      string
+	harnessDir string // host directory holding spade_harness.py and spade_env/
+	uidBase    int    // -1: no uid switching
+	limitsArg  string
+	slots      chan int
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// New checks the interpreter and bubblewrap once (by starting a sandbox) and
+// returns a Sandbox. Errors: the interpreter is missing or broken;
+// ErrNoIsolation when Strict is set and bubblewrap is unusable.
+func New(cfg Config) (*Sandbox, error) {
+	cfg = cfg.withDefaults()
+	s := &Sandbox{cfg: cfg, uidBase: -1, slots: make(chan int, cfg.Workers)}
+	for i := range cfg.Workers {
+		s.slots <- i
+	}
+	if fi, err := os.Stat(cfg.Python); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("sandbox: python interpreter %s is not an executable file (Config.Python)", cfg.Python)
+	}
+	if os.Geteuid() == 0 && cfg.UIDBase >= 0 {
+		s.uidBase = cfg.UIDBase
+		if s.uidBase == 0 {
+			s.uidBase = 1_000_000 + 64*os.Getpid()
+		}
+	}
+	dir, err := writeHarness()
+	if err != nil {
+		return nil, err
+	}
+	s.harnessDir = dir
+
+	if !cfg.NoBwrap {
+		s.bwrap = cfg.Bwrap
+		if s.bwrap == "" {
+			if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+				s.bwrap = "/usr/bin/bwrap"
+			} else if p, err := exec.LookPath("bwrap"); err == nil {
+				s.bwrap = p
+			}
+		}
+	}
+	var probeErr error
+	if s.bwrap != "" {
+		s.isolation = IsolationBwrap
+		s.limitsArg = s.limitsJSON()
+		probeErr = s.probe()
+		if probeErr == nil {
+			return s, nil
+		}
+	}
+	why := "bubblewrap not found"
+	switch {
+	case cfg.NoBwrap:
+		why = "bubblewrap disabled by Config.NoBwrap"
+	case probeErr != nil:
+		why = "bubblewrap cannot start a sandbox here: " + probeErr.Error()
+	}
+	if cfg.Strict {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %s", ErrNoIsolation, why)
+	}
+	s.bwrap = ""
+	s.isolation = IsolationRlimits
+	s.limitsArg = s.limitsJSON()
+	cfg.Logger.Warn("SANDBOX RUNS WITHOUT ISOLATION: untrusted environment code can read host files, "+
+		"use the network and signal this user's processes; only rlimits apply. Install bubblewrap or set Strict.",
+		"reason", why, "uid_switching", s.uidBase >= 0)
+	if err := s.probe(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("sandbox: start python harness with %s: %w", cfg.Python, err)
+	}
+	return s, nil
+}
+
+// probe starts and stops one worker to prove the configuration works.
+func (s *Sandbox) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LoadTimeout)
+	defer cancel()
+	slot := <-s.slots
+	defer func() { s.slots <- slot }()
+	w, err := s.startWorker(ctx, slot)
+	if err != nil {
+		return err
+	}
+	w.close()
+	return nil
+}
+
+// Isolation reports how programs are isolated.
+func (s *Sandbox) Isolation() Isolation { return s.isolation }
+
+// Config returns the effective configuration (defaults filled in).
+func (s *Sandbox) Config() Config { return s.cfg }
+
+// Close removes the harness files. Programs still open keep running until
+// closed; Load fails with ErrClosed afterwards.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := os.RemoveAll(s.harnessDir); err != nil {
+		return fmt.Errorf("sandbox: remove harness dir %s: %w", s.harnessDir, err)
+	}
+	return nil
+}
+
+// slotUID is the uid slot runs as, or -1.
+func (s *Sandbox) slotUID(slot int) int {
+	if s.uidBase < 0 {
+		return -1
+	}
+	return s.uidBase + slot
+}
+
+// writeHarness copies the embedded Python files into a fresh directory that
+// an unprivileged worker uid can read (0755 dirs, 0644 files).
+func writeHarness() (string, error) {
+	dir, err := os.MkdirTemp("", "spade-sandbox-")
+	if err != nil {
+		return "", fmt.Errorf("sandbox: create harness dir: %w", err)
+	}
+	err = fs.WalkDir(pythonFiles, "python", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(path, "python"), "/")
+		dst := filepath.Join(dir, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		data, err := pythonFiles.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, 0o644)
+	})
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("sandbox: write harness files to %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// limitsJSON is the harness's argv[1]: the rlimits it applies to itself
+// before running any program code.
+func (s *Sandbox) limitsJSON() string {
+	procs := s.cfg.Processes
+	if s.isolation != IsolationBwrap && s.uidBase < 0 {
+		// Outside a user namespace and without a private uid, RLIMIT_NPROC
+		// would count every process of the invoking user.
+		procs = 0
+	}
+	b, _ := json.Marshal(map[string]any{
+		"memory_bytes":    s.cfg.MemoryBytes,
+		"cpu_seconds":     s.cfg.CPUSeconds,
+		"file_size_bytes": s.cfg.FileSizeBytes,
+		"open_files":      s.cfg.OpenFiles,
+		"processes":       procs,
+		"reply_bytes":     s.cfg.ReplyBytes,
+	})
+	return string(b)
+}
+
+// childEnv is the whole environment of the sandbox: nothing is inherited,
+// so no parent credential (AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY, ...) can
+// leak. PYTHONHASHSEED is fixed so set and dict-of-str orders are
+// reproducible.
+func (s *Sandbox) childEnv() []string {
+	return []string{
+		"PATH=/usr/bin:/bin",
+		"PYTHONHASHSEED=0",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"LANG=C.UTF-8",
+	}
+}
+
+// argv is the command line of one worker.
+func (s *Sandbox) argv(slot int) []string {
+	_ = slot
+	py := []string{s.cfg.Python, "-S", "-s", "-B"}
+	if s.isolation != IsolationBwrap {
+		return append(py, filepath.Join(s.harnessDir, "spade_harness.py"), s.limitsArg)
+	}
+	a := []string{s.bwrap,
+		"--unshare-all", "--unshare-user", "--disable-userns",
+		"--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+		"--hostname", "sandbox",
+		"--ro-bind", "/usr", "/usr",
+	}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		if target, err := os.Readlink(d); err == nil {
+			a = append(a, "--symlink", target, d)
+		} else if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	for _, f := range []string{"/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"} {
+		a = append(a, "--ro-bind-try", f, f)
+	}
+	if prefix := pythonPrefix(s.cfg.Python); prefix != "" {
+		a = append(a, "--ro-bind", prefix, prefix)
+	}
+	a = append(a,
+		"--ro-bind", s.harnessDir, "/spade",
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--size", fmt.Sprint(s.cfg.TmpfsBytes), "--perms", "1777", "--tmpfs", "/tmp",
+		"--chdir", "/tmp",
+	)
+	for _, kv := range s.childEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	a = append(a, "--")
+	a = append(a, py...)
+	return append(a, "/spade/spade_harness.py", s.limitsArg)
+}
+
+// pythonPrefix returns the installation prefix to bind when the interpreter
+// lives outside /usr (e.g. /opt/python3.12/bin/python3 -> /opt/python3.12),
+// or "" when /usr already covers it.
+func pythonPrefix(python string) string {
+	real, err := filepath.EvalSymlinks(python)
+	if err != nil {
+		real = python
+	}
+	if strings.HasPrefix(real, "/usr/") {
+		return ""
+	}
+	return filepath.Dir(filepath.Dir(real))
+}
+
+// Load starts a fresh sandbox for source and loads it: compile, execute the
+// module, and discover exactly one environment class (a spade_env.Env
+// subclass that no other class of the program derives from; failing that, a
+// class with reset and step methods). It blocks while all Config.Workers
+// slots are taken. Errors: *Error with KindSyntax, KindNoClass,
+// KindException, KindTimeout, ... for the program's faults; ErrClosed.
+func (s *Sandbox) Load(ctx context.Context, source string) (*Program, error) {
+	return s.LoadClass(ctx, source, "")
+}
+
+// LoadClass is Load with the environment class named explicitly (for
+// programs defining several candidate classes). An empty name discovers.
+func (s *Sandbox) LoadClass(ctx context.Context, source, class string) (*Program, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	var slot int
+	select {
+	case slot = <-s.slots:
+	case <-ctx.Done():
+		return nil, &Error{Kind: KindCanceled, Op: "load", Detail: "waiting for a sandbox slot", Err: ctx.Err()}
+	}
+	w, err := s.startWorker(ctx, slot)
+	if err != nil {
+		s.slots <- slot
+		return nil, err
+	}
+	req := map[string]any{"op": "load", "source": source}
+	if class != "" {
+		req["class"] = class
+	}
+	r, err := w.call(ctx, "load", req, s.cfg.LoadTimeout)
+	if err == nil && !r.OK {
+		err = harnessError("load", r)
+	}
+	if err == nil && r.Meta == nil {
+		err = &Error{Kind: KindProtocol, Op: "load", Detail: "load reply carries no metadata"}
+	}
+	if err != nil {
+		w.close()
+		s.slots <- slot
+		return nil, err
+	}
+	return &Program{sb: s, w: w, slot: slot, meta: r.Meta.clean()}, nil
+}
+
+// harnessError converts an error reply into an *Error.
+func harnessError(op string, r *reply) error {
+	kind := r.Kind
+	if kind == "" {
+		kind = KindProtocol
+	}
+	return &Error{Kind: kind, Op: op, Detail: r.Detail, Traceback: r.Traceback}
+}
+
+// errClosedProgram is returned for calls on a closed program.
+var errClosedProgram = fmt.Errorf("program: %w", ErrClosed)

@@ -1,0 +1,332 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// worker is one sandboxed Python harness process (bwrap + python), serving
+// one program. Calls on a worker are serialised by its owner (Program).
+type worker struct {
+	sb   *Sandbox
+	slot int
+	uid  int // -1 when not switching uid
+
+	cmd  *exec.Cmd
+	reqW *os.File // our end of the child's fd 3
+	repR *os.File // our end of the child's fd 4
+	out  *capWriter
+	done chan struct{} // closed when cmd.Wait returns
+
+	wbuf []byte
+	rbuf []byte
+
+	mu      sync.Mutex
+	reason  Kind   // first kill reason; "" while alive or on natural exit
+	detail  string // why it was killed
+	waitErr error
+	killed  bool
+}
+
+// startWorker launches the harness for slot and waits for its ready frame.
+func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "create request pipe", Err: err}
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "create reply pipe", Err: err}
+	}
+	w := &worker{sb: s, slot: slot, uid: s.slotUID(slot), reqW: reqW, repR: repR, done: make(chan struct{})}
+	w.out = &capWriter{limit: s.cfg.OutputBytes, onExceed: func(int64) {
+		w.kill(KindOutputLimit, fmt.Sprintf("stdout+stderr passed %d bytes", s.cfg.OutputBytes))
+	}}
+	argv := s.argv(slot)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = s.childEnv()
+	cmd.Dir = "/"
+	cmd.Stdin = nil
+	cmd.Stdout = w.out
+	cmd.Stderr = w.out
+	cmd.ExtraFiles = []*os.File{reqR, repW} // fds 3 and 4 in the child
+	cmd.WaitDelay = 2 * time.Second
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if w.uid >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(w.uid), Gid: uint32(w.uid), Groups: []uint32{}}
+	}
+	cmd.SysProcAttr = attr
+	w.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		reqR.Close()
+		repW.Close()
+		reqW.Close()
+		repR.Close()
+		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "start " + argv[0], Err: err}
+	}
+	reqR.Close()
+	repW.Close()
+	go func() {
+		err := cmd.Wait()
+		w.mu.Lock()
+		w.waitErr = err
+		w.mu.Unlock()
+		close(w.done)
+	}()
+	r, err := w.roundTrip(ctx, "start", nil, s.cfg.LoadTimeout)
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	if !r.Ready {
+		w.close()
+		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "harness did not report ready", Output: w.out.head(outputInError)}
+	}
+	return w, nil
+}
+
+// call sends req and returns the next reply, under timeout and ctx.
+func (w *worker) call(ctx context.Context, op string, req any, timeout time.Duration) (*reply, error) {
+	return w.roundTrip(ctx, op, req, timeout)
+}
+
+// roundTrip writes req (unless nil) and reads one reply frame. Any failure
+// other than an error reply from the harness kills the sandbox: after a
+// timeout or a garbled frame its state is unknown.
+func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time.Duration) (*reply, error) {
+	if w.isKilled() {
+		return nil, w.deadError(op)
+	}
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	stop := context.AfterFunc(ctx, func() {
+		// Wake a blocked read or write; the error path below sees ctx.Err.
+		_ = w.repR.SetReadDeadline(time.Unix(1, 0))
+		_ = w.reqW.SetWriteDeadline(time.Unix(1, 0))
+	})
+	defer stop()
+	if req != nil {
+		payload, err := json.Marshal(req)
+		if err != nil {
+			return nil, &Error{Kind: KindProtocol, Op: op, Detail: "encode request", Err: err}
+		}
+		w.wbuf = appendFrame(w.wbuf[:0], payload)
+		if err := w.reqW.SetWriteDeadline(deadline); err != nil {
+			return nil, w.fail(ctx, op, err, timeout)
+		}
+		if _, err := w.reqW.Write(w.wbuf); err != nil {
+			return nil, w.fail(ctx, op, err, timeout)
+		}
+	}
+	if err := w.repR.SetReadDeadline(deadline); err != nil {
+		return nil, w.fail(ctx, op, err, timeout)
+	}
+	payload, buf, err := readFrame(w.repR, w.rbuf, w.sb.cfg.ReplyBytes)
+	w.rbuf = buf
+	if err != nil {
+		return nil, w.fail(ctx, op, err, timeout)
+	}
+	r, err := decodeReply(payload)
+	if err != nil {
+		w.kill(KindProtocol, err.Error())
+		return nil, &Error{Kind: KindProtocol, Op: op, Detail: err.Error(), Output: w.out.head(outputInError)}
+	}
+	return r, nil
+}
+
+// fail turns an I/O error on the channel into a typed error, killing the
+// sandbox first.
+func (w *worker) fail(ctx context.Context, op string, err error, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		w.kill(KindCanceled, "context ended")
+		return &Error{Kind: KindCanceled, Op: op, Detail: ctx.Err().Error(), Err: ctx.Err()}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.kill(KindTimeout, fmt.Sprintf("no reply within %s", timeout))
+		return &Error{Kind: KindTimeout, Op: op, Detail: fmt.Sprintf("no reply within %s; sandbox killed", timeout), Output: w.out.head(outputInError)}
+	case errors.Is(err, errFrameTooLarge):
+		w.kill(KindReplyLimit, err.Error())
+		return &Error{Kind: KindReplyLimit, Op: op, Detail: err.Error(), Output: w.out.head(outputInError)}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE):
+		// The process went away: wait for its status to name the cause.
+		select {
+		case <-w.done:
+		case <-time.After(2 * time.Second):
+			w.kill(KindCrash, "reply channel closed")
+		}
+		return w.deadError(op)
+	default:
+		w.kill(KindProtocol, err.Error())
+		return &Error{Kind: KindProtocol, Op: op, Detail: err.Error(), Err: err, Output: w.out.head(outputInError)}
+	}
+}
+
+// deadError describes a worker that is no longer usable.
+func (w *worker) deadError(op string) error {
+	w.mu.Lock()
+	reason, detail, werr := w.reason, w.detail, w.waitErr
+	w.mu.Unlock()
+	if reason != "" {
+		if reason == KindCanceled || reason == KindTimeout {
+			return &Error{Kind: reason, Op: op, Detail: "sandbox was killed earlier: " + detail, Err: ErrClosed}
+		}
+		return &Error{Kind: reason, Op: op, Detail: detail, Output: w.out.head(outputInError)}
+	}
+	select {
+	case <-w.done:
+	default:
+		return &Error{Kind: KindCrash, Op: op, Detail: "reply channel closed", Output: w.out.head(outputInError)}
+	}
+	out := w.out.head(outputInError)
+	kind, det := KindCrash, "sandbox exited"
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			kind, det = classifyStatus(ws, out)
+		}
+	} else if werr == nil {
+		kind, det = KindExit, "sandbox exited with status 0"
+	}
+	return &Error{Kind: kind, Op: op, Detail: det, Output: out}
+}
+
+// classifyStatus names the cause of a process's end from its wait status.
+// bwrap reports the sandboxed command's exit code as its own; a command
+// killed by a signal shows as exit 128+signal.
+func classifyStatus(ws syscall.WaitStatus, output string) (Kind, string) {
+	sig := syscall.Signal(-1)
+	switch {
+	case ws.Signaled():
+		sig = ws.Signal()
+	case ws.Exited() && ws.ExitStatus() > 128 && ws.ExitStatus() < 128+65:
+		sig = syscall.Signal(ws.ExitStatus() - 128)
+	case ws.Exited():
+		return KindExit, "sandbox exited with status " + strconv.Itoa(ws.ExitStatus())
+	}
+	return signalKind(sig, output)
+}
+
+// signalKind maps a terminating signal to a Kind.
+func signalKind(sig syscall.Signal, output string) (Kind, string) {
+	det := "killed by signal " + sig.String()
+	switch {
+	case sig == syscall.SIGXCPU:
+		return KindCPUTime, det + " (RLIMIT_CPU)"
+	case sig == syscall.SIGXFSZ:
+		return KindFileSize, det + " (RLIMIT_FSIZE)"
+	case strings.Contains(output, "MemoryError") || strings.Contains(output, "Cannot allocate memory"):
+		return KindMemory, det + " after a failed allocation"
+	}
+	return KindCrash, det
+}
+
+func (w *worker) isKilled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killed
+}
+
+// kill SIGKILLs the whole sandbox: bwrap's process group, which takes the
+// pid namespace (and every process inside, daemons included) with it. The
+// first reason recorded wins. Safe to call from any goroutine, repeatedly.
+func (w *worker) kill(reason Kind, detail string) {
+	w.mu.Lock()
+	if !w.killed {
+		w.killed = true
+		w.reason, w.detail = reason, detail
+	}
+	w.mu.Unlock()
+	if p := w.cmd.Process; p != nil {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		_ = p.Kill()
+	}
+	if w.uid >= 0 {
+		killUID(w.uid)
+	}
+}
+
+// close ends the worker: a polite "exit" is not worth a round trip here, the
+// harness holds no state worth saving, so it is killed; then the slot's uid is
+// swept until no process of it remains, so the next program in this slot
+// starts clean.
+func (w *worker) close() {
+	w.mu.Lock()
+	if !w.killed {
+		w.killed = true
+		w.reason, w.detail = "", "closed"
+	}
+	w.mu.Unlock()
+	if p := w.cmd.Process; p != nil {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		_ = p.Kill()
+	}
+	<-w.done
+	w.reqW.Close()
+	w.repR.Close()
+	if w.uid >= 0 {
+		sweepUID(w.uid, 5*time.Second)
+	}
+}
+
+// capWriter keeps the first limit bytes of the sandbox's stdout+stderr and
+// calls onExceed once when more arrive; it never blocks the writer, so a
+// chatty environment cannot stall on a full pipe while we wait for a reply.
+type capWriter struct {
+	mu       sync.Mutex
+	buf      bytes.Buffer
+	total    int64
+	limit    int64
+	fired    bool
+	onExceed func(total int64)
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	room := c.limit - int64(c.buf.Len())
+	if room > 0 {
+		if int64(len(p)) < room {
+			room = int64(len(p))
+		}
+		c.buf.Write(p[:room])
+	}
+	c.total += int64(len(p))
+	fire := c.total > c.limit && !c.fired
+	if fire {
+		c.fired = true
+	}
+	total := c.total
+	c.mu.Unlock()
+	if fire && c.onExceed != nil {
+		c.onExceed(total)
+	}
+	return len(p), nil
+}
+
+// outputInError is how much captured output an Error carries.
+const outputInError = 4096
+
+// head returns up to n bytes of the captured output.
+func (c *capWriter) head(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.buf.Bytes()
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
+}
