@@ -1,0 +1,448 @@
+"""Tests of the spade_trainer package (stdlib unittest, CPU, torch >= 1.13).
+
+Run: /usr/bin/python3 -m unittest discover -s trainer/tests
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from spade_trainer import checkpoint as ck  # noqa: E402
+from spade_trainer import safetensors_io as st  # noqa: E402
+from spade_trainer.config import InputError, Sample, TrainConfig, load_batch, load_config, parse_sample  # noqa: E402
+from spade_trainer.grpo import encode_batch, grpo_loss, make_micro_batches, make_optimizer, token_logps, train_round  # noqa: E402
+from spade_trainer.model import Qwen3Config, Qwen3ForCausalLM, tiny_config  # noqa: E402
+from spade_trainer.tokenizer import ByteTokenizer  # noqa: E402
+
+
+def sample(sid, role, group, msgs, adv, weight=1.0, reward=0.0):
+    return {"sample_id": sid, "role": role, "group": group, "messages": msgs, "reward": reward, "advantage": adv, "weight": weight}
+
+
+AGENT_MSGS = [
+    {"role": "system", "content": "You play a game."},
+    {"role": "user", "content": "obs: door"},
+    {"role": "assistant", "content": "open"},
+    {"role": "user", "content": "obs: key"},
+    {"role": "assistant", "content": "take key"},
+]
+DESIGN_MSGS = [
+    {"role": "user", "content": "Design an env"},
+    {"role": "assistant", "content": "draft"},
+    {"role": "user", "content": "retry"},
+    {"role": "assistant", "content": "class E: pass"},
+]
+
+
+def fixed_batch():
+    return [
+        sample("a1", "agent", "env1", AGENT_MSGS, 1.0),
+        sample("a2", "agent", "env1", [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "wait"}], -1.0),
+        sample("d1", "designer", "logic", DESIGN_MSGS, 0.5, weight=3.0, reward=0.4),
+    ]
+
+
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def to_samples(rows):
+    return [parse_sample(json.dumps(r), f"mem:{i + 1}") for i, r in enumerate(rows)]
+
+
+class TokenizerTest(unittest.TestCase):
+    def test_chat_layout_and_masks(self):
+        tok = ByteTokenizer()
+        msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        ids, mask = tok.encode_chat(msgs, [1])
+        # <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n
+        want = [257] + list(b"user\nhi") + [258] + list(b"\n") + [257] + list(b"assistant\n") + list(b"yo") + [258] + list(b"\n")
+        self.assertEqual(ids, want)
+        trained = [i for i, m in zip(ids, mask) if m]
+        self.assertEqual(trained, list(b"yo") + [258])
+
+    def test_special_text_is_not_a_special_token(self):
+        ids, _ = ByteTokenizer().encode_chat([{"role": "assistant", "content": "<|im_end|>"}], [0])
+        self.assertEqual(ids.count(258), 1)  # only the real end of turn
+
+    def test_designer_trains_last_response_only(self):
+        s = to_samples([sample("d", "designer", "g", DESIGN_MSGS, 1.0)])[0]
+        self.assertEqual(s.trained_messages(), [3])
+        a = to_samples([sample("a", "agent", "g", AGENT_MSGS, 1.0)])[0]
+        self.assertEqual(a.trained_messages(), [2, 4])
+
+    def test_hf_tokenizer_json_maps_bytes_to_ids(self):
+        with tempfile.TemporaryDirectory() as d:
+            ByteTokenizer().save(d, 128)
+            with open(os.path.join(d, "tokenizer.json")) as f:
+                tj = json.load(f)
+            vocab = tj["model"]["vocab"]
+            self.assertEqual(len(vocab), 256)
+            self.assertEqual(sorted(vocab.values()), list(range(256)))
+            self.assertEqual(vocab["a"], ord("a"))
+            self.assertEqual({a["content"]: a["id"] for a in tj["added_tokens"]}, {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258})
+
+
+class BatchParseTest(unittest.TestCase):
+    def test_errors_name_line_and_field(self):
+        cases = [
+            ({"advantage": float("nan")}, "field advantage"),
+            ({"role": "critic"}, "field role"),
+            ({"weight": -1}, "field weight"),
+            ({"messages": [{"role": "user", "content": "x"}]}, "no assistant message"),
+            ({"extra": 1}, "unknown field 'extra'"),
+            ({"messages": [{"role": "assistant"}]}, "messages[0]"),
+        ]
+        for patch, text in cases:
+            with self.subTest(text=text):
+                row = sample("s", "agent", "g", AGENT_MSGS, 1.0)
+                row.update(patch)
+                with tempfile.TemporaryDirectory() as d:
+                    p = os.path.join(d, "b.jsonl")
+                    with open(p, "w") as f:
+                        f.write(json.dumps(sample("ok", "agent", "g", AGENT_MSGS, 1.0)) + "\n")
+                        f.write(json.dumps(row) + "\n")
+                    with self.assertRaises(InputError) as cm:
+                        load_batch(p)
+                    self.assertIn(f"{p}:2", str(cm.exception))
+                    self.assertIn(text, str(cm.exception))
+
+    def test_duplicate_sample_id(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "b.jsonl")
+            write_jsonl(p, [sample("x", "agent", "g", AGENT_MSGS, 1.0)] * 2)
+            with self.assertRaisesRegex(InputError, "duplicates line 1"):
+                load_batch(p)
+
+    def test_config_rejects_unknown_and_wrong_types(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "c.json")
+            for body, text in [({"klbeta": 1}, "unknown field 'klbeta'"), ({"inner_steps": 1.5}, "inner_steps"), ({"lr": -1}, "field lr"), ({"dtype": "fp8"}, "field dtype")]:
+                with self.subTest(text=text):
+                    with open(p, "w") as f:
+                        json.dump(body, f)
+                    with self.assertRaisesRegex(InputError, text):
+                        load_config(p)
+
+
+class LossTest(unittest.TestCase):
+    def test_hand_computed_clipped_surrogate_and_k3(self):
+        # Two tokens of one sample (A = +1) and two of another (A = -1).
+        lr = math.log
+        logp = torch.tensor([[lr(0.6), lr(0.3)], [lr(0.3), lr(0.5)]])
+        old = torch.tensor([[lr(0.4), lr(0.3)], [lr(0.5), lr(0.5)]])
+        ref = torch.tensor([[lr(0.5), lr(0.3)], [lr(0.5), lr(0.4)]])
+        adv = torch.tensor([1.0, -1.0])
+        w = torch.tensor([1.0, 2.0])
+        mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+        loss, sums = grpo_loss(logp, old, ref, adv, w, mask, clip_eps=0.2, kl_beta=0.1, norm_tokens=3.0)
+        # ratios: 1.5 (A+, clipped to 1.2), 1.0, 0.6 (A-, min(-0.6, -0.8) = -0.8 clipped), masked.
+        pg = -(1.0 * 1.2 + 1.0 * 1.0 + 2.0 * -0.8) / 3.0
+
+        def k3(r, p):
+            d = math.log(r) - math.log(p)
+            return math.exp(d) - d - 1
+
+        kl = (k3(0.5, 0.6) + k3(0.3, 0.3) + k3(0.5, 0.3)) / 3.0
+        self.assertAlmostEqual(float(sums["pg"]), pg, places=6)
+        self.assertAlmostEqual(float(sums["kl"]), kl, places=6)
+        self.assertAlmostEqual(float(loss), pg + 0.1 * kl, places=6)
+        self.assertEqual(float(sums["clipped"]), 2.0)
+
+    def test_fixed_tiny_batch_loss_hand_computed(self):
+        # First inner step: ratio == 1 exactly, so loss = -(1/T) sum_i w_i A_i n_i,
+        # with n_i the trained tokens of sample i, independent of the weights.
+        rows = fixed_batch()
+        samples = to_samples(rows)
+        tok = ByteTokenizer()
+        n = [len(b"open") + 1 + len(b"take key") + 1, len(b"wait") + 1, len(b"class E: pass") + 1]
+        T = sum(n)
+        want = -(1 * 1.0 * n[0] + 1 * -1.0 * n[1] + 3.0 * 0.5 * n[2]) / T
+        model = ck.new_tiny(3)
+        cfg = TrainConfig(lr=1e-3, micro_batch_size=2)
+        enc = encode_batch(samples, tok, cfg.max_seq_len, "mem")
+        self.assertEqual([sum(e.mask) for e in enc], n)
+        mbs = make_micro_batches(enc, 2, tok.pad_id, torch.device("cpu"))
+        params = list(model.parameters())
+        m = train_round(model, params, make_optimizer(params, cfg, torch.device("cpu")), mbs, cfg, torch.device("cpu"), None)
+        self.assertAlmostEqual(m[0]["loss"], want, places=6)
+        self.assertEqual(m[0]["trained_tokens"], T)
+        self.assertEqual(m[0]["clip_fraction"], 0.0)
+        self.assertEqual(m[0]["kl"], 0.0)
+
+
+def grads_of(model, samples, micro_batch_size):
+    tok = ByteTokenizer()
+    enc = encode_batch(samples, tok, 8192, "mem")
+    mbs = make_micro_batches(enc, micro_batch_size, tok.pad_id, torch.device("cpu"))
+    cfg = TrainConfig(lr=0.0, grad_clip=0.0)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.0)
+    train_round(model, params, opt, mbs, cfg, torch.device("cpu"), None)
+    return {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+class GradientTest(unittest.TestCase):
+    def test_masked_tokens_get_zero_gradient(self):
+        model = ck.new_tiny(5)
+        tok = ByteTokenizer()
+        s = to_samples([sample("a", "agent", "g", AGENT_MSGS, 1.0)])[0]
+        ids, mask = tok.encode_chat(s.messages, s.trained_messages())
+        x = torch.tensor([ids])
+        logits = model(x)
+        logits.retain_grad()
+        logp = token_logps(logits, x)
+        m = torch.tensor([mask[1:]], dtype=torch.float32)
+        loss, _ = grpo_loss(logp, logp.detach(), None, torch.tensor([1.0]), torch.tensor([1.0]), m, 0.2, 0.0, float(m.sum()))
+        loss.backward()
+        g = logits.grad[0, :-1].abs().sum(-1)  # position t predicts token t+1
+        self.assertTrue(bool((g[m[0] == 0] == 0).all()), "untrained targets got gradient")
+        self.assertTrue(bool((g[m[0] == 1] > 0).all()), "trained targets got no gradient")
+        self.assertEqual(float(logits.grad[0, -1].abs().sum()), 0.0)
+
+    def test_micro_batching_matches_full_batch(self):
+        samples = to_samples(fixed_batch())
+        g1 = grads_of(ck.new_tiny(9), samples, 1)
+        g3 = grads_of(ck.new_tiny(9), samples, 3)
+        for k in g1:
+            self.assertTrue(torch.allclose(g1[k], g3[k], atol=1e-6, rtol=1e-4), k)
+
+
+class StepTest(unittest.TestCase):
+    def run_round(self, rows, cfg, seed=11):
+        model = ck.new_tiny(seed)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        tok = ByteTokenizer()
+        enc = encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem")
+        mbs = make_micro_batches(enc, cfg.micro_batch_size, tok.pad_id, torch.device("cpu"))
+        params = list(model.parameters())
+        metrics = train_round(model, params, make_optimizer(params, cfg, torch.device("cpu")), mbs, cfg, torch.device("cpu"), None)
+        return before, model.state_dict(), metrics
+
+    def test_one_step_changes_weights(self):
+        before, after, m = self.run_round(fixed_batch(), TrainConfig(lr=1e-3))
+        changed = [k for k in before if not torch.equal(before[k], after[k])]
+        self.assertIn("model.layers.0.self_attn.q_proj.weight", changed)
+        self.assertIn("model.embed_tokens.weight", changed)
+        self.assertGreater(m[0]["grad_norm"], 0)
+
+    def test_zero_advantage_batch_changes_nothing(self):
+        rows = fixed_batch()
+        for r in rows:
+            r["advantage"] = 0.0
+        before, after, m = self.run_round(rows, TrainConfig(lr=1e-2, kl_beta=0.0, inner_steps=3))
+        for k in before:
+            self.assertTrue(torch.equal(before[k], after[k]), k)
+        self.assertEqual(m[0]["grad_norm"], 0.0)
+
+    def test_inner_steps_clip_and_kl(self):
+        _, _, m = self.run_round(fixed_batch(), TrainConfig(lr=1e-2, kl_beta=0.5, inner_steps=3, clip_epsilon=0.01))
+        self.assertEqual(len(m), 3)
+        self.assertEqual(m[0]["kl"], 0.0)
+        self.assertGreater(m[2]["kl"], 0.0)
+        self.assertGreater(m[2]["clip_fraction"], 0.0)
+
+    def test_deterministic(self):
+        _, a, ma = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
+        _, b, mb = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
+        for k in a:
+            self.assertTrue(torch.equal(a[k], b[k]), k)
+        self.assertEqual(ma[1]["loss"], mb[1]["loss"])
+
+
+class ModelTest(unittest.TestCase):
+    def test_hf_names(self):
+        names = set(ck.new_tiny(0).hf_state_dict())
+        for n in [
+            "model.embed_tokens.weight",
+            "model.layers.1.self_attn.q_proj.weight",
+            "model.layers.1.self_attn.k_norm.weight",
+            "model.layers.1.self_attn.q_norm.weight",
+            "model.layers.0.mlp.gate_proj.weight",
+            "model.layers.0.input_layernorm.weight",
+            "model.layers.0.post_attention_layernorm.weight",
+            "model.norm.weight",
+        ]:
+            self.assertIn(n, names)
+        self.assertNotIn("lm_head.weight", names)  # tied
+
+    def test_param_count_formula(self):
+        for cfg in [tiny_config(320), Qwen3Config(num_hidden_layers=1, vocab_size=1000, tie_word_embeddings=False)]:
+            m = Qwen3ForCausalLM(cfg)
+            self.assertEqual(sum(p.numel() for p in m.parameters()), cfg.num_parameters())
+        self.assertEqual(Qwen3Config().num_parameters(), 596049920)
+
+    def test_causal(self):
+        m = ck.new_tiny(1).eval()
+        x = torch.tensor([[1, 2, 3, 4, 5]])
+        y = torch.tensor([[1, 2, 3, 9, 9]])
+        with torch.no_grad():
+            self.assertTrue(torch.allclose(m(x)[:, :3], m(y)[:, :3], atol=1e-6))
+            self.assertFalse(torch.allclose(m(x)[:, 3:], m(y)[:, 3:], atol=1e-6))
+
+    def test_gradient_checkpointing_same_grads(self):
+        samples = to_samples(fixed_batch())
+        m1, m2 = ck.new_tiny(4), ck.new_tiny(4)
+        m2.gradient_checkpointing = True
+        g1, g2 = grads_of(m1, samples, 2), grads_of(m2, samples, 2)
+        for k in g1:
+            self.assertTrue(torch.allclose(g1[k], g2[k], atol=1e-6), k)
+
+
+class SafetensorsTest(unittest.TestCase):
+    def test_round_trip_and_header_matches_spec(self):
+        tensors = {
+            "b": torch.randn(3, 5, dtype=torch.float32),
+            "a": torch.randn(7, dtype=torch.bfloat16),
+            "c": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+            "e": torch.zeros(0, 4, dtype=torch.float16),
+            "m": torch.tensor([True, False, True]),
+        }
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "x.safetensors")
+            st.write_safetensors(tensors, p, {"format": "pt"})
+            back = st.read_safetensors(p)
+            self.assertEqual(set(back), set(tensors))
+            for k in tensors:
+                self.assertEqual(back[k].dtype, tensors[k].dtype, k)
+                self.assertTrue(torch.equal(back[k], tensors[k]), k)
+            with open(p, "rb") as f:
+                raw = f.read()
+            (n,) = struct.unpack("<Q", raw[:8])
+            self.assertEqual((8 + n) % 8, 0)
+            header = json.loads(raw[8 : 8 + n])
+            self.assertEqual(header["__metadata__"], {"format": "pt"})
+            self.assertEqual(header["b"], {"dtype": "F32", "shape": [3, 5], "data_offsets": [header["b"]["data_offsets"][0], header["b"]["data_offsets"][0] + 60]})
+            self.assertEqual(header["a"]["dtype"], "BF16")
+            self.assertEqual(header["m"]["dtype"], "BOOL")
+            # a sorts first: its data is the first 14 bytes of the buffer, little-endian.
+            self.assertEqual(header["a"]["data_offsets"], [0, 14])
+            self.assertEqual(raw[8 + n : 8 + n + 14], tensors["a"].view(torch.int16).numpy().astype("<i2").tobytes())
+            self.assertEqual(len(raw) - 8 - n, max(e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"))
+
+    def test_reader_rejects_bad_files(self):
+        def build(header, data=b""):
+            h = json.dumps(header).encode()
+            return struct.pack("<Q", len(h)) + h + data
+
+        cases = {
+            "hole": build({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
+            "size": build({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4),
+            "dtype": build({"x": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4),
+            "trailing": build({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 9),
+            "length": struct.pack("<Q", 1 << 40) + b"{}",
+        }
+        with tempfile.TemporaryDirectory() as d:
+            for name, blob in cases.items():
+                with self.subTest(name=name):
+                    p = os.path.join(d, name)
+                    with open(p, "wb") as f:
+                        f.write(blob)
+                    with self.assertRaises(st.SafetensorsError):
+                        st.read_safetensors(p)
+
+
+class CheckpointTest(unittest.TestCase):
+    def test_save_load_round_trip_is_exact(self):
+        with tempfile.TemporaryDirectory() as d:
+            pol = ck.load_policy("tiny:21")
+            files = ck.save_policy(pol, d, "float32", {"trainer": "test"})
+            self.assertIn("model.safetensors", files)
+            with open(os.path.join(d, "config.json")) as f:
+                cfg = json.load(f)
+            self.assertEqual(cfg["model_type"], "qwen3")
+            self.assertEqual(cfg["architectures"], ["Qwen3ForCausalLM"])
+            back = ck.load_policy(d)
+            self.assertEqual(back.parent_step, 1)
+            a, b = pol.model.state_dict(), back.model.state_dict()
+            self.assertEqual(set(a), set(b))
+            for k in a:
+                self.assertTrue(torch.equal(a[k], b[k]), k)
+            x = torch.tensor([[257, 1, 2, 3]])
+            with torch.no_grad():
+                self.assertTrue(torch.equal(pol.model(x), back.model(x)))
+
+    def test_tiny_seed_is_reproducible(self):
+        a, b, c = ck.new_tiny(2).state_dict(), ck.new_tiny(2).state_dict(), ck.new_tiny(3).state_dict()
+        self.assertTrue(all(torch.equal(a[k], b[k]) for k in a))
+        self.assertFalse(torch.equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"]))
+
+    def test_bad_specs(self):
+        for spec in ["tiny:x", "tiny:-1", "/nonexistent/dir"]:
+            with self.subTest(spec=spec):
+                with self.assertRaises((ValueError, FileNotFoundError)):
+                    ck.load_policy(spec)
+
+
+class CLITest(unittest.TestCase):
+    def cli(self, *args):
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        return subprocess.run([sys.executable, "-m", "spade_trainer", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    def test_end_to_end_two_rounds(self):
+        with tempfile.TemporaryDirectory() as d:
+            batch, cfgp = os.path.join(d, "b.jsonl"), os.path.join(d, "c.json")
+            write_jsonl(batch, fixed_batch())
+            with open(cfgp, "w") as f:
+                json.dump({"lr": 1e-3, "inner_steps": 2, "micro_batch_size": 2, "seed": 1}, f)
+            out1, met1 = os.path.join(d, "ck1"), os.path.join(d, "m1.jsonl")
+            r = self.cli("--batch", batch, "--checkpoint", "tiny:5", "--output", out1, "--config", cfgp, "--metrics", met1)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(met1) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertEqual([m.get("step") for m in lines[:2]], [1, 2])
+            for key in ("loss", "kl", "clip_fraction", "grad_norm", "tokens", "tokens_per_s", "peak_memory_bytes", "step", "lr"):
+                self.assertIn(key, lines[0])
+            self.assertEqual(lines[-1]["event"], "done")
+            for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "spade_checkpoint.json", "optimizer.safetensors"):
+                self.assertTrue(os.path.exists(os.path.join(out1, name)), name)
+            # Weights moved away from tiny:5.
+            new = ck.load_policy(out1).model.state_dict()
+            old = ck.new_tiny(5).state_dict()
+            self.assertFalse(torch.equal(new["model.norm.weight"], old["model.norm.weight"]))
+            # Round 2 from the saved checkpoint, metrics on stdout.
+            out2 = os.path.join(d, "ck2")
+            r = self.cli("--batch", batch, "--checkpoint", out1, "--output", out2, "--config", cfgp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            done = json.loads(r.stdout.strip().splitlines()[-1])
+            self.assertEqual(done["checkpoint_step"], 2)
+            with open(os.path.join(out2, "spade_checkpoint.json")) as f:
+                meta = json.load(f)
+            self.assertEqual((meta["parent"], meta["step"]), (out1, 2))
+            self.assertEqual(st.read_metadata(os.path.join(out2, "optimizer.safetensors"))["step"], "4")
+            # Same inputs, same seed: byte-identical weights.
+            out3 = os.path.join(d, "ck3")
+            r = self.cli("--batch", batch, "--checkpoint", "tiny:5", "--output", out3, "--config", cfgp, "--metrics", os.path.join(d, "m3"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(ck.sha256_file(os.path.join(out1, "model.safetensors")), ck.sha256_file(os.path.join(out3, "model.safetensors")))
+
+    def test_bad_input_exits_2_with_location(self):
+        with tempfile.TemporaryDirectory() as d:
+            batch, cfgp = os.path.join(d, "b.jsonl"), os.path.join(d, "c.json")
+            rows = fixed_batch()
+            rows[1]["advantage"] = "high"
+            write_jsonl(batch, rows)
+            with open(cfgp, "w") as f:
+                json.dump({}, f)
+            r = self.cli("--batch", batch, "--checkpoint", "tiny:1", "--output", os.path.join(d, "o"), "--config", cfgp)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"{batch}:2: field advantage", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
