@@ -69,7 +69,7 @@ var _ storage.Store = (*Store)(nil)
 // forms in the package doc, without touching the file system beyond
 // resolving a relative path against the working directory.
 func RootFromURL(u *url.URL) (string, error) {
-	raw := u.String()
+	raw := storage.Redact(u.String())
 	if u.Scheme != "file" {
 		return "", fmt.Errorf("file store URL %q: scheme is not file", raw)
 	}
@@ -283,6 +283,9 @@ func (s *Store) put(ctx context.Context, op, key string, r io.Reader, size int64
 	if exclusive {
 		if err := os.Link(tmpName, p); err != nil {
 			if errors.Is(err, fs.ErrExist) {
+				if st, serr := os.Lstat(p); serr == nil && st.IsDir() {
+					return fail(fmt.Errorf("key is the directory of other keys: %w", err))
+				}
 				return fail(storage.ErrExists)
 			}
 			return fail(err)

@@ -86,7 +86,7 @@ func New(name string) *Store {
 // OpenURL opens a mem:// URL. Errors name the URL: a wrong scheme, an
 // empty name, or user info, query or fragment (none mean anything here).
 func OpenURL(u *url.URL) (*Store, error) {
-	raw := u.String()
+	raw := storage.Redact(u.String())
 	if u.Scheme != "mem" {
 		return nil, fmt.Errorf("open mem store %q: scheme is not mem", raw)
 	}

@@ -1,0 +1,569 @@
+// Package s3store is the s3:// storage backend on aws-sdk-go-v2, for AWS S3
+// and S3-compatible servers (MinIO, Ceph RGW, Cloudflare R2, versitygw).
+//
+// URL:
+//
+//	s3://BUCKET[/PREFIX]?endpoint=http://127.0.0.1:7070&region=us-east-1
+//	    &path_style=true&part_size=16777216&max_attempts=5
+//
+// Every key K is stored as object PREFIX/K in BUCKET. Query parameters (all
+// optional; an unknown one is an error, to catch typos):
+//
+//   - endpoint: base URL of an S3-compatible server; default AWS S3.
+//   - region: signing region; default from the SDK chain (AWS_REGION,
+//     profile), else us-east-1.
+//   - path_style: "true" puts the bucket in the path (needed by most
+//     self-hosted servers); default false (virtual-hosted style).
+//   - part_size: bytes per multipart-upload part and the size above which
+//     Put switches to multipart; default 16 MiB, minimum 5 MiB (S3's
+//     minimum part size).
+//   - max_attempts: attempts per request of the SDK's standard retryer
+//     (exponential backoff with jitter); default 5.
+//
+// Credentials come only from the SDK's default chain (AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, shared config/credentials profiles, SSO, IMDS);
+// a URL carrying user info is refused and credentials are never logged.
+// Request checksums are computed and response checksums validated only
+// when an operation requires them, because Ceph, R2 and some MinIO
+// versions reject the SDK's default streaming checksum trailers.
+//
+// Open probes the bucket with HeadBucket (10 s, 2 attempts) so a missing
+// bucket, bad credentials or an unreachable endpoint fail at Open with an
+// error naming the bucket and endpoint rather than at the first write.
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/internal/streams"
+)
+
+const (
+	// DefaultPartSize is the multipart part size and threshold (bytes).
+	DefaultPartSize int64 = 16 << 20
+	// MinPartSize is S3's minimum multipart part size (bytes).
+	MinPartSize int64 = manager.MinUploadPartSize
+	// DefaultMaxAttempts is the default number of attempts per request.
+	DefaultMaxAttempts = 5
+	// ProbeTimeout bounds Open's HeadBucket probe.
+	ProbeTimeout = 10 * time.Second
+	// probeAttempts keeps an unreachable endpoint from eating the probe's
+	// whole budget in backoff.
+	probeAttempts = 2
+	// putIDMeta is the user-metadata key (x-amz-meta-spade-put-id) holding a
+	// random per-call token, by which PutIfAbsent recognises its own object
+	// after an ambiguous failure; see PutIfAbsent.
+	putIDMeta = "spade-put-id"
+)
+
+func init() {
+	storage.Register("s3", func(ctx context.Context, u *url.URL) (storage.Store, error) {
+		return OpenURL(ctx, u)
+	})
+}
+
+// Options configures a Store; ParseURL fills it from an s3:// URL.
+type Options struct {
+	Bucket string
+	// Prefix is "" or a key prefix ending in "/".
+	Prefix string
+	// Endpoint is the base URL of an S3-compatible server; "" means AWS.
+	Endpoint string
+	// Region is the signing region; "" means the SDK chain's, else
+	// us-east-1.
+	Region    string
+	PathStyle bool
+	// PartSize is the multipart part size and threshold in bytes.
+	PartSize int64
+	// MaxAttempts is the standard retryer's attempts per request.
+	MaxAttempts int
+}
+
+// ParseURL reads an s3:// URL into Options (see the package doc). Errors
+// name the URL (redacted) and the bad parameter.
+func ParseURL(u *url.URL) (Options, error) {
+	raw := storage.Redact(u.String())
+	bad := func(format string, a ...any) (Options, error) {
+		return Options{}, fmt.Errorf("s3 store URL %s: %s", raw, fmt.Sprintf(format, a...))
+	}
+	if u.Scheme != "s3" {
+		return bad("scheme is not s3")
+	}
+	if u.User != nil {
+		return bad("credentials in the URL are not accepted; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or an AWS profile")
+	}
+	if u.Host == "" {
+		return bad("missing bucket (want s3://BUCKET[/PREFIX])")
+	}
+	o := Options{Bucket: u.Host, PartSize: DefaultPartSize, MaxAttempts: DefaultMaxAttempts}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		if err := storage.ValidateKey(p); err != nil {
+			return bad("prefix: %v", err)
+		}
+		o.Prefix = p + "/"
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return bad("query: %v", err)
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the first bad parameter deterministically
+	for _, k := range keys {
+		v := q.Get(k)
+		switch k {
+		case "endpoint":
+			e, err := url.Parse(v)
+			if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+				return bad("endpoint %q: want http(s)://host[:port]", v)
+			}
+			o.Endpoint = strings.TrimSuffix(v, "/")
+		case "region":
+			o.Region = v
+		case "path_style":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad("path_style %q: want true or false", v)
+			}
+			o.PathStyle = b
+		case "part_size":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < MinPartSize {
+				return bad("part_size %q: want an integer number of bytes >= %d", v, MinPartSize)
+			}
+			o.PartSize = n
+		case "max_attempts":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return bad("max_attempts %q: want an integer >= 1", v)
+			}
+			o.MaxAttempts = n
+		default:
+			return bad("unknown parameter %q (known: endpoint, region, path_style, part_size, max_attempts)", k)
+		}
+	}
+	return o, nil
+}
+
+// Store is an s3:// store. Methods are safe for concurrent use.
+type Store struct {
+	client    *s3.Client
+	uploader  *manager.Uploader
+	transport *http.Transport
+	opts      Options
+	url       string
+	where     string // "bucket B at endpoint E", for errors
+}
+
+var _ storage.Store = (*Store)(nil)
+
+// OpenURL parses u and opens the store; see New for the errors.
+func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
+	o, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	s.url = storage.Redact(u.String())
+	return s, nil
+}
+
+// New builds the client and probes the bucket with HeadBucket. Errors name
+// the bucket and endpoint and say which of these it is: no credentials,
+// unreachable endpoint (or no answer within ProbeTimeout), bucket not
+// found, access denied (wrong credentials or no permission), or any other
+// status; a cancelled ctx gives ctx.Err() wrapped.
+func New(ctx context.Context, o Options) (*Store, error) {
+	if o.PartSize == 0 {
+		o.PartSize = DefaultPartSize
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	endpoint := o.Endpoint
+	if endpoint == "" {
+		endpoint = "AWS S3"
+	}
+	where := fmt.Sprintf("bucket %q at endpoint %s", o.Bucket, endpoint)
+
+	tr := awshttp.NewBuildableClient().GetTransport()
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(&http.Client{Transport: tr}),
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(so *retry.StandardOptions) { so.MaxAttempts = o.MaxAttempts })
+		}),
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, fmt.Errorf("open s3 %s: load AWS config: %w", where, err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		so.UsePathStyle = o.PathStyle
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+	})
+	s := &Store{
+		client:    client,
+		transport: tr,
+		opts:      o,
+		where:     where,
+		url:       fmt.Sprintf("s3://%s/%s", o.Bucket, o.Prefix),
+		uploader: manager.NewUploader(client, func(u *manager.Uploader) {
+			u.PartSize = o.PartSize
+		}),
+	}
+	if err := s.probe(ctx, cfg); err != nil {
+		tr.CloseIdleConnections()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) probe(ctx context.Context, cfg aws.Config) error {
+	pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	if _, err := cfg.Credentials.Retrieve(pctx); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("open s3 %s: %w", s.where, ctx.Err())
+		}
+		return fmt.Errorf("open s3 %s: no usable AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE): %w", s.where, err)
+	}
+	_, err := s.client.HeadBucket(pctx, &s3.HeadBucketInput{Bucket: aws.String(s.opts.Bucket)},
+		func(so *s3.Options) { so.RetryMaxAttempts = probeAttempts })
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("open s3 %s: %w", s.where, ctx.Err())
+	}
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil {
+		if pctx.Err() != nil {
+			return fmt.Errorf("open s3 %s: endpoint unreachable: no answer to HeadBucket within %s: %w", s.where, ProbeTimeout, err)
+		}
+		return fmt.Errorf("open s3 %s: endpoint unreachable: %w", s.where, err)
+	}
+	switch code := re.HTTPStatusCode(); code {
+	case http.StatusNotFound:
+		return fmt.Errorf("open s3 %s: bucket does not exist (HTTP 404)", s.where)
+	case http.StatusForbidden:
+		return fmt.Errorf("open s3 %s: access denied (HTTP 403): wrong credentials or no permission on the bucket", s.where)
+	case http.StatusMovedPermanently:
+		return fmt.Errorf("open s3 %s: bucket is in another region than %q (HTTP 301); set region= in the URL", s.where, s.client.Options().Region)
+	default:
+		return fmt.Errorf("open s3 %s: HeadBucket failed with HTTP %d: %w", s.where, code, err)
+	}
+}
+
+func (s *Store) objectKey(key string) string { return s.opts.Prefix + key }
+
+func (s *Store) begin(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s in %s: %w", op, key, s.url, err)
+	}
+	if err := storage.ValidateKey(key); err != nil {
+		return fmt.Errorf("%s in %s: %w", op, s.url, err)
+	}
+	return nil
+}
+
+func status(err error) int {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// isNotFound: a 404 that is about the key, not the bucket.
+func isNotFound(err error) bool {
+	return status(err) == http.StatusNotFound && apiCode(err) != "NoSuchBucket"
+}
+
+// fail wraps err once, mapping a missing key to storage.ErrNotFound.
+func (s *Store) fail(op, key string, err error) error {
+	if isNotFound(err) {
+		return fmt.Errorf("%s %s in %s: %w", op, key, s.url, storage.ErrNotFound)
+	}
+	return fmt.Errorf("%s %s in %s: %w", op, key, s.url, err)
+}
+
+// Get returns the whole object; see storage.Store.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := s.begin(ctx, "get", key); err != nil {
+		return nil, err
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key))})
+	if err != nil {
+		return nil, s.fail("get", key, err)
+	}
+	return streams.ReadCloserWithContext(ctx, out.Body), nil
+}
+
+// GetRange returns length bytes from offset with one ranged GET (RFC 9110
+// Range: bytes=first-last); see storage.Store for the edge cases. A
+// zero-length range costs a HEAD, since HTTP cannot express it.
+func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if err := s.begin(ctx, "get range", key); err != nil {
+		return nil, err
+	}
+	if offset < 0 || length < 0 {
+		return nil, fmt.Errorf("get range %s in %s: negative offset %d or length %d", key, s.url, offset, length)
+	}
+	if length == 0 {
+		if _, err := s.Stat(ctx, key); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(nil)), nil
+	}
+	last := offset + length - 1
+	if last < offset { // overflow: read to the end
+		last = 1<<63 - 1
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key)),
+		Range: aws.String(fmt.Sprintf("bytes=%d-%d", offset, last)),
+	})
+	if err != nil {
+		// 416 means the object exists but the range starts at or past its
+		// end (including any range on an empty object).
+		if status(err) == http.StatusRequestedRangeNotSatisfiable {
+			return io.NopCloser(bytes.NewReader(nil)), nil
+		}
+		return nil, s.fail("get range", key, err)
+	}
+	return streams.ReadCloserWithContext(ctx, out.Body), nil
+}
+
+// Put uploads the object: a single PutObject when size is known and at
+// most the part size, else a multipart upload through the SDK's upload
+// manager (aborted on failure or cancellation, so no partial object is
+// ever visible); see storage.Store.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.begin(ctx, "put", key); err != nil {
+		return err
+	}
+	if err := s.upload(ctx, key, r, size, nil); err != nil {
+		return s.fail("put", key, err)
+	}
+	return nil
+}
+
+// PutIfAbsent uploads with If-None-Match: * (a conditional PutObject, or a
+// conditional CompleteMultipartUpload for large objects), so the server
+// decides the race: exactly one writer succeeds and the others get 412
+// Precondition Failed, returned as storage.ErrExists.
+//
+// Retries: the SDK retries a request whose response was lost (timeout,
+// reset, 5xx). If the lost attempt had in fact created the object, the
+// retry gets 412 although this call won. To report that correctly, every
+// PutIfAbsent tags its object with a random token in user metadata
+// (x-amz-meta-spade-put-id); after any failure other than cancellation it
+// HEADs the key and returns nil when the stored object carries its own
+// token. So a 412 means ErrExists only when someone else's object is there.
+// A 409 ConditionalRequestConflict (a concurrent conditional write still in
+// flight on AWS) is ErrExists if the key now holds another writer's object,
+// and otherwise an error the caller may retry.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := s.begin(ctx, "put if absent", key); err != nil {
+		return err
+	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return fmt.Errorf("put if absent %s in %s: make put token: %w", key, s.url, err)
+	}
+	token := hex.EncodeToString(tok[:])
+	err := s.upload(ctx, key, r, size, &token)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("put if absent %s in %s: %w", key, s.url, ctx.Err())
+	}
+	head, herr := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key))})
+	if herr == nil && head.Metadata[putIDMeta] == token {
+		return nil // an earlier attempt of this call created it
+	}
+	code, st := apiCode(err), status(err)
+	switch {
+	case st == http.StatusPreconditionFailed || code == "PreconditionFailed":
+		return fmt.Errorf("put if absent %s in %s: %w", key, s.url, storage.ErrExists)
+	case st == http.StatusConflict || code == "ConditionalRequestConflict":
+		if herr == nil {
+			return fmt.Errorf("put if absent %s in %s: %w", key, s.url, storage.ErrExists)
+		}
+		return fmt.Errorf("put if absent %s in %s: conflicting concurrent write, object still absent (retry): %w", key, s.url, err)
+	}
+	return fmt.Errorf("put if absent %s in %s: %w", key, s.url, err)
+}
+
+// upload sends the body; token != nil makes it conditional (If-None-Match)
+// and tags the object with the token.
+func (s *Store) upload(ctx context.Context, key string, r io.Reader, size int64, token *string) error {
+	body := streams.Sized(streams.WithContext(ctx, r), size)
+	in := &s3.PutObjectInput{
+		Bucket:      &s.opts.Bucket,
+		Key:         aws.String(s.objectKey(key)),
+		ContentType: aws.String("application/octet-stream"),
+	}
+	if token != nil {
+		in.IfNoneMatch = aws.String("*")
+		in.Metadata = map[string]string{putIDMeta: *token}
+	}
+	if size >= 0 && size <= s.opts.PartSize {
+		// Small objects, the common case (manifests, shards): buffer exactly
+		// once so the SDK can sign the payload and replay it on retries,
+		// instead of the upload manager's part-size buffer.
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("read body: %w: declared %d bytes, got fewer", streams.ErrSizeMismatch, size)
+			}
+			return fmt.Errorf("read body: %w", err)
+		}
+		if n, err := body.Read(make([]byte, 1)); n > 0 || (err != nil && err != io.EOF) {
+			if err == nil {
+				err = fmt.Errorf("%w: declared %d bytes, got more", streams.ErrSizeMismatch, size)
+			}
+			return fmt.Errorf("read body: %w", err)
+		}
+		in.Body = bytes.NewReader(buf)
+		in.ContentLength = aws.Int64(size)
+		_, err := s.client.PutObject(ctx, in)
+		return err
+	}
+	in.Body = body
+	_, err := s.uploader.Upload(ctx, in)
+	return err
+}
+
+// Stat returns the object's Info from a HEAD; see storage.Store.
+func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
+	if err := s.begin(ctx, "stat", key); err != nil {
+		return storage.Info{}, err
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key))})
+	if err != nil {
+		return storage.Info{}, s.fail("stat", key, err)
+	}
+	info := storage.Info{Key: key, Size: aws.ToInt64(out.ContentLength)}
+	if out.LastModified != nil {
+		info.ModTime = out.LastModified.UTC()
+	}
+	return info, nil
+}
+
+// List pages through ListObjectsV2 (1000 keys a page) and returns the
+// objects under prefix, sorted by key. Keys that break the key rules (e.g.
+// "dir/" markers made by other tools) are skipped.
+func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
+	}
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+		Bucket: &s.opts.Bucket,
+		Prefix: aws.String(s.opts.Prefix + prefix),
+	})
+	out := []storage.Info{}
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
+		}
+		for _, o := range page.Contents {
+			full := aws.ToString(o.Key)
+			if !strings.HasPrefix(full, s.opts.Prefix) {
+				continue
+			}
+			key := full[len(s.opts.Prefix):]
+			if storage.ValidateKey(key) != nil {
+				continue
+			}
+			info := storage.Info{Key: key, Size: aws.ToInt64(o.Size)}
+			if o.LastModified != nil {
+				info.ModTime = o.LastModified.UTC()
+			}
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Delete removes the object. S3's DeleteObject succeeds on a missing key,
+// so a HEAD first supplies the contract's ErrNotFound; the pair is not
+// atomic, and a concurrent Delete of the same key may both succeed.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.begin(ctx, "delete", key); err != nil {
+		return err
+	}
+	k := aws.String(s.objectKey(key))
+	if _, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.opts.Bucket, Key: k}); err != nil {
+		return s.fail("delete", key, err)
+	}
+	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.opts.Bucket, Key: k}); err != nil {
+		return s.fail("delete", key, err)
+	}
+	return nil
+}
+
+// URL returns the store's URL with credentials and secret-looking
+// parameters removed.
+func (s *Store) URL() string { return s.url }
+
+// Client returns the underlying S3 client, for tools and tests that need
+// an operation the Store interface does not offer.
+func (s *Store) Client() *s3.Client { return s.client }
+
+// Options returns the options the store was opened with.
+func (s *Store) Options() Options { return s.opts }
+
+// Close closes idle HTTP connections; the store must not be used after.
+func (s *Store) Close() error {
+	s.transport.CloseIdleConnections()
+	return nil
+}
