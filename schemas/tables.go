@@ -16,7 +16,6 @@ package schemas
 type Slot struct {
 	// SlotID is "r<round 6 digits>-s<index 4 digits>", unique in a run.
 	SlotID string `parquet:"slot_id" json:"slot_id"`
-	Round  int64  `parquet:"round" json:"round"`
 	// Regeneration counts regenerations from 0 (round 1 is regeneration 0).
 	Regeneration int64 `parquet:"regeneration" json:"regeneration"`
 	// Index is the slot's position in the regeneration, from 0.
@@ -31,6 +30,9 @@ type Slot struct {
 	DocIDs []string `parquet:"doc_ids,optional,list" json:"doc_ids"`
 	// Domains are the grounding documents' domains, parallel to DocIDs.
 	Domains []string `parquet:"domains,optional,list" json:"domains"`
+	// DocRows are the documents' row indexes in the corpus table (part
+	// order), so later stages read just those rows.
+	DocRows []int64 `parquet:"doc_rows,optional,list" json:"doc_rows"`
 	// Seed is the slot's generation seed, derived from (run seed, round, index).
 	Seed int64 `parquet:"seed" json:"seed"`
 }
@@ -239,8 +241,9 @@ type CheckpointFile struct {
 // Table "checkpoints", key checkpoint_id.
 type Checkpoint struct {
 	// CheckpointID is a digest of the files, or "base" for the initial model.
-	CheckpointID string           `parquet:"checkpoint_id" json:"checkpoint_id"`
-	Round        int64            `parquet:"round" json:"round"`
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
+	// TrainedRound is the round whose GRPO step made it (0 for the base).
+	TrainedRound int64            `parquet:"trained_round" json:"trained_round"`
 	Parent       string           `parquet:"parent" json:"parent"`
 	Trainer      string           `parquet:"trainer" json:"trainer"`
 	Files        []CheckpointFile `parquet:"files,optional,list" json:"files"`

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/datasets"
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/stages/corpus"
+)
+
+func newCorpusCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "corpus", Short: "Manage the run's grounding corpus"}
+	var opts datasets.ImportOptions
+	var asJSON bool
+	imp := &cobra.Command{
+		Use:   "import PATH...",
+		Short: "Import JSONL(.gz), Parquet or directories of text/markdown as the run's corpus (round 0)",
+		Long: `Import documents as the run's versioned corpus table (round 0). Nested JSON
+fields are addressed by paths: a.b for objects, a[].b to map over a list.
+Several --text paths are concatenated. Documents are deduplicated by the
+sha256 of their text; skipped rows are reported with file, line, field and
+reason. A run has one corpus: importing a different one into a run that
+has a corpus is refused (exit 3); use a new --run.
+
+Example (the unarXive sample):
+  spade corpus import --run arxiv ../shared/datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz \
+    --id paper_id --title metadata.title --text abstract.text --text 'body_text[].text' \
+    --license metadata.license --domain discipline`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			opts.Paths = args
+			digests := map[string]string{}
+			for _, p := range args {
+				d, err := pathDigest(p)
+				if err != nil {
+					return usagef("corpus import: %v", err)
+				}
+				digests[p] = d
+			}
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			var rep datasets.ImportReport
+			st := &corpus.Import{Options: opts, FileDigests: digests, Report: &rep}
+			r := &pipeline.Runner{Store: a.store, Run: g.runName, Config: a.cfg, Stages: []pipeline.Stage{st}, Log: a.log}
+			res, err := r.RunRound(ctx, 0)
+			if err != nil {
+				if errors.Is(err, pipeline.ErrConflict) {
+					return fmt.Errorf("run %s already has a different corpus: %w", g.runName, err)
+				}
+				return err
+			}
+			if res.AlreadySealed || len(res.Ran) == 0 {
+				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, 0, "corpus"))
+				if err != nil {
+					return err
+				}
+				if m.StageFingerprint != "" && !sameImport(ctx, r, st, m) {
+					return exitError{exitConflict, fmt.Sprintf("run %s already has a corpus (%d documents, committed by %s); use a new --run to import another", g.runName, m.Rows, m.Stage)}
+				}
+				fmt.Printf("corpus of run %s already imported (%d documents); nothing to do\n", g.runName, m.Rows)
+				return nil
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(rep)
+			}
+			fmt.Printf("imported %d documents into run %s (read %d, duplicates %d, skipped %d, repaired %d)\n", rep.Imported, g.runName, rep.Read, rep.Duplicates, rep.Skipped, rep.Repaired)
+			for _, is := range rep.Issues {
+				fmt.Printf("  skipped %s:%d field %s: %s\n", is.File, is.Line, is.Field, is.Reason)
+			}
+			return nil
+		},
+	}
+	f := imp.Flags()
+	f.StringVar(&opts.Format, "format", "auto", "input format: auto, jsonl, parquet or dir")
+	f.StringVar(&opts.IDPath, "id", "", "field path of the document id (default: sha256 of the text)")
+	f.StringVar(&opts.TitlePath, "title", "", "field path of the title")
+	f.StringArrayVar(&opts.TextPaths, "text", nil, "field path of the text (repeat to concatenate; default text)")
+	f.StringVar(&opts.LicensePath, "license", "", "field path of the licence")
+	f.StringVar(&opts.DomainPath, "domain", "", "field path of the domain")
+	f.StringVar(&opts.Source, "source", "", "source label stored on every document (default: file name)")
+	f.Int64Var(&opts.MaxDocBytes, "max-doc-bytes", 0, "skip documents longer than this many bytes (default 4 MiB)")
+	f.BoolVar(&asJSON, "json", false, "print the import report as JSON")
+	cmd.AddCommand(imp)
+	return cmd
+}
+
+// sameImport reports whether the committed corpus came from this import.
+func sameImport(ctx context.Context, r *pipeline.Runner, st *corpus.Import, m *pipeline.Manifest) bool {
+	return r.FingerprintOf(ctx, st, 0) == m.StageFingerprint
+}
+
+// pathDigest hashes a file, or every file under a directory in path order.
+func pathDigest(p string) (string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	add := func(path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(path))
+		_, err = io.Copy(h, f)
+		return err
+	}
+	if !st.IsDir() {
+		if err := add(p); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	var files []string
+	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if err := add(f); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

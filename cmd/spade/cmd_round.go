@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/stages/all"
+)
+
+// runner builds the pipeline runner with every stage.
+func (a *app) runner() (*pipeline.Runner, *all.Engines) {
+	eng := &all.Engines{Config: &a.cfg}
+	r := &pipeline.Runner{Store: a.store, Run: a.g.runName, Config: a.cfg, Stages: all.Stages(&a.cfg, eng), Log: a.log}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		r.Progress = progress()
+	}
+	return r, eng
+}
+
+// progress draws one bar per stage on a terminal (never in logs or CI).
+func progress() pipeline.ProgressFunc {
+	var bar *progressbar.ProgressBar
+	var cur string
+	return func(stage string, done, total int) {
+		if stage != cur || bar == nil {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			cur = stage
+			bar = progressbar.NewOptions(total, progressbar.OptionSetDescription(stage), progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+		}
+		_ = bar.Set(done)
+		if done == total {
+			_ = bar.Finish()
+		}
+	}
+}
+
+func parseRound(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, usagef("round %q: want a number >= 1 or \"next\"", s)
+	}
+	return n, nil
+}
+
+func newRoundCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var leaseTTL float64
+	cmd := &cobra.Command{
+		Use:   "round N|next",
+		Short: "Run every stage of round N (or the next uncommitted round), resuming what is left",
+		Long: `Run every stage of round N that is not committed yet, then seal the round.
+A round that is already sealed is left alone (exit 0). Round N needs round
+N-1 sealed; round 1 commits the run's corpus (round 0) first if needed.
+"next" runs the first unsealed round under the run's lease, for cron: a
+concurrent invocation exits with code 4 (busy).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			r, eng := a.runner()
+			defer eng.Close()
+			var round int
+			if args[0] == "next" {
+				release, err := pipeline.AcquireLease(ctx, a.store, g.runName, leaseTTL, a.log)
+				if err != nil {
+					return err
+				}
+				defer release()
+				if round, err = pipeline.NextRound(ctx, a.store, g.runName); err != nil {
+					return err
+				}
+			} else if round, err = parseRound(args[0]); err != nil {
+				return err
+			}
+			res, err := runRounds(ctx, r, round)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(res)
+			}
+			if res.AlreadySealed {
+				fmt.Printf("round %d of run %s is already committed (round id %s); nothing to do\n", round, g.runName, res.Seal.Digest()[:16])
+				return nil
+			}
+			fmt.Printf("round %d of run %s committed (round id %s): ran %v, already committed %v\n", round, g.runName, res.Seal.Digest()[:16], res.Ran, res.Skipped)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().Float64Var(&leaseTTL, "lease-ttl", 6*3600, "with next: seconds after which another invocation may take over a lease whose holder stopped renewing it")
+	return cmd
+}
+
+// runRounds seals round 0 (the corpus) if needed, then runs round n.
+func runRounds(ctx context.Context, r *pipeline.Runner, n int) (*pipeline.RoundResult, error) {
+	if _, err := r.RunRound(ctx, 0); err != nil {
+		return nil, err
+	}
+	return r.RunRound(ctx, n)
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"database/sql"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/pipeline/sqlview"
+)
+
+func sortStrings(s []string) { sort.Strings(s) }
+
+// tableNames lists every table a stage of the run writes.
+func (a *app) tableNames() []string {
+	r, _ := a.runner()
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range r.Stages {
+		for _, o := range s.Outputs() {
+			if !seen[o.Table] {
+				seen[o.Table] = true
+				out = append(out, o.Table)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func newSQLCmd(g *globals) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   `sql "QUERY"`,
+		Short: "Query the run with DuckDB: one view per table (all rounds, with a round column)",
+		Long: `Query the run with DuckDB. Each table of the run is a view over exactly the
+files its committed manifests list, across every round, with an added
+"round" column; e.g. spade sql "select round, avg(regret) from labels group by round".`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch format {
+			case "table", "csv", "json":
+			default:
+				return usagef("--format %q: want table, csv or json", format)
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			db, _, err := sqlview.Open(ctx, a.store, g.runName, sqlview.Options{Tables: a.tableNames()})
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			rows, err := db.QueryContext(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("query: %w", err)
+			}
+			defer rows.Close()
+			return writeRows(os.Stdout, rows, format)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
+	return cmd
+}
+
+func writeRows(w io.Writer, rows *sql.Rows, format string) error {
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	var records [][]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		records = append(records, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	cell := func(v any) string {
+		switch x := v.(type) {
+		case nil:
+			return "NULL"
+		case []byte:
+			return string(x)
+		case string:
+			return x
+		}
+		if b, err := json.Marshal(v); err == nil && !strings.HasPrefix(string(b), "{") {
+			return strings.Trim(string(b), `"`)
+		}
+		return fmt.Sprint(v)
+	}
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		for _, rec := range records {
+			obj := map[string]any{}
+			for i, c := range cols {
+				obj[c] = rec[i]
+			}
+			if err := enc.Encode(obj); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "csv":
+		cw := csv.NewWriter(w)
+		_ = cw.Write(cols)
+		for _, rec := range records {
+			line := make([]string, len(rec))
+			for i, v := range rec {
+				line[i] = cell(v)
+			}
+			_ = cw.Write(line)
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+	for _, rec := range records {
+		line := make([]string, len(rec))
+		for i, v := range rec {
+			s := cell(v)
+			if len(s) > 80 {
+				s = s[:77] + "..."
+			}
+			line[i] = strings.ReplaceAll(s, "\n", " ")
+		}
+		fmt.Fprintln(tw, strings.Join(line, "\t"))
+	}
+	return tw.Flush()
+}

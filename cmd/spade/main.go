@@ -1,0 +1,185 @@
+// Command spade runs SPADE self-play as staged batch jobs over versioned
+// Parquet tables (README.md; docs/cli.md lists every command and the exit
+// codes).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/filestore"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
+)
+
+// Exit codes (docs/cli.md), for Make, cron and Airflow.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitConflict    = 3
+	exitBusy        = 4
+	exitDifferent   = 1 // spade diff: the runs differ
+	exitInterrupted = 130
+)
+
+// usageError marks errors in how spade was called (exit code 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitError carries an explicit exit code with an optional message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(ctx, err)
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(os.Stderr, "spade:", msg)
+	}
+	return code
+}
+
+func exitCode(ctx context.Context, err error) int {
+	var ee exitError
+	var ue usageError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case errors.Is(err, pipeline.ErrBusy):
+		return exitBusy
+	case errors.Is(err, pipeline.ErrConflict):
+		return exitConflict
+	case errors.As(err, &ue), errors.Is(err, config.ErrInvalid), errors.Is(err, storage.ErrUnknownScheme), errors.Is(err, storage.ErrInvalidKey):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	configPath string
+	storeURL   string
+	runName    string
+	logFormat  string
+	logLevel   string
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "spade",
+		Short:         "SPADE self-play as staged jobs over versioned Parquet tables",
+		Long:          "spade runs SPADE self-play (an LLM designs executable environments, plays them, scores them by hint-based regret and trains with GRPO) as staged, resumable batch jobs over versioned Parquet tables on local disk or S3.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.configPath, "config", envOr("SPADE_CONFIG", ""), "YAML config file (env SPADE_CONFIG; default: built-in defaults)")
+	pf.StringVar(&g.storeURL, "store", envOr("SPADE_STORE", "file://./runs"), "store URL: file://DIR, s3://BUCKET/PREFIX?endpoint=..., mem://NAME (env SPADE_STORE)")
+	pf.StringVar(&g.runName, "run", envOr("SPADE_RUN", "default"), "run name (env SPADE_RUN)")
+	pf.StringVar(&g.logFormat, "log-format", envOr("SPADE_LOG_FORMAT", "text"), "log format: text or json (env SPADE_LOG_FORMAT)")
+	pf.StringVar(&g.logLevel, "log-level", envOr("SPADE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env SPADE_LOG_LEVEL)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newRoundCmd(g), newStageCmd(g), newCommitCmd(g), newStatusCmd(g), newSQLCmd(g),
+		newCorpusCmd(g), newConfigCmd(g),
+	)
+	for _, extra := range extraCommands {
+		root.AddCommand(extra(g))
+	}
+	return root
+}
+
+// extraCommands lets command files register themselves (one file per
+// subcommand) without editing the root.
+var extraCommands []func(*globals) *cobra.Command
+
+// app is what a command needs: config, store, logger.
+type app struct {
+	g     *globals
+	cfg   config.Config
+	src   config.Source
+	store storage.Store
+	log   *slog.Logger
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", g.logFormat)
+}
+
+// open loads the config and opens the store.
+func (g *globals) open(ctx context.Context) (*app, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(log)
+	cfg, src, err := config.Load(g.configPath, os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	if err := pipeline.ValidateRunName(g.runName); err != nil {
+		return nil, usageError{err}
+	}
+	st, err := storage.Open(ctx, g.storeURL)
+	if err != nil {
+		return nil, err
+	}
+	return &app{g: g, cfg: cfg, src: src, store: st, log: log}, nil
+}
+
+func (a *app) close() {
+	if a.store != nil {
+		_ = a.store.Close()
+	}
+}

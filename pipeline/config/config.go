@@ -1,0 +1,443 @@
+// Package config holds the run configuration: one YAML file plus SPADE_*
+// environment overrides over built-in defaults (docs/config.md). A run is
+// created with one config; its digest is pinned in the run's _RUN.json and a
+// different config for the same run is refused (changing config means a new
+// run, DESIGN.md "Runs, rounds, tables").
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrInvalid wraps every configuration error (bad YAML type, unknown key,
+// out-of-range value); the CLI maps it to exit code 2.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the whole run configuration. Field tags give the YAML key; the
+// environment variable of a field is SPADE_ + its dotted path upper-cased
+// with dots as underscores (model.base_url -> SPADE_MODEL_BASE_URL).
+type Config struct {
+	// Seed is the run seed every derived seed comes from.
+	Seed int64 `yaml:"seed" json:"seed"`
+	// Workers bounds parallel parts and sandboxes (0 = number of CPUs).
+	Workers int `yaml:"workers" json:"workers"`
+	// RegenerateEvery is k: a regeneration every k rounds (SPADE.md step 8:
+	// 4 for games, 8 for tool use); round r regenerates when (r-1) % k == 0.
+	RegenerateEvery int     `yaml:"regenerate_every" json:"regenerate_every"`
+	Sample          Sample  `yaml:"sample" json:"sample"`
+	Model           Model   `yaml:"model" json:"model"`
+	Sandbox         Sandbox `yaml:"sandbox" json:"sandbox"`
+	Design          Design  `yaml:"design" json:"design"`
+	Rollout         Rollout `yaml:"rollout" json:"rollout"`
+	Label           Label   `yaml:"label" json:"label"`
+	Memory          Memory  `yaml:"memory" json:"memory"`
+	GRPO            GRPO    `yaml:"grpo" json:"grpo"`
+	Observe         Observe `yaml:"observe" json:"observe"`
+}
+
+// Sample configures corpus sampling and the skill curriculum (SPADE.md
+// steps 1-2).
+type Sample struct {
+	// Slots is the number of environments per regeneration (paper: 24).
+	Slots int `yaml:"slots" json:"slots"`
+	// DocsPerSlot is the number of grounding documents per slot.
+	DocsPerSlot int `yaml:"docs_per_slot" json:"docs_per_slot"`
+	// Skills are the six skill categories; ActiveSkills of them are active
+	// per regeneration, in round-robin.
+	Skills       []string `yaml:"skills" json:"skills"`
+	ActiveSkills int      `yaml:"active_skills" json:"active_skills"`
+	// Setting is "game", "tool_use" or "mixed" (every ToolUseEvery-th slot
+	// is tool use).
+	Setting      string `yaml:"setting" json:"setting"`
+	ToolUseEvery int    `yaml:"tool_use_every" json:"tool_use_every"`
+}
+
+// Model configures the backend both roles use.
+type Model struct {
+	// Backend is "procedural" (offline stand-in) or "openai".
+	Backend string `yaml:"backend" json:"backend"`
+	// BaseURL and Name address an OpenAI-compatible server.
+	BaseURL string `yaml:"base_url" json:"base_url"`
+	Name    string `yaml:"name" json:"name"`
+	// APIKeyEnv names the environment variable holding the API key; the key
+	// itself is never stored.
+	APIKeyEnv   string  `yaml:"api_key_env" json:"api_key_env"`
+	Concurrency int     `yaml:"concurrency" json:"concurrency"`
+	TimeoutS    float64 `yaml:"timeout_s" json:"timeout_s"`
+	MaxRetries  int     `yaml:"max_retries" json:"max_retries"`
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	MaxTokens   int     `yaml:"max_tokens" json:"max_tokens"`
+	// Replay names a run whose recorded llm_calls answer every call.
+	Replay string `yaml:"replay" json:"replay"`
+}
+
+// Sandbox configures the Python sandbox (docs/sandbox.md).
+type Sandbox struct {
+	Python string `yaml:"python" json:"python"`
+	// Strict refuses to run without bubblewrap.
+	Strict       bool    `yaml:"strict" json:"strict"`
+	CallTimeoutS float64 `yaml:"call_timeout_s" json:"call_timeout_s"`
+	MemoryMB     int     `yaml:"memory_mb" json:"memory_mb"`
+}
+
+// Design configures generation (SPADE.md step 3).
+type Design struct {
+	// MaxAttempts bounds generation attempts per slot (paper: 5).
+	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"`
+	// SlotsPerPart is the unit of sharded work.
+	SlotsPerPart int `yaml:"slots_per_part" json:"slots_per_part"`
+}
+
+// Rollout configures plays (SPADE.md step 6).
+type Rollout struct {
+	// GroupSize is G: plays per arm (hinted / unhinted) per environment.
+	GroupSize int `yaml:"group_size" json:"group_size"`
+	// MaxTurns caps any environment's turn limit.
+	MaxTurns int `yaml:"max_turns" json:"max_turns"`
+	// EnvsPerPart is the unit of sharded work (bounds memory per part).
+	EnvsPerPart int `yaml:"envs_per_part" json:"envs_per_part"`
+}
+
+// Label configures regret labelling.
+type Label struct {
+	// Band is the learnable band of win rates, inclusive (SPADE.md: [0.2, 0.8]).
+	BandLow  float64 `yaml:"band_low" json:"band_low"`
+	BandHigh float64 `yaml:"band_high" json:"band_high"`
+}
+
+// Memory configures environment memory (SPADE.md step 7).
+type Memory struct {
+	Capacity int `yaml:"capacity" json:"capacity"`
+}
+
+// GRPO configures the training step (SPADE.md step 8, docs/training.md).
+type GRPO struct {
+	// Trainer is "none", "torch" (the project's PyTorch trainer) or "command".
+	Trainer string `yaml:"trainer" json:"trainer"`
+	// Command is the trainer argv when Trainer is "command".
+	Command []string `yaml:"command" json:"command"`
+	// Python runs the torch trainer.
+	Python string `yaml:"python" json:"python"`
+	// BaseCheckpoint is the initial model: a directory, or "tiny:SEED".
+	BaseCheckpoint string  `yaml:"base_checkpoint" json:"base_checkpoint"`
+	Eps            float64 `yaml:"eps" json:"eps"`
+	WeightRule     string  `yaml:"weight_rule" json:"weight_rule"`
+	LR             float64 `yaml:"lr" json:"lr"`
+	ClipEps        float64 `yaml:"clip_eps" json:"clip_eps"`
+	KLBeta         float64 `yaml:"kl_beta" json:"kl_beta"`
+	TimeoutS       float64 `yaml:"timeout_s" json:"timeout_s"`
+}
+
+// Observe configures what is measured besides data.
+type Observe struct {
+	// Timings records wall-clock columns (latency_ms, ms). Off by default:
+	// timings are not reproducible and break byte-identical outputs.
+	Timings bool `yaml:"timings" json:"timings"`
+}
+
+// Default returns the embedded default: the offline procedural backend, the
+// paper's sizes, no trainer.
+func Default() Config {
+	return Config{
+		Seed:            1,
+		Workers:         0,
+		RegenerateEvery: 4,
+		Sample: Sample{
+			Slots: 24, DocsPerSlot: 1, ActiveSkills: 3, Setting: "mixed", ToolUseEvery: 4,
+			Skills: []string{"logical_deduction", "spatial_reasoning", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"},
+		},
+		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, Temperature: 1.0, MaxTokens: 4096},
+		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512},
+		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8},
+		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
+		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
+		Memory:  Memory{Capacity: 200},
+		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
+	}
+}
+
+// Source says where each setting's value came from: "default", the file
+// path, or the environment variable name.
+type Source map[string]string
+
+// Load builds the config: defaults, then the YAML file (if path != ""),
+// then SPADE_* variables from environ. Errors wrap ErrInvalid and name the
+// file, line and key, or the variable.
+func Load(path string, environ []string) (Config, Source, error) {
+	cfg := Default()
+	src := Source{}
+	for _, k := range Keys() {
+		src[k] = "default"
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, src, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, src, fmt.Errorf("%w: %s: %v", ErrInvalid, path, err)
+		}
+		var node yaml.Node
+		if err := yaml.Unmarshal(data, &node); err == nil {
+			markSet(&node, "", func(k string) { src[k] = path })
+		}
+	}
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "SPADE_") {
+			continue
+		}
+		key, ok := envKey(name)
+		if !ok {
+			if isConfigVar(name) {
+				return cfg, src, fmt.Errorf("%w: environment variable %s names no setting (settings: see spade config show)", ErrInvalid, name)
+			}
+			continue
+		}
+		if err := setPath(&cfg, key, val); err != nil {
+			return cfg, src, fmt.Errorf("%w: environment variable %s: %v", ErrInvalid, name, err)
+		}
+		src[key] = name
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, src, err
+	}
+	return cfg, src, nil
+}
+
+// Variables that configure the CLI rather than the run.
+var cliVars = map[string]bool{"SPADE_STORE": true, "SPADE_RUN": true, "SPADE_CONFIG": true, "SPADE_LOG_FORMAT": true, "SPADE_LOG_LEVEL": true}
+
+func isConfigVar(name string) bool { return !cliVars[name] }
+
+// Validate checks value ranges; errors wrap ErrInvalid and name the key.
+func (c Config) Validate() error {
+	var errs []string
+	pos := func(key string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Sprintf("%s must be > 0 (got %d)", key, v))
+		}
+	}
+	pos("regenerate_every", c.RegenerateEvery)
+	pos("sample.slots", c.Sample.Slots)
+	pos("sample.docs_per_slot", c.Sample.DocsPerSlot)
+	pos("sample.active_skills", c.Sample.ActiveSkills)
+	pos("sample.tool_use_every", c.Sample.ToolUseEvery)
+	pos("design.max_attempts", c.Design.MaxAttempts)
+	pos("design.slots_per_part", c.Design.SlotsPerPart)
+	pos("rollout.group_size", c.Rollout.GroupSize)
+	pos("rollout.max_turns", c.Rollout.MaxTurns)
+	pos("rollout.envs_per_part", c.Rollout.EnvsPerPart)
+	pos("memory.capacity", c.Memory.Capacity)
+	pos("model.concurrency", c.Model.Concurrency)
+	pos("sandbox.memory_mb", c.Sandbox.MemoryMB)
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Sprintf("workers must be >= 0 (got %d)", c.Workers))
+	}
+	if len(c.Sample.Skills) == 0 || c.Sample.ActiveSkills > len(c.Sample.Skills) {
+		errs = append(errs, fmt.Sprintf("sample.active_skills (%d) must be between 1 and the number of sample.skills (%d)", c.Sample.ActiveSkills, len(c.Sample.Skills)))
+	}
+	switch c.Sample.Setting {
+	case "game", "tool_use", "mixed":
+	default:
+		errs = append(errs, fmt.Sprintf("sample.setting must be game, tool_use or mixed (got %q)", c.Sample.Setting))
+	}
+	switch c.Model.Backend {
+	case "procedural", "openai":
+	default:
+		errs = append(errs, fmt.Sprintf("model.backend must be procedural or openai (got %q)", c.Model.Backend))
+	}
+	if c.Model.Backend == "openai" && (c.Model.BaseURL == "" || c.Model.Name == "") && c.Model.Replay == "" {
+		errs = append(errs, "model.backend openai needs model.base_url and model.name")
+	}
+	switch c.GRPO.Trainer {
+	case "none", "torch":
+	case "command":
+		if len(c.GRPO.Command) == 0 {
+			errs = append(errs, "grpo.trainer command needs grpo.command")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("grpo.trainer must be none, torch or command (got %q)", c.GRPO.Trainer))
+	}
+	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
+		errs = append(errs, fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh))
+	}
+	if c.Sandbox.CallTimeoutS <= 0 || c.Model.TimeoutS <= 0 || c.GRPO.TimeoutS <= 0 {
+		errs = append(errs, "timeouts (sandbox.call_timeout_s, model.timeout_s, grpo.timeout_s) must be > 0")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Digest is the hex sha256 of the canonical JSON of the config; it pins a
+// run's configuration.
+func (c Config) Digest() string {
+	return DigestOf(c)
+}
+
+// DigestOf is the hex sha256 of the canonical JSON encoding of v (Go's
+// encoding/json: struct fields in declaration order, map keys sorted).
+func DigestOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("config: digest of unencodable value: " + err.Error())
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// Keys lists every setting's dotted YAML path, in declaration order.
+func Keys() []string {
+	var out []string
+	walk(reflect.TypeOf(Config{}), "", func(k string, _ []int) { out = append(out, k) })
+	return out
+}
+
+// Get returns the value of a dotted key, formatted for display.
+func (c Config) Get(key string) string {
+	v, ok := lookup(reflect.ValueOf(&c).Elem(), key)
+	if !ok {
+		return ""
+	}
+	b, _ := json.Marshal(v.Interface())
+	return string(b)
+}
+
+func walk(t reflect.Type, prefix string, fn func(string, []int)) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		key := name
+		if prefix != "" {
+			key = prefix + "." + name
+		}
+		if f.Type.Kind() == reflect.Struct {
+			walk(f.Type, key, fn)
+			continue
+		}
+		fn(key, f.Index)
+	}
+}
+
+func lookup(v reflect.Value, key string) (reflect.Value, bool) {
+	for _, part := range strings.Split(key, ".") {
+		t := v.Type()
+		found := false
+		for i := 0; i < t.NumField(); i++ {
+			if strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0] == part {
+				v = v.Field(i)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return v, false
+		}
+	}
+	return v, v.Kind() != reflect.Struct
+}
+
+func envKey(name string) (string, bool) {
+	want := strings.TrimPrefix(name, "SPADE_")
+	for _, k := range Keys() {
+		if strings.ToUpper(strings.ReplaceAll(k, ".", "_")) == want {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// EnvName returns the environment variable that overrides key.
+func EnvName(key string) string {
+	return "SPADE_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+func setPath(c *Config, key, val string) error {
+	v, ok := lookup(reflect.ValueOf(c).Elem(), key)
+	if !ok {
+		return fmt.Errorf("unknown setting %s", key)
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(val)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s wants an integer, got %q", key, val)
+		}
+		v.SetInt(n)
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return fmt.Errorf("%s wants a number, got %q", key, val)
+		}
+		v.SetFloat(f)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("%s wants true or false, got %q", key, val)
+		}
+		v.SetBool(b)
+	case reflect.Slice:
+		var parts []string
+		for _, p := range strings.Split(val, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+	default:
+		return fmt.Errorf("%s cannot be set from the environment", key)
+	}
+	return nil
+}
+
+func markSet(n *yaml.Node, prefix string, fn func(string)) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			markSet(c, prefix, fn)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			if n.Content[i+1].Kind == yaml.MappingNode {
+				markSet(n.Content[i+1], key, fn)
+			} else {
+				fn(key)
+			}
+		}
+	}
+}
+
+// Show returns every setting with its value and source, sorted by key, as
+// lines "key = value  (source)".
+func Show(c Config, src Source) []string {
+	keys := Keys()
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s = %s  (%s; env %s)", k, c.Get(k), src[k], EnvName(k)))
+	}
+	return out
+}

@@ -1,0 +1,708 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+func isExists(err error) bool { return errors.Is(err, storage.ErrExists) }
+
+func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
+
+// RunFile is the content of <run>/_RUN.json: the run's pinned config.
+type RunFile struct {
+	FormatVersion int           `json:"format_version"`
+	Run           string        `json:"run"`
+	ConfigDigest  string        `json:"config_digest"`
+	Config        config.Config `json:"config"`
+	// ForkOf names the source run and round of a fork ("" otherwise).
+	ForkOf      string    `json:"fork_of,omitempty"`
+	ForkRound   int       `json:"fork_round,omitempty"`
+	CodeVersion string    `json:"code_version"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Seal is the content of a round's _ROUND.json: each table's content
+// digest and the parent round's seal digest, a hash chain whose head is the
+// round id (DESIGN.md "Round seal").
+type Seal struct {
+	FormatVersion int               `json:"format_version"`
+	Run           string            `json:"run"`
+	Round         int               `json:"round"`
+	Parent        string            `json:"parent"`
+	Tables        map[string]string `json:"tables"`
+	// Manifests maps each table to its manifest key.
+	Manifests map[string]string `json:"manifests"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// Digest is the round id: sha256 over the parent digest and the sorted
+// table digests (CreatedAt excluded).
+func (s *Seal) Digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", s.Parent)
+	for _, k := range sortedKeys(s.Tables) {
+		fmt.Fprintf(h, "%s %s\n", k, s.Tables[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Runner executes stages of one run against one store.
+type Runner struct {
+	Store  storage.Store
+	Run    string
+	Config config.Config
+	// Stages in registration order; the runner orders them by their table
+	// dependencies.
+	Stages []Stage
+	Log    *slog.Logger
+	// Progress, when set, is told about each stage's parts.
+	Progress ProgressFunc
+	// Now returns the time for created_at fields (observations only).
+	Now func() time.Time
+}
+
+// ProgressFunc reports progress of a stage: done of total parts.
+type ProgressFunc func(stage string, done, total int)
+
+func (r *Runner) now() time.Time {
+	if r.Now != nil {
+		return r.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (r *Runner) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.Default()
+}
+
+func (r *Runner) workers() int {
+	if r.Config.Workers > 0 {
+		return r.Config.Workers
+	}
+	return runtime.NumCPU()
+}
+
+// EnsureRun creates the run's _RUN.json (put-if-absent) or checks that the
+// committed one pins the same config digest (ErrConflict otherwise).
+func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
+	if err := ValidateRunName(r.Run); err != nil {
+		return nil, err
+	}
+	rf := &RunFile{FormatVersion: FormatVersion, Run: r.Run, ConfigDigest: r.Config.Digest(), Config: r.Config, CodeVersion: CodeVersion(), CreatedAt: r.now()}
+	b, _ := json.MarshalIndent(rf, "", "  ")
+	err := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
+	if err == nil {
+		return rf, nil
+	}
+	if !isExists(err) {
+		return nil, fmt.Errorf("create run %s: %w", r.Run, err)
+	}
+	have, err := ReadRunFile(ctx, r.Store, r.Run)
+	if err != nil {
+		return nil, err
+	}
+	if have.ConfigDigest != rf.ConfigDigest {
+		return nil, fmt.Errorf("run %s was created with config digest %s and this config has digest %s (differs in: %s): %w; use a new --run, or spade fork to branch from a round",
+			r.Run, short(have.ConfigDigest), short(rf.ConfigDigest), configDiff(have.Config, r.Config), ErrConflict)
+	}
+	return have, nil
+}
+
+func configDiff(a, b config.Config) string {
+	var diff []string
+	for _, k := range config.Keys() {
+		if a.Get(k) != b.Get(k) {
+			diff = append(diff, fmt.Sprintf("%s %s -> %s", k, a.Get(k), b.Get(k)))
+		}
+	}
+	if len(diff) == 0 {
+		return "nothing visible"
+	}
+	return strings.Join(diff, ", ")
+}
+
+// ReadRunFile reads a run's _RUN.json; ErrNotCommitted when the run does
+// not exist.
+func ReadRunFile(ctx context.Context, s storage.Store, run string) (*RunFile, error) {
+	data, err := storage.ReadAll(ctx, s, RunFileKey(run))
+	if isNotFound(err) {
+		return nil, fmt.Errorf("run %s: %w (no %s)", run, ErrNotCommitted, RunFileKey(run))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rf RunFile
+	if err := json.Unmarshal(data, &rf); err != nil {
+		return nil, fmt.Errorf("%s: malformed JSON: %w", RunFileKey(run), err)
+	}
+	if rf.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("%s: %w %d", RunFileKey(run), ErrUnknownVersion, rf.FormatVersion)
+	}
+	return &rf, nil
+}
+
+// ReadSeal reads round r's seal; ErrNotCommitted when absent.
+func ReadSeal(ctx context.Context, s storage.Store, run string, r int) (*Seal, error) {
+	key := SealKey(run, r)
+	data, err := storage.ReadAll(ctx, s, key)
+	if isNotFound(err) {
+		return nil, fmt.Errorf("round %d of run %s: %w", r, run, ErrNotCommitted)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var seal Seal
+	if err := json.Unmarshal(data, &seal); err != nil {
+		return nil, fmt.Errorf("%s: malformed JSON: %w", key, err)
+	}
+	if seal.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("%s: %w %d", key, ErrUnknownVersion, seal.FormatVersion)
+	}
+	return &seal, nil
+}
+
+// NextRound returns the first round >= 1 without a seal.
+func NextRound(ctx context.Context, s storage.Store, run string) (int, error) {
+	for r := 1; ; r++ {
+		_, err := ReadSeal(ctx, s, run, r)
+		if errors.Is(err, ErrNotCommitted) {
+			return r, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// ordered returns the stages in dependency order (a stage after every stage
+// of the same round whose outputs it reads), registration order otherwise.
+func (r *Runner) ordered(ri RoundInfo) ([]Stage, error) {
+	producer := map[string]int{}
+	for i, s := range r.Stages {
+		for _, o := range s.Outputs() {
+			producer[o.Table] = i
+		}
+	}
+	var out []Stage
+	state := make([]int, len(r.Stages)) // 0 new, 1 visiting, 2 done
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case 1:
+			return fmt.Errorf("stage %s: dependency cycle", r.Stages[i].Name())
+		case 2:
+			return nil
+		}
+		state[i] = 1
+		ins, _ := r.Stages[i].Plan(ri, &r.Config)
+		for _, in := range ins {
+			if in.Round != ri.Round {
+				continue
+			}
+			if j, ok := producer[in.Table]; ok && j != i {
+				if err := visit(j); err != nil {
+					return err
+				}
+			}
+		}
+		state[i] = 2
+		out = append(out, r.Stages[i])
+		return nil
+	}
+	for i := range r.Stages {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// StageByName returns the registered stage called name.
+func (r *Runner) StageByName(name string) (Stage, error) {
+	var names []string
+	for _, s := range r.Stages {
+		if s.Name() == name {
+			return s, nil
+		}
+		names = append(names, s.Name())
+	}
+	return nil, fmt.Errorf("unknown stage %q (stages: %s)", name, strings.Join(names, ", "))
+}
+
+// RoundResult summarises what RunRound did.
+type RoundResult struct {
+	Round   int
+	Ran     []string
+	Skipped []string
+	Seal    *Seal
+	// AlreadySealed is true when the round was complete before the call.
+	AlreadySealed bool
+}
+
+// RunRound runs every stage of round r that is not committed yet, commits
+// them, and seals the round. Round r >= 2 needs round r-1 sealed. A sealed
+// round is left as it is.
+func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) {
+	if round < 0 {
+		return nil, fmt.Errorf("round must be >= 0 (got %d)", round)
+	}
+	if _, err := r.EnsureRun(ctx); err != nil {
+		return nil, err
+	}
+	res := &RoundResult{Round: round}
+	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
+		res.Seal, res.AlreadySealed = seal, true
+		return res, nil
+	} else if !errors.Is(err, ErrNotCommitted) {
+		return nil, err
+	}
+	if round >= 1 {
+		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
+			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
+		}
+	}
+	ri := NewRoundInfo(r.Run, round, &r.Config)
+	stages, err := r.ordered(ri)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stages {
+		if _, runs := s.Plan(ri, &r.Config); !runs {
+			continue
+		}
+		ran, err := r.runStage(ctx, ri, s, Shard{Index: 0, Count: 1}, true)
+		if err != nil {
+			return nil, fmt.Errorf("round %d stage %s: %w", round, s.Name(), err)
+		}
+		if ran {
+			res.Ran = append(res.Ran, s.Name())
+		} else {
+			res.Skipped = append(res.Skipped, s.Name())
+		}
+	}
+	seal, err := r.Seal(ctx, round)
+	if err != nil {
+		return nil, err
+	}
+	res.Seal = seal
+	return res, nil
+}
+
+// Shard selects the parts p with p % Count == Index.
+type Shard struct{ Index, Count int }
+
+// ParseShard parses "i/n" (0 <= i < n).
+func ParseShard(s string) (Shard, error) {
+	var sh Shard
+	if _, err := fmt.Sscanf(s, "%d/%d", &sh.Index, &sh.Count); err != nil || sh.Count < 1 || sh.Index < 0 || sh.Index >= sh.Count || fmt.Sprintf("%d/%d", sh.Index, sh.Count) != s {
+		return sh, fmt.Errorf("invalid shard %q: want i/n with 0 <= i < n, e.g. 2/8", s)
+	}
+	return sh, nil
+}
+
+// RunStage runs one stage of round r: the parts of one shard, committing
+// the tables when commit is true and every part exists. It is what
+// `spade stage NAME --round r [--shard i/n]` does.
+func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Shard, commit bool) (bool, error) {
+	if _, err := r.EnsureRun(ctx); err != nil {
+		return false, err
+	}
+	s, err := r.StageByName(name)
+	if err != nil {
+		return false, err
+	}
+	ri := NewRoundInfo(r.Run, round, &r.Config)
+	if _, runs := s.Plan(ri, &r.Config); !runs {
+		return false, fmt.Errorf("stage %s does not run at round %d (regeneration rounds are 1, 1+k, 1+2k, ... with k = %d)", name, round, r.Config.RegenerateEvery)
+	}
+	return r.runStage(ctx, ri, s, shard, commit)
+}
+
+// CommitStage commits a stage whose parts were written by shards; it fails
+// naming the missing parts if any is absent.
+func (r *Runner) CommitStage(ctx context.Context, round int, name string) error {
+	s, err := r.StageByName(name)
+	if err != nil {
+		return err
+	}
+	ri := NewRoundInfo(r.Run, round, &r.Config)
+	env, fp, done, err := r.prepare(ctx, ri, s)
+	if err != nil || done {
+		return err
+	}
+	parts, err := s.Parts(ctx, env)
+	if err != nil {
+		return err
+	}
+	return r.commit(ctx, ri, s, env, fp, parts, time.Duration(0))
+}
+
+type partRecord struct {
+	FormatVersion int                  `json:"format_version"`
+	Stage         string               `json:"stage"`
+	Fingerprint   string               `json:"fingerprint"`
+	Part          int                  `json:"part"`
+	Parts         int                  `json:"parts"`
+	Files         map[string]FileEntry `json:"files"`
+	Refs          map[string]string    `json:"refs,omitempty"`
+	Stats         map[string]any       `json:"stats,omitempty"`
+}
+
+// prepare resolves the inputs and fingerprint of s at round ri and reports
+// whether all its outputs are committed already with that fingerprint.
+func (r *Runner) prepare(ctx context.Context, ri RoundInfo, s Stage) (*Env, string, bool, error) {
+	ins, _ := s.Plan(ri, &r.Config)
+	env := &Env{Round: ri, Config: &r.Config, Stage: s.Name(), store: r.Store, inputs: map[string]*Manifest{}}
+	var refs []InputRef
+	for _, in := range ins {
+		key := ManifestKey(r.Run, in.Round, in.Table)
+		m, err := ReadManifest(ctx, r.Store, key)
+		if isNotFound(err) {
+			if in.Optional {
+				env.inputs[inputKey(in.Table, in.Round)] = nil
+				refs = append(refs, InputRef{Table: in.Table, Round: in.Round, Key: key, Digest: "absent"})
+				continue
+			}
+			return nil, "", false, fmt.Errorf("input %s of round %d is not committed (%s)", in.Table, in.Round, key)
+		}
+		if err != nil {
+			return nil, "", false, err
+		}
+		env.inputs[inputKey(in.Table, in.Round)] = m
+		refs = append(refs, InputRef{Table: in.Table, Round: in.Round, Key: key, Digest: m.ContentDigest()})
+	}
+	fp := r.fingerprint(s, ri, refs)
+	env.inputRefs = refs
+	done := true
+	for _, o := range s.Outputs() {
+		m, err := ReadManifest(ctx, r.Store, ManifestKey(r.Run, ri.Round, o.Table))
+		if isNotFound(err) {
+			done = false
+			continue
+		}
+		if err != nil {
+			return nil, "", false, err
+		}
+		if m.StageFingerprint != fp {
+			return env, fp, false, fmt.Errorf("table %s of round %d is committed with stage fingerprint %s, and this invocation computes %s (%s): %w; use a new --run, or spade fork",
+				o.Table, ri.Round, short(m.StageFingerprint), short(fp), explainFingerprint(m, refs, r.Config.Digest()), ErrConflict)
+		}
+	}
+	return env, fp, done, nil
+}
+
+func explainFingerprint(m *Manifest, refs []InputRef, cfgDigest string) string {
+	var why []string
+	if m.CodeVersion != CodeVersion() {
+		why = append(why, fmt.Sprintf("code version %s -> %s", m.CodeVersion, CodeVersion()))
+	}
+	if m.ConfigDigest != cfgDigest {
+		why = append(why, "config changed")
+	}
+	have := map[string]string{}
+	for _, in := range m.Inputs {
+		have[fmt.Sprintf("%s@%d", in.Table, in.Round)] = in.Digest
+	}
+	for _, in := range refs {
+		if d := have[fmt.Sprintf("%s@%d", in.Table, in.Round)]; d != in.Digest {
+			why = append(why, fmt.Sprintf("input %s of round %d changed", in.Table, in.Round))
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "stage or schema version changed")
+	}
+	return strings.Join(why, "; ")
+}
+
+func (r *Runner) fingerprint(s Stage, ri RoundInfo, refs []InputRef) string {
+	type outFP struct{ Table, Kind, Schema string }
+	var outs []outFP
+	for _, o := range s.Outputs() {
+		info, _ := schemas.Lookup(o.KindOf())
+		outs = append(outs, outFP{o.Table, o.KindOf(), info.Fingerprint()})
+	}
+	return config.DigestOf(struct {
+		Stage   string
+		Round   int
+		Regen   bool
+		Outputs []outFP
+		Config  any
+		Inputs  []InputRef
+		Seed    int64
+		Code    string
+	}{s.Name(), ri.Round, ri.Regeneration, outs, s.ConfigSubset(&r.Config), refs, ri.Seed, CodeVersion()})
+}
+
+func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shard, commit bool) (bool, error) {
+	start := time.Now()
+	env, fp, done, err := r.prepare(ctx, ri, s)
+	if err != nil {
+		return false, err
+	}
+	if done {
+		r.log().Info("stage already committed", "round", ri.Round, "stage", s.Name())
+		return false, nil
+	}
+	parts, err := s.Parts(ctx, env)
+	if err != nil {
+		return false, fmt.Errorf("plan parts: %w", err)
+	}
+	if parts < 1 {
+		return false, fmt.Errorf("stage %s returned %d parts", s.Name(), parts)
+	}
+	var todo []int
+	for p := shard.Index; p < parts; p += shard.Count {
+		_, err := r.Store.Stat(ctx, PendingKey(r.Run, ri.Round, s.Name(), fp, p))
+		if err == nil {
+			continue // written by an earlier, interrupted invocation
+		}
+		if !isNotFound(err) {
+			return false, err
+		}
+		todo = append(todo, p)
+	}
+	r.log().Info("stage start", "round", ri.Round, "stage", s.Name(), "parts", parts, "todo", len(todo), "shard", fmt.Sprintf("%d/%d", shard.Index, shard.Count))
+	var finished atomic.Int64
+	if r.Progress != nil {
+		r.Progress(s.Name(), 0, len(todo))
+	}
+	wp := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(max(1, min(r.workers(), len(todo))))
+	for _, p := range todo {
+		wp.Go(func(ctx context.Context) error {
+			if err := r.runPart(ctx, env, s, fp, p, parts); err != nil {
+				return fmt.Errorf("part %d of %d: %w", p, parts, err)
+			}
+			n := finished.Add(1)
+			if r.Progress != nil {
+				r.Progress(s.Name(), int(n), len(todo))
+			}
+			return nil
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return false, err
+	}
+	if !commit {
+		return true, nil
+	}
+	if err := r.commit(ctx, ri, s, env, fp, parts, time.Since(start)); err != nil {
+		return false, err
+	}
+	r.log().Info("stage committed", "round", ri.Round, "stage", s.Name(), "seconds", time.Since(start).Seconds())
+	return true, nil
+}
+
+func (r *Runner) runPart(ctx context.Context, env *Env, s Stage, fp string, p, parts int) error {
+	out := newOut(s.Outputs())
+	if err := s.Run(ctx, env, p, out); err != nil {
+		return err
+	}
+	rec := partRecord{FormatVersion: FormatVersion, Stage: s.Name(), Fingerprint: fp, Part: p, Parts: parts, Files: map[string]FileEntry{}, Refs: map[string]string{}, Stats: out.stats}
+	for _, name := range sortedKeys(out.tables) {
+		enc := out.tables[name]
+		if enc.len() == 0 {
+			continue
+		}
+		data, rows, groups, err := enc.encode()
+		if err != nil {
+			return err
+		}
+		fe, err := putFile(ctx, r.Store, r.Run, env.Round.Round, name, p, parts, data, rows, groups)
+		if err != nil {
+			return err
+		}
+		rec.Files[name] = fe
+	}
+	for name, m := range out.refs {
+		if parts != 1 {
+			return fmt.Errorf("stage %s: Reference needs a single part", s.Name())
+		}
+		rec.Refs[name] = ManifestKey(m.Run, m.Round, m.Table)
+	}
+	b, _ := json.Marshal(rec)
+	return storage.PutBytes(ctx, r.Store, PendingKey(r.Run, env.Round.Round, s.Name(), fp, p), b)
+}
+
+func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration) error {
+	recs := make([]partRecord, parts)
+	var missing []string
+	for p := 0; p < parts; p++ {
+		key := PendingKey(r.Run, ri.Round, s.Name(), fp, p)
+		data, err := storage.ReadAll(ctx, r.Store, key)
+		if isNotFound(err) {
+			missing = append(missing, fmt.Sprint(p))
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(data, &recs[p]); err != nil {
+			return fmt.Errorf("%s: malformed part record: %w", key, err)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("stage %s round %d: %d of %d parts missing (parts %s); run the missing shards, then spade commit", s.Name(), ri.Round, len(missing), parts, strings.Join(missing, ","))
+	}
+	for _, o := range s.Outputs() {
+		info, ok := schemas.Lookup(o.KindOf())
+		if !ok {
+			return fmt.Errorf("stage %s: output %s has unknown kind %s", s.Name(), o.Table, o.KindOf())
+		}
+		m := &Manifest{
+			FormatVersion: FormatVersion, Run: r.Run, Round: ri.Round, Table: o.Table, Kind: info.Name,
+			SchemaVersion: info.Version, SchemaFingerprint: info.Fingerprint(),
+			Stage: s.Name(), StageFingerprint: fp, ConfigDigest: r.Config.Digest(), Seed: r.Config.Seed,
+			Inputs: env.inputRefs, CodeVersion: CodeVersion(), Libraries: Libraries(), CreatedAt: r.now(),
+			Files: []FileEntry{},
+			Stats: map[string]any{"stage_seconds": took.Seconds(), "parts": parts},
+		}
+		for p := range recs {
+			if refKey, ok := recs[p].Refs[o.Table]; ok {
+				src, err := ReadManifest(ctx, r.Store, refKey)
+				if err != nil {
+					return err
+				}
+				m.Files = append(m.Files, src.Files...)
+				m.ReferenceOf = refKey
+			}
+			if fe, ok := recs[p].Files[o.Table]; ok {
+				m.Files = append(m.Files, fe)
+			}
+			for k, v := range recs[p].Stats {
+				m.Stats[k] = v
+			}
+		}
+		for _, f := range m.Files {
+			m.Rows += f.Rows
+			m.Bytes += f.Bytes
+		}
+		key := ManifestKey(r.Run, ri.Round, o.Table)
+		err := storage.PutBytesIfAbsent(ctx, r.Store, key, m.Encode())
+		if isExists(err) {
+			have, rerr := ReadManifest(ctx, r.Store, key)
+			if rerr != nil {
+				return rerr
+			}
+			if have.StageFingerprint != fp {
+				return fmt.Errorf("%s committed concurrently with another fingerprint: %w", key, ErrConflict)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// Seal writes round r's _ROUND.json once every stage that runs at r has
+// committed its tables (put-if-absent; an existing seal is returned).
+func (r *Runner) Seal(ctx context.Context, round int) (*Seal, error) {
+	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
+		return seal, nil
+	}
+	ri := NewRoundInfo(r.Run, round, &r.Config)
+	seal := &Seal{FormatVersion: FormatVersion, Run: r.Run, Round: round, Tables: map[string]string{}, Manifests: map[string]string{}, CreatedAt: r.now()}
+	if round > 0 {
+		parent, err := ReadSeal(ctx, r.Store, r.Run, round-1)
+		if err == nil {
+			seal.Parent = parent.Digest()
+		} else {
+			return nil, err
+		}
+	}
+	for _, s := range r.Stages {
+		if _, runs := s.Plan(ri, &r.Config); !runs {
+			continue
+		}
+		for _, o := range s.Outputs() {
+			key := ManifestKey(r.Run, round, o.Table)
+			m, err := ReadManifest(ctx, r.Store, key)
+			if err != nil {
+				return nil, fmt.Errorf("seal round %d: %w", round, err)
+			}
+			seal.Tables[o.Table] = m.ContentDigest()
+			seal.Manifests[o.Table] = key
+		}
+	}
+	b, _ := json.MarshalIndent(seal, "", "  ")
+	err := storage.PutBytesIfAbsent(ctx, r.Store, SealKey(r.Run, round), append(b, '\n'))
+	if err != nil && !isExists(err) {
+		return nil, fmt.Errorf("seal round %d: %w", round, err)
+	}
+	if err := r.cleanPending(ctx, round); err != nil {
+		r.log().Warn("could not remove part records", "round", round, "err", err)
+	}
+	return ReadSeal(ctx, r.Store, r.Run, round)
+}
+
+// cleanPending removes the part records of a sealed round (they are only
+// needed to resume or commit an unsealed one).
+func (r *Runner) cleanPending(ctx context.Context, round int) error {
+	infos, err := r.Store.List(ctx, RoundDir(r.Run, round)+"/_pending/")
+	if err != nil {
+		return err
+	}
+	for _, in := range infos {
+		if err := r.Store.Delete(ctx, in.Key); err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// TableManifests returns the committed manifests of round r, by table name,
+// by trying every known stage output (readers never list directories).
+func (r *Runner) TableManifests(ctx context.Context, round int) (map[string]*Manifest, error) {
+	out := map[string]*Manifest{}
+	for _, s := range r.Stages {
+		for _, o := range s.Outputs() {
+			m, err := ReadManifest(ctx, r.Store, ManifestKey(r.Run, round, o.Table))
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[o.Table] = m
+		}
+	}
+	return out, nil
+}
+
+// sortedStrings is a small helper for deterministic output.
+func sortedStrings(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return out
+}
+
+var _ = bytes.NewReader
+
+// FingerprintOf computes the stage fingerprint s would have at round r now
+// (inputs resolved from the store).
+func (r *Runner) FingerprintOf(ctx context.Context, s Stage, round int) string {
+	_, fp, _, _ := r.prepare(ctx, NewRoundInfo(r.Run, round, &r.Config), s)
+	return fp
+}

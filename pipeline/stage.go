@@ -1,0 +1,269 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/table"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// RoundInfo describes round r of a run to the stages planning it.
+type RoundInfo struct {
+	Run   string
+	Round int
+	// Regeneration is true when the round generates new environments:
+	// (Round-1) % regenerate_every == 0 (SPADE.md step 8).
+	Regeneration bool
+	// RegenRound is the round of the latest regeneration at or before Round.
+	RegenRound int
+	// RegenIndex numbers regenerations from 0.
+	RegenIndex int
+	// Seed is the run seed.
+	Seed int64
+}
+
+// NewRoundInfo computes the schedule of round r (r >= 1; round 0 is the
+// run's setup round holding the corpus).
+func NewRoundInfo(run string, r int, cfg *config.Config) RoundInfo {
+	ri := RoundInfo{Run: run, Round: r, Seed: cfg.Seed}
+	if r >= 1 {
+		k := cfg.RegenerateEvery
+		ri.Regeneration = (r-1)%k == 0
+		ri.RegenRound = r - (r-1)%k
+		ri.RegenIndex = (r - 1) / k
+	}
+	return ri
+}
+
+// Input names one table version a stage reads.
+type Input struct {
+	Table string
+	Round int
+	// Optional inputs may be missing (e.g. memory before the first round).
+	Optional bool
+}
+
+// Output names one table a stage writes and its kind (schemas table name);
+// Kind defaults to Table.
+type Output struct {
+	Table string
+	Kind  string
+}
+
+// KindOf returns the output's table kind.
+func (o Output) KindOf() string {
+	if o.Kind == "" {
+		return o.Table
+	}
+	return o.Kind
+}
+
+// Stage is one step of a round: SPADE logic only. The runner owns
+// fingerprints, commit, resume, progress and logs (DESIGN.md "Stages").
+//
+// A stage's work is split into Parts independent parts; part p's output is
+// a pure function of the inputs, the config subset, the seed and p, so any
+// assignment of parts to shards gives byte-identical tables.
+type Stage interface {
+	// Name is the stage name used by the CLI and in manifests.
+	Name() string
+	// Outputs lists the tables the stage writes.
+	Outputs() []Output
+	// Plan returns the inputs the stage reads at this round and whether the
+	// stage runs at all this round.
+	Plan(ri RoundInfo, cfg *config.Config) (inputs []Input, runs bool)
+	// ConfigSubset is the part of the config the stage's output depends on;
+	// it is hashed into the stage fingerprint.
+	ConfigSubset(cfg *config.Config) any
+	// Parts returns the number of parts for these inputs (>= 1).
+	Parts(ctx context.Context, env *Env) (int, error)
+	// Run computes part p and emits its rows to out.
+	Run(ctx context.Context, env *Env, part int, out *Out) error
+}
+
+// Env is what a running stage sees: the round, the config, and its inputs
+// (by manifest; rows are read through ReadAll and friends).
+type Env struct {
+	Round     RoundInfo
+	Config    *config.Config
+	Stage     string
+	store     storage.Store
+	inputs    map[string]*Manifest // key: "table@round"
+	inputRefs []InputRef
+}
+
+func inputKey(table string, round int) string { return fmt.Sprintf("%s@%d", table, round) }
+
+// Manifest returns the manifest of input table at round, or nil when the
+// input is optional and missing.
+func (e *Env) Manifest(table string, round int) *Manifest {
+	return e.inputs[inputKey(table, round)]
+}
+
+// Has reports whether the optional input exists.
+func (e *Env) Has(table string, round int) bool { return e.Manifest(table, round) != nil }
+
+// Store returns the store, for stages that keep large artefacts (model
+// checkpoints) beside their tables.
+func (e *Env) Store() storage.Store { return e.store }
+
+// ReadAll reads every row of input table at round, verifying each file's
+// size and sha256 against the manifest (ErrIntegrity on mismatch). A missing
+// optional input gives no rows.
+func ReadAll[T any](ctx context.Context, e *Env, t schemas.Table[T], name string, round int) ([]T, error) {
+	m := e.Manifest(name, round)
+	if m == nil {
+		if _, declared := e.inputs[inputKey(name, round)]; declared {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("stage %s: %s of round %d is not a declared input", e.Stage, name, round)
+	}
+	return ReadManifestRows(ctx, e.store, t, m)
+}
+
+// ReadManifestRows reads every row of the files m lists, in part order,
+// verifying sizes and sha256.
+func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest) ([]T, error) {
+	if m.Kind != "" && m.Kind != t.Name {
+		return nil, fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
+	}
+	if m.SchemaFingerprint != t.Fingerprint() {
+		return nil, fmt.Errorf("table %s round %d: schema fingerprint %s does not match this build's %s v%d", m.Table, m.Round, short(m.SchemaFingerprint), t.Name, t.Version)
+	}
+	var out []T
+	for _, f := range m.Files {
+		data, err := ReadVerified(ctx, s, f)
+		if err != nil {
+			return nil, err
+		}
+		rows, _, err := table.Decode(t, f.Key, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
+// ReadVerified reads one data file and checks its size and sha256.
+func ReadVerified(ctx context.Context, s storage.Store, f FileEntry) ([]byte, error) {
+	data, err := storage.ReadAll(ctx, s, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.Key, err)
+	}
+	if int64(len(data)) != f.Bytes {
+		return nil, fmt.Errorf("%s: %w: %d bytes, manifest says %d", f.Key, ErrIntegrity, len(data), f.Bytes)
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
+		return nil, fmt.Errorf("%s: %w: sha256 %s, manifest says %s", f.Key, ErrIntegrity, short(got), short(f.SHA256))
+	}
+	return data, nil
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// Out collects one part's rows per output table.
+type Out struct {
+	mu       sync.Mutex
+	declared map[string]string // table -> kind
+	tables   map[string]encoder
+	refs     map[string]*Manifest
+	stats    map[string]any
+}
+
+type encoder interface {
+	encode() (data []byte, rows int64, rowGroups int64, err error)
+	len() int
+}
+
+type rowsOf[T any] struct {
+	t    schemas.Table[T]
+	rows []T
+}
+
+func (r *rowsOf[T]) len() int { return len(r.rows) }
+
+func (r *rowsOf[T]) encode() ([]byte, int64, int64, error) {
+	data, err := table.Encode(r.t, r.rows)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	groups := (int64(len(r.rows)) + table.RowGroupRows - 1) / table.RowGroupRows
+	return data, int64(len(r.rows)), groups, nil
+}
+
+func newOut(outputs []Output) *Out {
+	o := &Out{declared: map[string]string{}, tables: map[string]encoder{}, refs: map[string]*Manifest{}, stats: map[string]any{}}
+	for _, d := range outputs {
+		o.declared[d.Table] = d.KindOf()
+	}
+	return o
+}
+
+// Emit appends rows to output table name of kind t. It is safe for
+// concurrent use. Emitting to an undeclared table or with the wrong kind
+// panics: that is a bug in the stage, not bad input.
+func Emit[T any](o *Out, t schemas.Table[T], name string, rows ...T) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	kind, ok := o.declared[name]
+	if !ok || kind != t.Name {
+		panic(fmt.Sprintf("pipeline: emit to %s (kind %s) not declared by the stage", name, t.Name))
+	}
+	enc, ok := o.tables[name]
+	if !ok {
+		enc = &rowsOf[T]{t: t}
+		o.tables[name] = enc
+	}
+	ro := enc.(*rowsOf[T])
+	ro.rows = append(ro.rows, rows...)
+}
+
+// Reference commits output table name as a reference to an input manifest:
+// the same files, nothing copied (pool and memory carried forward between
+// regenerations; fork). Only valid in a stage with one part.
+func (o *Out) Reference(name string, m *Manifest) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.declared[name]; !ok {
+		panic("pipeline: reference to undeclared output " + name)
+	}
+	o.refs[name] = m
+}
+
+// Stat records an observation (a count, a duration) in the manifests'
+// stats, outside every digest.
+func (o *Out) Stat(name string, v any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stats[name] = v
+}
+
+// putFile stores data content-named under the table directory and returns
+// its entry. An existing file of the same name has the same content.
+func putFile(ctx context.Context, s storage.Store, run string, round int, tableName string, part, parts int, data []byte, rows, groups int64) (FileEntry, error) {
+	sum := sha256.Sum256(data)
+	sha := hex.EncodeToString(sum[:])
+	key := PartKey(run, round, tableName, part, parts, sha)
+	err := s.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data)))
+	if err != nil && !isExists(err) {
+		return FileEntry{}, fmt.Errorf("write %s: %w", key, err)
+	}
+	return FileEntry{Key: key, SHA256: sha, Bytes: int64(len(data)), Rows: rows, RowGroups: groups, Part: part}, nil
+}
+
+var _ io.Reader = (*bytes.Reader)(nil)

@@ -1,0 +1,143 @@
+// Package sample is the corpus-sampling stage (SPADE.md steps 1-2): for a
+// regeneration it lays out the environment slots, each with its skill from
+// the round-robin curriculum, its setting and prompt kind, and grounding
+// documents drawn deterministically from (run seed, round).
+package sample
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// GameKinds are the prompt kinds of the game setting, cycled over a
+// skill's slots (SPADE.md step 3: single-turn reasoning, generic
+// multi-turn game, corpus-grounded multi-turn).
+var GameKinds = []string{"game", "grounded", "reasoning"}
+
+// Stage is the sample stage. It runs on regeneration rounds.
+type Stage struct{}
+
+// Name implements pipeline.Stage.
+func (Stage) Name() string { return "sample" }
+
+// Outputs implements pipeline.Stage.
+func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "slots"}} }
+
+// Plan implements pipeline.Stage: reads the run's corpus (round 0).
+func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return []pipeline.Input{{Table: "corpus", Round: 0}}, ri.Round >= 1 && ri.Regeneration
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (Stage) ConfigSubset(c *config.Config) any { return c.Sample }
+
+// Parts implements pipeline.Stage: slots are cheap; one part.
+func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// ActiveSkills returns the skills active in regeneration g: a window of
+// `active` consecutive skills starting at g*active (mod n), so every skill is
+// active equally often and consecutive regenerations differ (round-robin).
+func ActiveSkills(skills []string, active, g int) []string {
+	n := len(skills)
+	out := make([]string, 0, active)
+	for j := 0; j < active; j++ {
+		out = append(out, skills[(g*active+j)%n])
+	}
+	return out
+}
+
+// SlotLayout returns the skill, setting and kind of slot i of a
+// regeneration: slots cycle through the active skills; with setting
+// "mixed", every tool_use_every-th slot is tool use.
+func SlotLayout(c *config.Sample, active []string, i int) (skill, setting, kind string) {
+	skill = active[i%len(active)]
+	setting = c.Setting
+	if setting == "mixed" {
+		setting = "game"
+		if i%c.ToolUseEvery == c.ToolUseEvery-1 {
+			setting = "tool_use"
+		}
+	}
+	if setting == "tool_use" {
+		return skill, setting, "tooluse"
+	}
+	return skill, setting, GameKinds[(i/len(active))%len(GameKinds)]
+}
+
+// Seed derives a seed from the run seed and labels, stable across
+// platforms and Go versions (FNV-1a over the labels, mixed with the seed).
+func Seed(runSeed int64, labels ...any) int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d", runSeed)
+	for _, l := range labels {
+		fmt.Fprintf(h, "\x00%v", l)
+	}
+	return int64(h.Sum64() & (1<<63 - 1))
+}
+
+// drawRows picks k row indexes from [0, n): without replacement while k <=
+// n (Floyd's algorithm, O(k) memory), then cycling.
+func drawRows(rng *rand.Rand, n, k int64) []int64 {
+	out := make([]int64, 0, k)
+	m := min(k, n)
+	chosen := make(map[int64]bool, m)
+	var picked []int64
+	for j := n - m; j < n; j++ {
+		t := rng.Int64N(j + 1)
+		if chosen[t] {
+			t = j
+		}
+		chosen[t] = true
+		picked = append(picked, t)
+	}
+	rng.Shuffle(len(picked), func(a, b int) { picked[a], picked[b] = picked[b], picked[a] })
+	for int64(len(out)) < k {
+		out = append(out, picked[int64(len(out))%m])
+	}
+	return out
+}
+
+type docRef struct {
+	DocID  string `parquet:"doc_id"`
+	Domain string `parquet:"domain"`
+}
+
+// Run implements pipeline.Stage. It reads only the doc_id and domain
+// columns of the sampled rows.
+func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	c := env.Config.Sample
+	m := env.Manifest("corpus", 0)
+	if m.Rows == 0 {
+		return fmt.Errorf("corpus of run %s is empty", env.Round.Run)
+	}
+	ri := env.Round
+	rng := rand.New(rand.NewPCG(uint64(Seed(ri.Seed, "sample", ri.Round)), 0x5ade))
+	rows := drawRows(rng, m.Rows, int64(c.Slots*c.DocsPerSlot))
+	refs, err := pipeline.ReadRowsAt[docRef](ctx, env.Store(), m, rows)
+	if err != nil {
+		return fmt.Errorf("read sampled corpus rows: %w", err)
+	}
+	active := ActiveSkills(c.Skills, c.ActiveSkills, ri.RegenIndex)
+	for i := 0; i < c.Slots; i++ {
+		skill, setting, kind := SlotLayout(&c, active, i)
+		s := schemas.Slot{
+			SlotID: fmt.Sprintf("r%06d-s%04d", ri.Round, i), Regeneration: int64(ri.RegenIndex),
+			Index: int64(i), Skill: skill, Setting: setting, Kind: kind,
+			Seed: Seed(ri.Seed, "slot", ri.Round, i),
+		}
+		for d := 0; d < c.DocsPerSlot; d++ {
+			j := i*c.DocsPerSlot + d
+			s.DocIDs = append(s.DocIDs, refs[j].DocID)
+			s.Domains = append(s.Domains, refs[j].Domain)
+			s.DocRows = append(s.DocRows, rows[j])
+		}
+		pipeline.Emit(out, schemas.Slots, "slots", s)
+	}
+	return nil
+}
