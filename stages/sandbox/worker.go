@@ -111,8 +111,9 @@ func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time
 		return nil, w.deadError(op)
 	}
 	deadline := time.Now().Add(timeout)
+	ctxDeadline := false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, ctxDeadline = d, true
 	}
 	stop := context.AfterFunc(ctx, func() {
 		// Wake a blocked read or write; the error path below sees ctx.Err.
@@ -127,19 +128,19 @@ func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time
 		}
 		w.wbuf = appendFrame(w.wbuf[:0], payload)
 		if err := w.reqW.SetWriteDeadline(deadline); err != nil {
-			return nil, w.fail(ctx, op, err, timeout)
+			return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 		}
 		if _, err := w.reqW.Write(w.wbuf); err != nil {
-			return nil, w.fail(ctx, op, err, timeout)
+			return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 		}
 	}
 	if err := w.repR.SetReadDeadline(deadline); err != nil {
-		return nil, w.fail(ctx, op, err, timeout)
+		return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 	}
 	payload, buf, err := readFrame(w.repR, w.rbuf, w.sb.cfg.ReplyBytes)
 	w.rbuf = buf
 	if err != nil {
-		return nil, w.fail(ctx, op, err, timeout)
+		return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 	}
 	r, err := decodeReply(payload)
 	if err != nil {
@@ -151,11 +152,15 @@ func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time
 
 // fail turns an I/O error on the channel into a typed error, killing the
 // sandbox first.
-func (w *worker) fail(ctx context.Context, op string, err error, timeout time.Duration) error {
+func (w *worker) fail(ctx context.Context, op string, err error, timeout time.Duration, ctxDeadline bool) error {
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || (ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded)):
+		cerr := ctx.Err()
+		if cerr == nil {
+			cerr = context.DeadlineExceeded // the read deadline fired a hair before ctx's timer
+		}
 		w.kill(KindCanceled, "context ended")
-		return &Error{Kind: KindCanceled, Op: op, Detail: ctx.Err().Error(), Err: ctx.Err()}
+		return &Error{Kind: KindCanceled, Op: op, Detail: cerr.Error(), Err: cerr}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.kill(KindTimeout, fmt.Sprintf("no reply within %s", timeout))
 		return &Error{Kind: KindTimeout, Op: op, Detail: fmt.Sprintf("no reply within %s; sandbox killed", timeout), Output: w.out.head(outputInError)}
@@ -223,7 +228,7 @@ func classifyStatus(ws syscall.WaitStatus, output string) (Kind, string) {
 
 // signalKind maps a terminating signal to a Kind.
 func signalKind(sig syscall.Signal, output string) (Kind, string) {
-	det := "killed by signal " + sig.String()
+	det := "killed by signal " + signalName(sig)
 	switch {
 	case sig == syscall.SIGXCPU:
 		return KindCPUTime, det + " (RLIMIT_CPU)"
@@ -329,4 +334,19 @@ func (c *capWriter) head(n int) string {
 		b = b[:n]
 	}
 	return string(b)
+}
+
+// signalName is the conventional SIGxxx name (Signal.String gives prose).
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGILL: "SIGILL", syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV",
+		syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGINT: "SIGINT",
+		syscall.SIGHUP: "SIGHUP", syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2",
+	}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(sig))
 }

@@ -1,0 +1,354 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newSandbox returns a sandbox with short limits for tests, closed at cleanup.
+func newSandbox(t testing.TB, mod func(*Config)) *Sandbox {
+	t.Helper()
+	cfg := Config{Workers: 2, CallTimeout: 2 * time.Second, LoadTimeout: 10 * time.Second, CPUSeconds: 5}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sb, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sb.Close()) })
+	return sb
+}
+
+func readTestdata(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestBwrapAvailableHere(t *testing.T) {
+	// CI and this machine install bubblewrap; the isolation tests below are
+	// meaningless without it, so say so loudly instead of passing vacuously.
+	sb := newSandbox(t, func(c *Config) { c.Strict = true })
+	assert.Equal(t, IsolationBwrap, sb.Isolation())
+}
+
+func TestLoadResetStepDeterministic(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, readTestdata(t, "counter.py"))
+	require.NoError(t, err)
+	defer p.Close()
+	m := p.Meta()
+	assert.Equal(t, Meta{Class: "Counter", Kind: "game", Name: "counter", Skill: "planning", MaxTurns: 1000000,
+		RewardRange: []float64{0, 1}, HasReset: true, HasStep: true}, m)
+
+	play := func(seed int64) []string {
+		e, err := p.Reset(ctx, seed)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, e.Close()) }()
+		trace := []string{e.Observation, string(e.Info)}
+		for range 12 {
+			r, err := e.Step(ctx, "add2")
+			require.NoError(t, err)
+			trace = append(trace, r.Observation, string(r.Info))
+		}
+		return trace
+	}
+	a, b, c := play(1), play(1), play(2)
+	assert.Equal(t, a, b, "same seed must replay identically")
+	assert.NotEqual(t, a, c, "different seeds should differ for this env")
+	assert.Contains(t, a[0], "Valid actions: add1 | add2")
+
+	// One episode at a time per program.
+	e, err := p.Reset(ctx, 3)
+	require.NoError(t, err)
+	_, err = p.Reset(ctx, 4)
+	assert.ErrorIs(t, err, ErrEpisodeOpen)
+	require.NoError(t, e.Close())
+}
+
+func TestForcedTruncationAndEpisodeOver(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	src := `
+from spade_env import Env
+class Loop(Env):
+    max_turns = 3
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "go", {}
+    def step(self, action):
+        return "again", 0.0, False, False, {}
+`
+	p, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	for i := 1; i <= 3; i++ {
+		r, err := e.Step(ctx, "x")
+		require.NoError(t, err)
+		assert.Equal(t, i == 3, r.Truncated, "turn %d", i)
+		assert.Equal(t, i == 3, r.ForcedTruncation, "turn %d", i)
+	}
+	_, err = e.Step(ctx, "x")
+	assert.ErrorIs(t, err, ErrEpisodeOver)
+	require.NoError(t, e.Close())
+}
+
+func TestNonFiniteRewardIsTransported(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, `
+import math
+from spade_env import Env
+class N(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "go", {"x": math.inf}
+    def step(self, action):
+        return "o", float("nan"), False, False, {"y": float("-inf")}
+`)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"x":"Infinity"}`, string(e.Info))
+	r, err := e.Step(ctx, "a")
+	require.NoError(t, err)
+	assert.True(t, math.IsNaN(r.Reward))
+	assert.False(t, r.Finite())
+	assert.JSONEq(t, `{"y":"-Infinity"}`, string(r.Info))
+	require.NoError(t, e.Close())
+}
+
+// TestFailureKinds: each broken program fails with its named kind, within
+// its limit, and the sandbox keeps serving other programs.
+func TestFailureKinds(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) {
+		c.CallTimeout = 1500 * time.Millisecond
+		c.MemoryBytes = 256 << 20
+		c.OutputBytes = 64 << 10
+		c.ReplyBytes = 256 << 10
+	})
+	const head = "from spade_env import Env\nclass E(Env):\n    def reset(self, seed=None):\n        super().reset(seed)\n"
+	cases := []struct {
+		name, src string
+		op        string // where it fails: load, reset, step
+		kind      Kind
+		detail    string
+	}{
+		{"syntax", "def f(:\n", "load", KindSyntax, "line 1"},
+		{"no class", "x = 1\n", "load", KindNoClass, "no spade_env.Env subclass"},
+		{"two classes", "from spade_env import Env\nclass A(Env): pass\nclass B(Env): pass\n", "load", KindNoClass, "A, B"},
+		{"module raises", "raise ValueError('boom')\n", "load", KindException, "ValueError: boom"},
+		{"reset raises", head + "        raise KeyError('k')\n    def step(self, a): pass\n", "reset", KindException, "KeyError"},
+		{"reset arity", head + "        return 'only obs'\n    def step(self, a): pass\n", "reset", KindContract, "expected 2"},
+		{"step arity", head + "        return 'o', {}\n    def step(self, a):\n        return 'o', 0.0, False, {}\n", "step", KindContract, "4 values"},
+		{"step types", head + "        return 'o', {}\n    def step(self, a):\n        return 5, 0.0, False, False, {}\n", "step", KindContract, "observation is int"},
+		{"infinite loop", head + "        return 'o', {}\n    def step(self, a):\n        while True: pass\n", "step", KindTimeout, "no reply within"},
+		{"sys.exit", head + "        return 'o', {}\n    def step(self, a):\n        import sys; sys.exit(3)\n", "step", KindExit, "SystemExit"},
+		{"os._exit", head + "        return 'o', {}\n    def step(self, a):\n        import os; os._exit(7)\n", "step", KindExit, "status 7"},
+		{"segfault", head + "        return 'o', {}\n    def step(self, a):\n        import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n", "step", KindCrash, "SIGSEGV"},
+		{"memory", head + "        self.big = bytearray(1 << 30)\n        return 'o', {}\n    def step(self, a): pass\n", "reset", KindMemory, "MemoryError"},
+		{"output flood", head + "        return 'o', {}\n    def step(self, a):\n        while True: print('x' * 4096)\n", "step", KindOutputLimit, "stdout+stderr"},
+		{"huge info", head + "        return 'o', {}\n    def step(self, a):\n        return 'o', 0.0, False, False, {'blob': 'x' * (1 << 20)}\n", "step", KindReplyLimit, "exceeds"},
+		{"recursion", head + "        return 'o', {}\n    def step(self, a):\n        return self.step(a)\n", "step", KindRecursion, "RecursionError"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			start := time.Now()
+			err := func() error {
+				p, err := sb.Load(ctx, tc.src)
+				if err != nil {
+					require.Equal(t, "load", tc.op, "unexpected load failure: %v", err)
+					return err
+				}
+				defer p.Close()
+				e, err := p.Reset(ctx, 1)
+				if err != nil {
+					require.Equal(t, "reset", tc.op, "unexpected reset failure: %v", err)
+					return err
+				}
+				defer e.Close()
+				_, err = e.Step(ctx, "a")
+				return err
+			}()
+			require.Error(t, err)
+			var se *Error
+			require.True(t, errors.As(err, &se), "want *Error, got %T %v", err, err)
+			assert.Equal(t, tc.kind, se.Kind, "error: %v", err)
+			assert.Equal(t, tc.op, se.Op)
+			assert.Contains(t, se.Detail+se.Traceback, tc.detail)
+			assert.Less(t, time.Since(start), 8*time.Second)
+		})
+	}
+}
+
+func TestEpisodeCrashKeepsProgramButTimeoutKillsIt(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.CallTimeout = time.Second })
+	ctx := context.Background()
+	p, err := sb.Load(ctx, `
+import os
+from spade_env import Env
+class E(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "o", {}
+    def step(self, a):
+        if a == "die": os._exit(1)
+        if a == "hang":
+            while True: pass
+        return "ok", 1.0, True, False, {}
+`)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	_, err = e.Step(ctx, "die")
+	assert.Equal(t, KindExit, KindOf(err))
+	require.NoError(t, e.Close())
+
+	e, err = p.Reset(ctx, 2) // the fork server survived
+	require.NoError(t, err)
+	r, err := e.Step(ctx, "fine")
+	require.NoError(t, err)
+	assert.True(t, r.Terminated)
+	require.NoError(t, e.Close())
+
+	e, err = p.Reset(ctx, 3)
+	require.NoError(t, err)
+	_, err = e.Step(ctx, "hang")
+	assert.Equal(t, KindTimeout, KindOf(err))
+	assert.False(t, p.Alive())
+	require.NoError(t, e.Close())
+	_, err = p.Reset(ctx, 4)
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestContextCancelKillsCall(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.CallTimeout = 30 * time.Second })
+	p, err := sb.Load(context.Background(), "import time\nfrom spade_env import Env\nclass E(Env):\n    def reset(self, seed=None):\n        time.sleep(60)\n")
+	require.NoError(t, err)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = p.Reset(ctx, 1)
+	assert.Equal(t, KindCanceled, KindOf(err))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestEnvironmentScrubbed(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "parent-secret-value")
+	for _, noBwrap := range []bool{false, true} {
+		sb := newSandbox(t, func(c *Config) { c.NoBwrap = noBwrap })
+		p, err := sb.Load(context.Background(), `
+import os, json
+from spade_env import Env
+class E(Env):
+    def reset(self, seed=None):
+        return json.dumps(dict(os.environ), sort_keys=True), {}
+    def step(self, a): pass
+`)
+		require.NoError(t, err)
+		e, err := p.Reset(context.Background(), 1)
+		require.NoError(t, err)
+		var env map[string]string
+		require.NoError(t, json.Unmarshal([]byte(e.Observation), &env))
+		assert.NotContains(t, e.Observation, "parent-secret-value")
+		assert.Equal(t, "0", env["PYTHONHASHSEED"])
+		for k := range env {
+			assert.Contains(t, []string{"PATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_CTYPE", "PWD"}, k, "unexpected variable (noBwrap=%v)", noBwrap)
+		}
+		require.NoError(t, e.Close())
+		require.NoError(t, p.Close())
+	}
+}
+
+func TestStrictRefusesWithoutBwrap(t *testing.T) {
+	_, err := New(Config{NoBwrap: true, Strict: true})
+	assert.ErrorIs(t, err, ErrNoIsolation)
+	_, err = New(Config{Bwrap: "/nonexistent/bwrap", Strict: true})
+	assert.ErrorIs(t, err, ErrNoIsolation)
+	_, err = New(Config{Python: "/nonexistent/python3"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "/nonexistent/python3")
+}
+
+func TestSlotsBoundConcurrency(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+	src := readTestdata(t, "counter.py")
+	p, err := sb.Load(context.Background(), src)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = sb.Load(ctx, src)
+	assert.Equal(t, KindCanceled, KindOf(err), "second load must wait for the only slot")
+	require.NoError(t, p.Close())
+	p2, err := sb.Load(context.Background(), src)
+	require.NoError(t, err)
+	require.NoError(t, p2.Close())
+}
+
+func TestToolStatus(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, `
+from spade_env import ToolUseEnv
+class Shop(ToolUseEnv):
+    tools = [
+        {"name": "buy", "description": "Buy an item.", "parameters": {"type": "object",
+         "properties": {"item": {"type": "string"}}, "required": ["item"]}},
+        {"name": "ghost", "description": "No method.", "parameters": {"type": "object", "properties": {}}},
+    ]
+    def initial_state(self):
+        return {"cart": []}
+    def instructions(self):
+        return [("Buy an apple.", lambda s: "apple" in s["cart"]),
+                ("Pay.", lambda s: s.get("paid", False)),
+                ("Leave.", lambda s: s["left"])]
+    def tool_buy(self, item):
+        self.state["cart"].append(item)
+        return "bought " + item
+    def solution(self):
+        return ['{"name": "buy", "arguments": {"item": "apple"}}']
+`)
+	require.NoError(t, err)
+	defer p.Close()
+	assert.Equal(t, "tool_use", p.Meta().Kind)
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	assert.Contains(t, e.Observation, "Instruction 1 of 3: Buy an apple.")
+	st, err := e.ToolStatus(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, false, false}, st.Criteria)
+	assert.Equal(t, [][]string{{}, {"paid"}, {"left"}}, st.MissingKeys)
+	assert.Contains(t, st.CriterionErrors[2], "KeyError")
+	assert.Equal(t, []string{"buy", "ghost"}, st.Tools)
+	assert.Contains(t, strings.Join(st.Problems, ";"), "tool ghost: no method tool_ghost")
+	assert.Equal(t, []string{`{"name": "buy", "arguments": {"item": "apple"}}`}, st.Solution)
+	r, err := e.Step(ctx, st.Solution[0])
+	require.NoError(t, err)
+	assert.InDelta(t, 1.0/3, r.Reward, 1e-12)
+	st, err = e.ToolStatus(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false, false}, st.Criteria)
+	require.NoError(t, e.Close())
+}
