@@ -212,9 +212,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	where := fmt.Sprintf("bucket %q at endpoint %s", o.Bucket, endpoint)
 
-	tr := awshttp.NewBuildableClient().GetTransport()
 	loadOpts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(&http.Client{Transport: tr}),
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(so *retry.StandardOptions) { so.MaxAttempts = o.MaxAttempts })
 		}),
@@ -226,8 +224,20 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
-		tr.CloseIdleConnections()
 		return nil, fmt.Errorf("open s3 %s: load AWS config: %w", where, err)
+	}
+	// Own the transport so Close can drop its idle connections. Take it from
+	// the SDK's client so settings the config applied (AWS_CA_BUNDLE's root
+	// CAs) are kept; like the SDK's client, do not follow redirects (S3
+	// answers a wrong region with 301, which must surface, not be chased).
+	bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok {
+		bc = awshttp.NewBuildableClient()
+	}
+	tr := bc.GetTransport()
+	cfg.HTTPClient = &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
@@ -273,7 +283,8 @@ func (s *Store) probe(ctx context.Context, cfg aws.Config) error {
 		return fmt.Errorf("open s3 %s: %w", s.where, ctx.Err())
 	}
 	var re *awshttp.ResponseError
-	if !errors.As(err, &re) || re.Response == nil {
+	if !errors.As(err, &re) || re.Response == nil || re.HTTPStatusCode() == 0 {
+		// No HTTP answer at all: refused, DNS, TLS, timeout.
 		if pctx.Err() != nil {
 			return fmt.Errorf("open s3 %s: endpoint unreachable: no answer to HeadBucket within %s: %w", s.where, ProbeTimeout, err)
 		}

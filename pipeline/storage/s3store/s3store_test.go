@@ -1,0 +1,267 @@
+package s3store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/spade-pipeline/spade/internal/testutil/s3server"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/s3store"
+	"github.com/spade-pipeline/spade/pipeline/storage/storagetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// smallParts makes the suite's large object (11 MiB) a 3-part upload.
+var smallParts = url.Values{"part_size": {fmt.Sprint(s3store.MinPartSize)}}
+
+var prefixSeq atomic.Int64
+
+func TestConformance(t *testing.T) {
+	srv := s3server.Start(t)
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		s, err := storage.Open(context.Background(), srv.StoreURL(fmt.Sprintf("conformance/%d", prefixSeq.Add(1)), smallParts))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestConformanceBucketRoot(t *testing.T) {
+	// No prefix: keys are the object names. Each store gets its own bucket.
+	srv := s3server.Start(t)
+	c := srv.Client()
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		bucket := fmt.Sprintf("root-%d", prefixSeq.Add(1))
+		_, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+		require.NoError(t, err)
+		u := strings.Replace(srv.StoreURL("", smallParts), "s3://"+s3server.Bucket, "s3://"+bucket, 1)
+		s, err := storage.Open(context.Background(), u)
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// TestMultipartUpload checks that an object over the part size really went
+// up in parts (S3's multipart ETag is "<md5 of part md5s>-<parts>") and
+// that one under it did not.
+func TestMultipartUpload(t *testing.T) {
+	srv := s3server.Start(t)
+	ctx := context.Background()
+	s, err := storage.Open(ctx, srv.StoreURL("mp", smallParts))
+	require.NoError(t, err)
+	defer s.Close()
+	big := bytes.Repeat([]byte("0123456789abcdef"), int(s3store.MinPartSize)/16*2+1) // 2 parts + 16 bytes
+	require.NoError(t, s.Put(ctx, "big", bytes.NewReader(big), int64(len(big))))
+	require.NoError(t, s.PutIfAbsent(ctx, "big-pia", bytes.NewReader(big), -1))
+	require.NoError(t, storage.PutBytes(ctx, s, "small", []byte("small")))
+	for key, wantParts := range map[string]string{"mp/big": "-3", "mp/big-pia": "-3", "mp/small": ""} {
+		head, err := srv.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s3server.Bucket), Key: aws.String(key)})
+		require.NoError(t, err, key)
+		etag := strings.Trim(aws.ToString(head.ETag), `"`)
+		if wantParts == "" {
+			require.NotContains(t, etag, "-", "%s: single PutObject", key)
+		} else {
+			require.True(t, strings.HasSuffix(etag, wantParts), "%s: ETag %q is not a 3-part multipart ETag", key, etag)
+		}
+	}
+	got, err := storage.ReadAll(ctx, s, "big")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, got))
+}
+
+// lossyTransport forwards requests to the real server but, for the first
+// conditional PUT, throws the server's answer away and reports a failure,
+// so the client sees a 502 although the object was created: a lost
+// response.
+type lossyTransport struct {
+	base         *http.Transport
+	dropped      atomic.Bool
+	conditionals atomic.Int32
+}
+
+func (l *lossyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	conditional := r.Method == http.MethodPut && r.Header.Get("If-None-Match") == "*"
+	if conditional {
+		l.conditionals.Add(1)
+	}
+	resp, err := l.base.RoundTrip(r)
+	if err != nil || !conditional || resp.StatusCode != http.StatusOK || !l.dropped.CompareAndSwap(false, true) {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, errors.New("injected: response lost")
+}
+
+// TestPutIfAbsentLostResponse pins down the documented decision: a
+// PutIfAbsent whose first attempt created the object but lost the answer
+// reports success (not ErrExists), whether the SDK retries (and gets 412)
+// or gives up.
+func TestPutIfAbsentLostResponse(t *testing.T) {
+	srv := s3server.Start(t)
+	target, err := url.Parse(srv.Endpoint)
+	require.NoError(t, err)
+	for _, tc := range []struct{ attempts, conditionalPuts int }{
+		{attempts: 1, conditionalPuts: 1}, // no retry: the HEAD alone settles it
+		{attempts: 3, conditionalPuts: 2}, // the retry gets 412, then the HEAD
+	} {
+		attempts := tc.attempts
+		t.Run(fmt.Sprintf("max_attempts=%d", attempts), func(t *testing.T) {
+			lossy := &lossyTransport{base: &http.Transport{}}
+			defer lossy.base.CloseIdleConnections()
+			proxy := httptest.NewServer(&httputil.ReverseProxy{
+				Rewrite: func(pr *httputil.ProxyRequest) {
+					pr.SetURL(target)
+					pr.Out.Host = pr.In.Host // keep the host the client signed
+				},
+				Transport: lossy,
+				ErrorLog:  log.New(io.Discard, "", 0),
+			})
+			defer proxy.Close()
+			q := url.Values{"endpoint": {proxy.URL}, "region": {s3server.Region}, "path_style": {"true"}, "max_attempts": {fmt.Sprint(attempts)}}
+			ctx := context.Background()
+			s, err := storage.Open(ctx, fmt.Sprintf("s3://%s/lost%d?%s", s3server.Bucket, attempts, q.Encode()))
+			require.NoError(t, err)
+			defer s.Close()
+
+			require.NoError(t, storage.PutBytesIfAbsent(ctx, s, "manifest.json", []byte("mine")), "our own lost write is a success")
+			require.True(t, lossy.dropped.Load(), "the response was dropped")
+			require.EqualValues(t, tc.conditionalPuts, lossy.conditionals.Load(), "conditional PUTs sent")
+			got, err := storage.ReadAll(ctx, s, "manifest.json")
+			require.NoError(t, err)
+			require.Equal(t, "mine", string(got))
+			// Someone else's object is still ErrExists.
+			require.ErrorIs(t, storage.PutBytesIfAbsent(ctx, s, "manifest.json", []byte("other")), storage.ErrExists)
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	srv := s3server.Start(t)
+	ctx := context.Background()
+	dead := deadEndpoint(t)
+
+	t.Run("missing bucket", func(t *testing.T) {
+		u := strings.Replace(srv.URL, "s3://"+s3server.Bucket, "s3://no-such-bucket", 1)
+		_, err := storage.Open(ctx, u)
+		require.ErrorContains(t, err, `bucket "no-such-bucket" at endpoint `+srv.Endpoint+": bucket does not exist")
+	})
+	t.Run("wrong credentials", func(t *testing.T) {
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value")
+		_, err := storage.Open(ctx, srv.URL)
+		require.ErrorContains(t, err, `bucket "spade-test" at endpoint `+srv.Endpoint+": access denied (HTTP 403): wrong credentials")
+		require.NotContains(t, err.Error(), "wrong-secret-value")
+		require.NotContains(t, err.Error(), s3server.SecretKey)
+	})
+	t.Run("no credentials", func(t *testing.T) {
+		t.Setenv("AWS_ACCESS_KEY_ID", "")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+		_, err := storage.Open(ctx, srv.URL)
+		require.ErrorContains(t, err, "no usable AWS credentials")
+		require.ErrorContains(t, err, `bucket "spade-test"`)
+	})
+	t.Run("unreachable endpoint", func(t *testing.T) {
+		start := time.Now()
+		_, err := storage.Open(ctx, "s3://spade-test?path_style=true&region=us-east-1&endpoint="+dead)
+		require.ErrorContains(t, err, `bucket "spade-test" at endpoint `+dead+": endpoint unreachable")
+		require.Less(t, time.Since(start), s3store.ProbeTimeout+5*time.Second, "probe is bounded")
+	})
+	t.Run("credentials in URL", func(t *testing.T) {
+		_, err := storage.Open(ctx, "s3://AKIAXXX:topsecret@spade-test?endpoint="+srv.Endpoint)
+		require.ErrorContains(t, err, "credentials in the URL are not accepted")
+		require.NotContains(t, err.Error(), "topsecret")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := storage.Open(cctx, srv.URL)
+		require.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+// deadEndpoint returns an http URL on a loopback port nothing listens on.
+func deadEndpoint(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return "http://" + addr
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want s3store.Options
+		err  string
+	}{
+		{url: "s3://b", want: s3store.Options{Bucket: "b", PartSize: s3store.DefaultPartSize, MaxAttempts: s3store.DefaultMaxAttempts}},
+		{url: "s3://b/runs/x/?region=eu-west-1&path_style=true&part_size=8388608&max_attempts=2&endpoint=http://127.0.0.1:9000/",
+			want: s3store.Options{Bucket: "b", Prefix: "runs/x/", Region: "eu-west-1", PathStyle: true, PartSize: 8 << 20, MaxAttempts: 2, Endpoint: "http://127.0.0.1:9000"}},
+		{url: "s3://", err: "missing bucket"},
+		{url: "s3://b?part_size=1024", err: "part_size \"1024\""},
+		{url: "s3://b?part_size=abc", err: "part_size"},
+		{url: "s3://b?max_attempts=0", err: "max_attempts"},
+		{url: "s3://b?path_style=maybe", err: "path_style"},
+		{url: "s3://b?endpoint=127.0.0.1:9000", err: "endpoint"},
+		{url: "s3://b?endpont=http://x", err: `unknown parameter "endpont"`},
+		{url: "s3://b/a/../c", err: "prefix"},
+		{url: "s3://b?aws_secret_access_key=shh", err: "unknown parameter"},
+		{url: "file:///x", err: "scheme is not s3"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			u, err := url.Parse(tc.url)
+			require.NoError(t, err)
+			got, err := s3store.ParseURL(u)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.NotContains(t, err.Error(), "shh", "secret-looking values are redacted")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{
+		"s3://b", "s3://b/p?endpoint=http://127.0.0.1:1&region=r&path_style=1&part_size=5242880&max_attempts=3",
+		"s3://b?part_size=-1", "s3://u:p@b", "s3://b/%2e%2e/x", "s3://b?x=%zz",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return
+		}
+		o, err := s3store.ParseURL(u)
+		if err != nil {
+			return
+		}
+		if o.Bucket == "" || o.PartSize < s3store.MinPartSize || o.MaxAttempts < 1 {
+			t.Fatalf("ParseURL(%q) accepted bad options %+v", raw, o)
+		}
+		if o.Prefix != "" && (!strings.HasSuffix(o.Prefix, "/") || storage.ValidateKey(strings.TrimSuffix(o.Prefix, "/")) != nil) {
+			t.Fatalf("ParseURL(%q) accepted bad prefix %q", raw, o.Prefix)
+		}
+	})
+}
