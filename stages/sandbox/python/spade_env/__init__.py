@@ -218,6 +218,8 @@ class ToolUseEnv(Env):
     def _current_instruction_text(self) -> str:
         n = len(self._spade_instructions)
         i = self._spade_done
+        if i >= n:  # no instructions at all: the validator rejects such an env
+            return "There are no instructions."
         return f"Instruction {i + 1} of {n}: {self._spade_instructions[i][0]}"
 
     def _info(self, **extra) -> dict:
@@ -236,8 +238,6 @@ class ToolUseEnv(Env):
         self._spade_done = 0
         self._spade_turn = 0
         self._spade_over = False
-        if not self._spade_instructions:
-            raise ValueError(f"{type(self).__name__}.instructions() returned no instructions")
         obs = "\n".join(
             [
                 "You operate a backend system through tools. Each turn, call exactly one tool by replying with JSON:",
@@ -270,7 +270,7 @@ class ToolUseEnv(Env):
             extra["success"] = success
         else:
             obs, ok = self._dispatch(text, extra)
-            if ok:
+            if ok and self._spade_done < n:
                 try:
                     holds = bool(self._spade_instructions[self._spade_done][1](self.state))
                 except Exception as exc:  # a broken criterion never crashes the episode

@@ -1,0 +1,513 @@
+// Package envcheck validates LLM-written SPADE environments (SPADE.md step
+// 4: parse, reset, probe-step smoke test, consistent 5-tuple, graceful
+// handling of malformed actions, reward within range; for tool use the reset
+// gate and impossibility screening) and adds checks of its own: finite
+// rewards (the public code lets NaN through), bounded text observations,
+// determinism under a fixed seed, and termination within the turn limit.
+//
+// Every check runs the program in a sandbox.Sandbox; a hostile program fails
+// a named check and costs only its own sandbox.
+package envcheck
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spade-pipeline/spade/stages/sandbox"
+)
+
+// Check names, in report order. They are stable identifiers: the validations
+// table stores them and designer prompts may quote them.
+const (
+	CheckCompile       = "compile"        // source compiles and its module executes
+	CheckClass         = "class"          // exactly one environment class
+	CheckMetadata      = "metadata"       // max_turns, reward_range, reset/step defined
+	CheckReset         = "reset"          // reset(seed) works on every tested seed
+	CheckStepTuple     = "step_tuple"     // step returns (str, float, bool, bool, dict)
+	CheckProbeStep     = "probe_step"     // malformed and plausible actions never raise
+	CheckReward        = "reward"         // rewards finite and within reward_range
+	CheckObservation   = "observation"    // observations are bounded text
+	CheckEpisodeEnds   = "episode_ends"   // the probe episode ends within max_turns
+	CheckDeterministic = "deterministic"  // same seed and actions, same trace
+	CheckResetGate     = "reset_gate"     // tool use: no criterion holds after reset
+	CheckImpossibility = "impossibility"  // tool use: task refers to real tools/state, 3-5 instructions, reachable
+)
+
+var gameChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
+	CheckReward, CheckObservation, CheckEpisodeEnds, CheckDeterministic}
+
+var quickChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
+	CheckReward, CheckObservation}
+
+// Options tunes a validation. Zero fields take the documented defaults.
+type Options struct {
+	// Seeds are the reset seeds tested (at least 3 are used; fewer are
+	// padded with 0, 1, 2, ...). Default [0, 1, 2].
+	Seeds []int64
+	// Class names the environment class when the program defines several.
+	Class string
+	// MaxObservationBytes bounds one observation, in bytes. Default 16 KiB.
+	MaxObservationBytes int
+	// MaxTurnsLimit is the largest max_turns accepted (the probe plays up to
+	// that many steps per episode). Default 100.
+	MaxTurnsLimit int
+	// Timeout bounds the whole validation, wall clock. Default 60s.
+	Timeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxObservationBytes <= 0 {
+		o.MaxObservationBytes = 16 << 10
+	}
+	if o.MaxTurnsLimit <= 0 {
+		o.MaxTurnsLimit = 100
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 60 * time.Second
+	}
+	seeds := append([]int64(nil), o.Seeds...)
+	for i := int64(0); len(seeds) < 3; i++ {
+		dup := false
+		for _, s := range seeds {
+			dup = dup || s == i
+		}
+		if !dup {
+			seeds = append(seeds, i)
+		}
+	}
+	o.Seeds = seeds
+	return o
+}
+
+// Result is the outcome of one check.
+type Result struct {
+	// Name is one of the Check* constants.
+	Name string `json:"name"`
+	// Passed is true when the check ran and held.
+	Passed bool `json:"passed"`
+	// Skipped is true when an earlier failure stopped the validation before
+	// this check could run (Passed is then false).
+	Skipped bool `json:"skipped,omitempty"`
+	// Detail explains a failure (seed, action, error kind) or summarises a
+	// pass.
+	Detail string `json:"detail"`
+	// ErrorKind is the sandbox failure kind behind a failure, if any
+	// (timeout, memory, exception, ...).
+	ErrorKind string `json:"error_kind,omitempty"`
+	// Duration is the wall-clock time of the phase this check owns; checks
+	// judged during another check's phase report 0.
+	Duration time.Duration `json:"duration_ns"`
+	// TracebackTail is the end of the Python traceback, when there is one.
+	TracebackTail string `json:"traceback_tail,omitempty"`
+}
+
+// Report is the outcome of one validation.
+type Report struct {
+	// Valid is true when every check passed.
+	Valid bool `json:"valid"`
+	// Reason is the name of the first check that failed ("" when valid).
+	Reason string `json:"reason,omitempty"`
+	// Kind is "game" or "tool_use" ("" when the class was not found).
+	Kind string `json:"kind,omitempty"`
+	// Meta is the environment's metadata (name, skill, reward_range,
+	// max_turns, tools), when the program loaded.
+	Meta *sandbox.Meta `json:"meta,omitempty"`
+	// Checks are the results, in the fixed order of the Check* constants.
+	Checks []Result `json:"checks"`
+	// Duration is the wall-clock time of the whole validation.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Check runs the full validation of source. It never returns an error: every
+// failure, including a sandbox that cannot start, is a failed check in the
+// report (the reason names it).
+func Check(ctx context.Context, sb *sandbox.Sandbox, source string, opts Options) Report {
+	return run(ctx, sb, source, opts.withDefaults(), false)
+}
+
+// QuickCheck is the cheap validation the design stage uses between
+// generation retries: compile, class, metadata, reset on the first seed, and
+// one malformed plus one plausible probe step.
+func QuickCheck(ctx context.Context, sb *sandbox.Sandbox, source string, opts Options) Report {
+	return run(ctx, sb, source, opts.withDefaults(), true)
+}
+
+// checker accumulates results in report order.
+type checker struct {
+	order   []string
+	results map[string]*Result
+	failed  string
+}
+
+func newChecker(names []string) *checker {
+	c := &checker{order: names, results: make(map[string]*Result, len(names))}
+	for _, n := range names {
+		c.results[n] = &Result{Name: n}
+	}
+	return c
+}
+
+func (c *checker) ok() bool { return c.failed == "" }
+
+// fail records a failure of check name. Validation stops at the first
+// failure, so only the first one is kept.
+func (c *checker) fail(name, detail string, err error) {
+	r := c.results[name]
+	if r == nil || c.failed != "" {
+		return
+	}
+	r.Passed = false
+	r.Detail = detail
+	var se *sandbox.Error
+	if errors.As(err, &se) {
+		r.ErrorKind = string(se.Kind)
+		r.TracebackTail = tail(se.Traceback, 2000)
+		if r.TracebackTail == "" && se.Output != "" {
+			r.TracebackTail = tail(se.Output, 2000)
+		}
+	}
+	c.failed = name
+}
+
+func (c *checker) pass(name, detail string) {
+	r := c.results[name]
+	if r == nil || c.failed == name {
+		return
+	}
+	r.Passed = true
+	if r.Detail == "" {
+		r.Detail = detail
+	}
+}
+
+func (c *checker) time(name string, d time.Duration) { c.results[name].Duration += d }
+
+func (c *checker) report(meta *sandbox.Meta, start time.Time) Report {
+	rep := Report{Valid: c.failed == "", Reason: c.failed, Meta: meta, Duration: time.Since(start)}
+	if meta != nil {
+		rep.Kind = meta.Kind
+	}
+	for _, n := range c.order {
+		r := *c.results[n]
+		if !r.Passed && r.Detail == "" {
+			r.Skipped = true
+			r.Detail = "skipped: check " + c.failed + " failed first"
+		}
+		rep.Checks = append(rep.Checks, r)
+	}
+	return rep
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for !utf8.ValidString(s) && len(s) > 0 {
+		s = s[1:]
+	}
+	return s
+}
+
+// errDetail is a one-line description of a sandbox failure.
+func errDetail(err error) string {
+	var se *sandbox.Error
+	if errors.As(err, &se) {
+		d := string(se.Kind)
+		if se.Detail != "" {
+			d += ": " + se.Detail
+		}
+		return d
+	}
+	return err.Error()
+}
+
+func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, quick bool) Report {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	names := gameChecks
+	if quick {
+		names = quickChecks
+	}
+	c := newChecker(names)
+
+	t0 := time.Now()
+	prog, err := sb.LoadClass(ctx, source, o.Class)
+	c.time(CheckCompile, time.Since(t0))
+	if err != nil {
+		switch sandbox.KindOf(err) {
+		case sandbox.KindNoClass:
+			c.pass(CheckCompile, "compiled and executed")
+			c.fail(CheckClass, errDetail(err), err)
+		default:
+			c.fail(CheckCompile, "load: "+errDetail(err), err)
+		}
+		return c.report(nil, start)
+	}
+	defer prog.Close()
+	meta := prog.Meta()
+	c.pass(CheckCompile, "compiled and executed")
+	c.pass(CheckClass, "environment class "+meta.Class+" ("+meta.Kind+")")
+	if meta.Kind == "tool_use" && !quick {
+		c.order = append(append([]string(nil), c.order...), CheckResetGate, CheckImpossibility)
+		c.results[CheckResetGate] = &Result{Name: CheckResetGate}
+		c.results[CheckImpossibility] = &Result{Name: CheckImpossibility}
+	}
+	if d := metadataProblem(meta, o); d != "" {
+		c.fail(CheckMetadata, d, nil)
+		return c.report(&meta, start)
+	}
+	c.pass(CheckMetadata, fmt.Sprintf("max_turns %d, reward_range [%g, %g]", meta.MaxTurns, meta.RewardRange[0], meta.RewardRange[1]))
+
+	v := &validator{c: c, prog: prog, meta: meta, o: o}
+	seeds := o.Seeds
+	if quick {
+		seeds = seeds[:1]
+	}
+	traces := make([][]string, len(seeds))
+	for i, seed := range seeds {
+		maxSteps := meta.MaxTurns
+		if quick {
+			maxSteps = 2
+		}
+		tr, ok := v.episode(ctx, seed, maxSteps, !quick, true)
+		if !ok {
+			return c.report(&meta, start)
+		}
+		traces[i] = tr
+	}
+	c.pass(CheckReset, fmt.Sprintf("reset ok on seeds %v", seeds))
+	c.pass(CheckStepTuple, "5-tuples well formed")
+	c.pass(CheckProbeStep, "malformed and plausible actions handled")
+	c.pass(CheckReward, "rewards finite and within reward_range")
+	c.pass(CheckObservation, fmt.Sprintf("observations are text of at most %d bytes", o.MaxObservationBytes))
+	if quick {
+		return c.report(&meta, start)
+	}
+	c.pass(CheckEpisodeEnds, v.endsDetail())
+
+	t0 = time.Now()
+	for i, seed := range seeds {
+		tr, ok := v.episode(ctx, seed, meta.MaxTurns, true, false)
+		if !ok {
+			if c.ok() {
+				c.fail(CheckDeterministic, fmt.Sprintf("seed %d: the replay failed", seed), nil)
+			}
+			return c.report(&meta, start)
+		}
+		if d := firstDiff(traces[i], tr); d != "" {
+			c.fail(CheckDeterministic, fmt.Sprintf("seed %d replayed with the same actions diverged at %s", seed, d), nil)
+			return c.report(&meta, start)
+		}
+	}
+	c.time(CheckDeterministic, time.Since(t0))
+	c.pass(CheckDeterministic, fmt.Sprintf("%d seeds replayed identically", len(seeds)))
+
+	if meta.Kind == "tool_use" {
+		v.toolChecks(ctx, seeds)
+	}
+	return c.report(&meta, start)
+}
+
+// metadataProblem checks the class attributes before anything runs.
+func metadataProblem(m sandbox.Meta, o Options) string {
+	switch {
+	case m.Kind == "game" && !m.HasStep:
+		return "class " + m.Class + " defines no step method"
+	case m.Kind == "game" && !m.HasReset:
+		return "class " + m.Class + " defines no reset method"
+	case m.MaxTurns < 1 || m.MaxTurns > o.MaxTurnsLimit:
+		return fmt.Sprintf("max_turns must be an int in [1, %d], got %d", o.MaxTurnsLimit, m.MaxTurns)
+	case len(m.RewardRange) != 2:
+		return "reward_range must be a pair of numbers (low, high)"
+	case !finite(m.RewardRange[0]) || !finite(m.RewardRange[1]) || m.RewardRange[0] >= m.RewardRange[1]:
+		return fmt.Sprintf("reward_range must be finite with low < high, got [%g, %g]", m.RewardRange[0], m.RewardRange[1])
+	}
+	return ""
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// firstDiff locates the first difference of two traces.
+func firstDiff(a, b []string) string {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return fmt.Sprintf("trace entry %d (%s vs %s)", i, clip(a[i], 80), clip(b[i], 80))
+		}
+	}
+	if len(a) != len(b) {
+		return fmt.Sprintf("length (%d vs %d entries)", len(a), len(b))
+	}
+	return ""
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q...", s[:n])
+}
+
+// validator plays probe episodes and judges each reply.
+type validator struct {
+	c    *checker
+	prog *sandbox.Program
+	meta sandbox.Meta
+	o    Options
+
+	forced, selfEnded, turnsMax int
+}
+
+func (v *validator) endsDetail() string {
+	d := fmt.Sprintf("probe episodes ended within max_turns %d (longest %d steps)", v.meta.MaxTurns, v.turnsMax)
+	if v.forced > 0 {
+		d += fmt.Sprintf("; %d truncated by the harness at max_turns", v.forced)
+	}
+	return d
+}
+
+// malformedActions are what a confused agent sends; the contract says they
+// get feedback text, never an exception.
+func (v *validator) malformedActions() []string {
+	ms := []string{"", "???", "\x00\x01garbage\u2603", strings.Repeat("x", 5000)}
+	if v.meta.Kind == "tool_use" {
+		ms = append(ms, `{"name": "no_such_tool", "arguments": {}}`, `{"name": 5}`, `[1, 2`)
+		if names := toolNames(v.meta.Tools); len(names) > 0 {
+			ms = append(ms, fmt.Sprintf(`{"name": %q, "arguments": "not an object"}`, names[0]),
+				fmt.Sprintf(`{"name": %q, "arguments": {"zz_unknown": 1}}`, names[0]))
+		}
+	}
+	return ms
+}
+
+// episode plays one probe episode on seed and returns its trace. When full,
+// malformed actions are interleaved and play continues to the end (at most
+// maxSteps steps); otherwise one malformed and one plausible step are taken.
+// The probe policy is a pure function of seed and observations, so a replay
+// of a deterministic environment takes the same actions.
+func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full, first bool) ([]string, bool) {
+	c := v.c
+	t0 := time.Now()
+	ep, err := v.prog.Reset(ctx, seed)
+	if first {
+		c.time(CheckReset, time.Since(t0))
+	}
+	if err != nil {
+		if !first {
+			c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay: %s", seed, errDetail(err)), err)
+			return nil, false
+		}
+		name := CheckReset
+		c.fail(name, fmt.Sprintf("reset(seed=%d): %s", seed, errDetail(err)), err)
+		return nil, false
+	}
+	defer ep.Close()
+	if !v.observation(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) {
+		return nil, false
+	}
+	trace := []string{ep.Observation, string(ep.Info)}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	malformed := v.malformedActions()
+	obs := ep.Observation
+	t1 := time.Now()
+	defer func() {
+		if first {
+			c.time(CheckProbeStep, time.Since(t1))
+		}
+	}()
+	for step := 0; step < maxSteps+1; step++ {
+		var action string
+		isMalformed := false
+		switch {
+		case !full && step == 0, full && step < len(malformed) && step%2 == 0:
+			action, isMalformed = malformed[(step/2)%len(malformed)], true
+		default:
+			action = v.plausible(obs, rng)
+		}
+		res, err := ep.Step(ctx, action)
+		where := fmt.Sprintf("seed %d, step %d, action %s", seed, step+1, clip(action, 60))
+		if err != nil {
+			switch {
+			case sandbox.KindOf(err) == sandbox.KindContract:
+				c.fail(CheckStepTuple, where+": "+errDetail(err), err)
+			case !first:
+				c.fail(CheckDeterministic, where+": replay failed: "+errDetail(err), err)
+			default:
+				what := "plausible"
+				if isMalformed {
+					what = "malformed"
+				}
+				c.fail(CheckProbeStep, where+" ("+what+"): "+errDetail(err), err)
+			}
+			return nil, false
+		}
+		if d := successProblem(res.Info); d != "" {
+			c.fail(CheckStepTuple, where+": "+d, nil)
+			return nil, false
+		}
+		if !finite(res.Reward) {
+			c.fail(CheckReward, fmt.Sprintf("%s: reward %v is not finite", where, res.Reward), nil)
+			return nil, false
+		}
+		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; res.Reward < lo-1e-9 || res.Reward > hi+1e-9 {
+			c.fail(CheckReward, fmt.Sprintf("%s: reward %g outside reward_range [%g, %g]", where, res.Reward, lo, hi), nil)
+			return nil, false
+		}
+		if !v.observation(res.Observation, where) {
+			return nil, false
+		}
+		trace = append(trace, action, res.Observation, fmt.Sprint(res.Reward, res.Terminated, res.Truncated), string(res.Info))
+		obs = res.Observation
+		if res.Terminated || res.Truncated {
+			if res.ForcedTruncation {
+				v.forced++
+			} else {
+				v.selfEnded++
+			}
+			v.turnsMax = max(v.turnsMax, step+1)
+			return trace, true
+		}
+		if !full && step >= 1 {
+			return trace, true
+		}
+	}
+	if full {
+		c.fail(CheckEpisodeEnds, fmt.Sprintf("seed %d: episode did not end within max_turns %d", seed, v.meta.MaxTurns), nil)
+		return nil, false
+	}
+	return trace, true
+}
+
+// observation checks one observation; false after recording a failure.
+func (v *validator) observation(obs, where string) bool {
+	if len(obs) > v.o.MaxObservationBytes {
+		v.c.fail(CheckObservation, fmt.Sprintf("%s: observation of %d bytes exceeds %d", where, len(obs), v.o.MaxObservationBytes), nil)
+		return false
+	}
+	if strings.TrimSpace(obs) == "" {
+		v.c.fail(CheckObservation, where+": observation is empty", nil)
+		return false
+	}
+	return true
+}
+
+// successProblem checks the optional info["success"]: the win signal must
+// be a bool when present.
+func successProblem(info json.RawMessage) string {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(info, &m); err != nil {
+		return "info is not a JSON object"
+	}
+	if s, ok := m["success"]; ok && string(s) != "true" && string(s) != "false" {
+		return fmt.Sprintf(`info["success"] must be a bool, got %s`, clip(string(s), 40))
+	}
+	return ""
+}
