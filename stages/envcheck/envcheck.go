@@ -26,18 +26,18 @@ import (
 // Check names, in report order. They are stable identifiers: the validations
 // table stores them and designer prompts may quote them.
 const (
-	CheckCompile       = "compile"        // source compiles and its module executes
-	CheckClass         = "class"          // exactly one environment class
-	CheckMetadata      = "metadata"       // max_turns, reward_range, reset/step defined
-	CheckReset         = "reset"          // reset(seed) works on every tested seed
-	CheckStepTuple     = "step_tuple"     // step returns (str, float, bool, bool, dict)
-	CheckProbeStep     = "probe_step"     // malformed and plausible actions never raise
-	CheckReward        = "reward"         // rewards finite and within reward_range
-	CheckObservation   = "observation"    // observations are bounded text
-	CheckEpisodeEnds   = "episode_ends"   // the probe episode ends within max_turns
-	CheckDeterministic = "deterministic"  // same seed and actions, same trace
-	CheckResetGate     = "reset_gate"     // tool use: no criterion holds after reset
-	CheckImpossibility = "impossibility"  // tool use: task refers to real tools/state, 3-5 instructions, reachable
+	CheckCompile       = "compile"       // source compiles and its module executes
+	CheckClass         = "class"         // exactly one environment class
+	CheckMetadata      = "metadata"      // max_turns, reward_range, reset/step defined
+	CheckReset         = "reset"         // reset(seed) works on every tested seed
+	CheckStepTuple     = "step_tuple"    // step returns (str, float, bool, bool, dict)
+	CheckProbeStep     = "probe_step"    // malformed and plausible actions never raise
+	CheckReward        = "reward"        // rewards finite and within reward_range
+	CheckObservation   = "observation"   // observations are bounded text
+	CheckEpisodeEnds   = "episode_ends"  // the probe episode ends within max_turns
+	CheckDeterministic = "deterministic" // same seed and actions, same trace
+	CheckResetGate     = "reset_gate"    // tool use: no criterion holds after reset
+	CheckImpossibility = "impossibility" // tool use: task refers to real tools/state, 3-5 instructions, reachable
 )
 
 var gameChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
