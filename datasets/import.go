@@ -1,0 +1,532 @@
+package datasets
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// Sentinel errors for failures of a whole input; callers branch on them
+// with errors.Is. Per-row problems never surface as errors: they are
+// counted in ImportReport and listed as RowIssue values.
+var (
+	// ErrBadOptions: ImportOptions are unusable (no paths, unknown format,
+	// a malformed field path, a format that does not fit the path).
+	ErrBadOptions = errors.New("bad import options")
+	// ErrEmptyInput: a file (or directory) holds no rows at all.
+	ErrEmptyInput = errors.New("empty input")
+	// ErrCorruptInput: a file cannot be decoded as its format (bad or
+	// truncated gzip stream, Parquet footer or pages).
+	ErrCorruptInput = errors.New("corrupt input")
+	// ErrNoParsableRows: a JSONL file in which no line parses as a JSON
+	// object; almost always the wrong file or the wrong format.
+	ErrNoParsableRows = errors.New("no parsable rows")
+	// ErrFieldPathUnmatched: a configured field path resolved on none of
+	// the parsed rows of a file; almost always a misspelt path.
+	ErrFieldPathUnmatched = errors.New("field path matches no row")
+)
+
+// Defaults for ImportOptions fields left zero.
+const (
+	// DefaultMaxDocBytes caps one document's text: 4 MiB, well above the
+	// longest unarXive paper (~1 MB) and far below what a model prompt
+	// can use.
+	DefaultMaxDocBytes int64 = 4 << 20
+	// MaxReportedIssues caps ImportReport.Issues and ImportReport.Repairs;
+	// the counters keep counting past it.
+	MaxReportedIssues = 1000
+)
+
+// Format names accepted in ImportOptions.Format.
+const (
+	FormatAuto    = "auto"
+	FormatJSONL   = "jsonl"
+	FormatParquet = "parquet"
+	FormatDir     = "dir"
+)
+
+// ImportOptions configures Import. Field paths use the FieldPath grammar
+// and apply to JSONL and Parquet rows; directory documents take id, title,
+// domain and license from their front matter instead (see docs/corpus.md).
+type ImportOptions struct {
+	// Paths lists input files or directories, imported in this order.
+	Paths []string
+	// Format is FormatAuto (or ""), FormatJSONL, FormatParquet or
+	// FormatDir. Auto picks dir for directories, parquet for *.parquet
+	// or a PAR1 header, jsonl for *.jsonl[.gz], *.ndjson[.gz], *.json[.gz]
+	// or a gzip/JSON-looking start.
+	Format string
+	// IDPath is the document id; empty means the first 16 hex digits of
+	// the text's sha256. When set it is required on every row.
+	IDPath string
+	// TitlePath, LicensePath and DomainPath are optional: a row without
+	// them gets an empty value.
+	TitlePath, LicensePath, DomainPath string
+	// TextPaths are concatenated in order, non-blank pieces joined by a
+	// blank line ("\n\n"); "a[].b" contributes one piece per element.
+	// At least one must be present on a row. Default: ["text"].
+	TextPaths []string
+	// Source is stored in CorpusDoc.Source; default: each input path's
+	// base name.
+	Source string
+	// MaxDocBytes caps a document's text in bytes; longer documents are
+	// skipped. Default DefaultMaxDocBytes.
+	MaxDocBytes int64
+	// MaxLineBytes caps one JSONL line in bytes; a longer line is skipped
+	// while it is read, never held in memory whole. Default 4*MaxDocBytes,
+	// since a line also carries fields other than the text.
+	MaxLineBytes int64
+	// StrictJSON turns off the repair of JSON lines with invalid string
+	// escapes or raw control characters (see ImportReport.Repairs); such
+	// lines are then skipped.
+	StrictJSON bool
+}
+
+// RowIssue locates one skipped or repaired row.
+type RowIssue struct {
+	// File is the input file path as given (or found under a directory).
+	File string
+	// Line is the 1-based JSONL line or Parquet row number; 0 for a
+	// directory document (the file is the row).
+	Line int64
+	// Field is the field path concerned, or "" for the whole row.
+	Field string
+	// Reason says what was wrong, in words.
+	Reason string
+}
+
+// String renders the issue as "file:line: field: reason".
+func (r RowIssue) String() string {
+	var b strings.Builder
+	b.WriteString(r.File)
+	if r.Line > 0 {
+		fmt.Fprintf(&b, ":%d", r.Line)
+	}
+	if r.Field != "" {
+		fmt.Fprintf(&b, ": field %s", r.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(r.Reason)
+	return b.String()
+}
+
+// ImportReport summarises an Import. Every row read ends in exactly one of
+// Imported, Duplicates or Skipped: Read == Imported + Duplicates + Skipped.
+type ImportReport struct {
+	// Files counts input files opened (directory entries included).
+	Files int
+	// Read counts rows seen: non-blank JSONL lines, Parquet rows,
+	// directory documents.
+	Read int64
+	// Imported counts documents passed to emit.
+	Imported int64
+	// Duplicates counts rows whose text hash was already imported.
+	Duplicates int64
+	// Skipped counts rows dropped for a reason listed in Issues.
+	Skipped int64
+	// Repaired counts JSONL lines imported after repair of invalid escapes
+	// or raw control characters (they are also counted in Imported).
+	Repaired int64
+	// Issues lists skipped rows in input order, at most MaxReportedIssues.
+	Issues []RowIssue
+	// Repairs lists repaired lines, at most MaxReportedIssues.
+	Repairs []RowIssue
+}
+
+// Import reads every input in opts.Paths, in order, and calls emit once
+// per imported document, in input order. Documents are deduplicated by
+// the sha256 of their text, keeping the first occurrence. Rows that cannot
+// become a document (missing required field, invalid UTF-8, empty or
+// oversized text, unparsable JSON, a doc id reused for a different text)
+// are skipped and listed in the report. Whole-input failures return an
+// error naming the file (and line or row where there is one) that wraps
+// one of the sentinels above or the os error; emit's error is returned
+// wrapped. After an error some documents may already have been emitted:
+// treat the import as failed. Deterministic: same inputs, same options,
+// same calls to emit.
+func Import(ctx context.Context, opts ImportOptions, emit func(schemas.CorpusDoc) error) (ImportReport, error) {
+	im, err := newImporter(opts, emit)
+	if err != nil {
+		return ImportReport{}, err
+	}
+	for _, p := range im.opts.Paths {
+		if err := ctx.Err(); err != nil {
+			return im.rep, err
+		}
+		if err := im.importPath(ctx, p); err != nil {
+			return im.rep, err
+		}
+	}
+	return im.rep, nil
+}
+
+// fieldSpec is one configured field path and how many rows it matched in
+// the current file.
+type fieldSpec struct {
+	flag    string // option name, for messages
+	path    FieldPath
+	matched int64
+}
+
+type importer struct {
+	opts      ImportOptions
+	id        *fieldSpec
+	title     *fieldSpec
+	license   *fieldSpec
+	domain    *fieldSpec
+	text      []*fieldSpec
+	emit      func(schemas.CorpusDoc) error
+	rep       ImportReport
+	seenHash  map[[32]byte]struct{}
+	seenID    map[string]string // doc id -> "file:line" of its first import
+	curSource string
+}
+
+func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*importer, error) {
+	if len(opts.Paths) == 0 {
+		return nil, fmt.Errorf("%w: no input paths", ErrBadOptions)
+	}
+	if emit == nil {
+		return nil, fmt.Errorf("%w: nil emit function", ErrBadOptions)
+	}
+	switch opts.Format {
+	case "":
+		opts.Format = FormatAuto
+	case FormatAuto, FormatJSONL, FormatParquet, FormatDir:
+	default:
+		return nil, fmt.Errorf("%w: unknown format %q (want auto, jsonl, parquet or dir)", ErrBadOptions, opts.Format)
+	}
+	if opts.MaxDocBytes <= 0 {
+		opts.MaxDocBytes = DefaultMaxDocBytes
+	}
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = 4 * opts.MaxDocBytes
+	}
+	if len(opts.TextPaths) == 0 {
+		opts.TextPaths = []string{"text"}
+	}
+	im := &importer{
+		opts:     opts,
+		emit:     emit,
+		seenHash: make(map[[32]byte]struct{}),
+		seenID:   make(map[string]string),
+	}
+	parse := func(flag, s string) (*fieldSpec, error) {
+		if s == "" {
+			return nil, nil
+		}
+		p, err := ParseFieldPath(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrBadOptions, flag, err)
+		}
+		return &fieldSpec{flag: flag, path: p}, nil
+	}
+	var err error
+	if im.id, err = parse("id", opts.IDPath); err != nil {
+		return nil, err
+	}
+	if im.title, err = parse("title", opts.TitlePath); err != nil {
+		return nil, err
+	}
+	if im.license, err = parse("license", opts.LicensePath); err != nil {
+		return nil, err
+	}
+	if im.domain, err = parse("domain", opts.DomainPath); err != nil {
+		return nil, err
+	}
+	for _, s := range opts.TextPaths {
+		f, err := parse("text", s)
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			return nil, fmt.Errorf("%w: text: empty field path", ErrBadOptions)
+		}
+		im.text = append(im.text, f)
+	}
+	return im, nil
+}
+
+// specs lists the configured field paths in a fixed order.
+func (im *importer) specs() []*fieldSpec {
+	var out []*fieldSpec
+	for _, f := range []*fieldSpec{im.id, im.title, im.license, im.domain} {
+		if f != nil {
+			out = append(out, f)
+		}
+	}
+	return append(out, im.text...)
+}
+
+func (im *importer) importPath(ctx context.Context, p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", p, err)
+	}
+	format := im.opts.Format
+	if format == FormatAuto {
+		if format, err = detectFormat(p, fi); err != nil {
+			return err
+		}
+	}
+	if fi.IsDir() != (format == FormatDir) {
+		if fi.IsDir() {
+			return fmt.Errorf("%w: %s is a directory, but format is %s", ErrBadOptions, p, format)
+		}
+		return fmt.Errorf("%w: %s is a file, but format is dir", ErrBadOptions, p)
+	}
+	im.curSource = im.opts.Source
+	if im.curSource == "" {
+		im.curSource = filepath.Base(p)
+	}
+	for _, f := range im.specs() {
+		f.matched = 0
+	}
+	switch format {
+	case FormatJSONL:
+		return im.importJSONLFile(ctx, p)
+	case FormatParquet:
+		return im.importParquetFile(ctx, p)
+	default:
+		return im.importDir(ctx, p)
+	}
+}
+
+// detectFormat picks a format from the name, then from the first bytes.
+func detectFormat(p string, fi os.FileInfo) (string, error) {
+	if fi.IsDir() {
+		return FormatDir, nil
+	}
+	name := strings.ToLower(filepath.Base(p))
+	name = strings.TrimSuffix(name, ".gz")
+	switch filepath.Ext(name) {
+	case ".parquet", ".pq":
+		return FormatParquet, nil
+	case ".jsonl", ".ndjson", ".json":
+		return FormatJSONL, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("import %s: %w", p, err)
+	}
+	defer f.Close()
+	head, err := bufio.NewReader(f).Peek(4)
+	if len(head) == 0 {
+		return "", fmt.Errorf("import %s: %w: file is empty", p, ErrEmptyInput)
+	}
+	_ = err // a short file just has a short head
+	switch {
+	case bytes.HasPrefix(head, []byte("PAR1")):
+		return FormatParquet, nil
+	case bytes.HasPrefix(head, gzipMagic):
+		return FormatJSONL, nil
+	case bytes.HasPrefix(bytes.TrimLeft(head, " \t\r\n\ufeff"), []byte("{")):
+		return FormatJSONL, nil
+	}
+	return "", fmt.Errorf("%w: cannot tell the format of %s from its name or first bytes; set the format", ErrBadOptions, p)
+}
+
+// skip records a skipped row.
+func (im *importer) skip(file string, line int64, field, reason string) {
+	im.rep.Skipped++
+	if len(im.rep.Issues) < MaxReportedIssues {
+		im.rep.Issues = append(im.rep.Issues, RowIssue{File: file, Line: line, Field: field, Reason: reason})
+	}
+}
+
+// repaired records a repaired JSONL line.
+func (im *importer) repaired(file string, line int64, reason string) {
+	im.rep.Repaired++
+	if len(im.rep.Repairs) < MaxReportedIssues {
+		im.rep.Repairs = append(im.rep.Repairs, RowIssue{File: file, Line: line, Reason: reason})
+	}
+}
+
+// extracted is one field's values on one row.
+type extracted struct {
+	vals  []string
+	found bool
+	err   error
+}
+
+// row turns one decoded row into a document, or records why not. marker,
+// when non-empty, stands for invalid UTF-8 bytes the decoder replaced; a
+// value holding it came from invalid UTF-8. The returned error is fatal
+// (emit failed).
+func (im *importer) row(file string, line int64, v any, marker string) error {
+	// Extract every field first so match counts do not depend on which
+	// check fails first.
+	get := func(f *fieldSpec) extracted {
+		if f == nil {
+			return extracted{}
+		}
+		vals, found, err := f.path.Extract(v)
+		if found {
+			f.matched++
+		}
+		return extracted{vals, found, err}
+	}
+	id, title, license, domain := get(im.id), get(im.title), get(im.license), get(im.domain)
+	texts := make([]extracted, len(im.text))
+	for i, f := range im.text {
+		texts[i] = get(f)
+	}
+	invalid := func(s string) bool {
+		return !utf8.ValidString(s) || (marker != "" && strings.Contains(s, marker))
+	}
+
+	single := func(f *fieldSpec, e extracted, required bool) (string, bool) {
+		if f == nil {
+			return "", true
+		}
+		switch {
+		case e.err != nil:
+			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field: %v", f.flag, e.err))
+			return "", false
+		case len(e.vals) == 0:
+			if required {
+				im.skip(file, line, f.path.String(), fmt.Sprintf("required %s field is missing", f.flag))
+				return "", false
+			}
+			return "", true
+		case len(e.vals) > 1:
+			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field matched %d values, want one", f.flag, len(e.vals)))
+			return "", false
+		case invalid(e.vals[0]):
+			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field is not valid UTF-8", f.flag))
+			return "", false
+		}
+		return strings.TrimSpace(e.vals[0]), true
+	}
+	docID, ok := single(im.id, id, true)
+	if !ok {
+		return nil
+	}
+	if im.id != nil && docID == "" {
+		im.skip(file, line, im.id.path.String(), "id field is empty")
+		return nil
+	}
+	if im.id != nil && strings.ContainsAny(docID, "\n\r\x00") {
+		im.skip(file, line, im.id.path.String(), "id field holds a line break or NUL")
+		return nil
+	}
+	docTitle, ok := single(im.title, title, false)
+	if !ok {
+		return nil
+	}
+	docLicense, ok := single(im.license, license, false)
+	if !ok {
+		return nil
+	}
+	docDomain, ok := single(im.domain, domain, false)
+	if !ok {
+		return nil
+	}
+
+	anyFound := false
+	var size int64
+	var pieces []string
+	for i, e := range texts {
+		f := im.text[i]
+		if e.err != nil {
+			im.skip(file, line, f.path.String(), fmt.Sprintf("text field: %v", e.err))
+			return nil
+		}
+		anyFound = anyFound || e.found
+		for _, s := range e.vals {
+			if strings.TrimSpace(s) == "" {
+				continue
+			}
+			if invalid(s) {
+				im.skip(file, line, f.path.String(), "text field is not valid UTF-8")
+				return nil
+			}
+			if len(pieces) > 0 {
+				size += 2
+			}
+			size += int64(len(s))
+			pieces = append(pieces, s)
+		}
+	}
+	textFields := make([]string, len(im.text))
+	for i, f := range im.text {
+		textFields[i] = f.path.String()
+	}
+	textField := strings.Join(textFields, ", ")
+	switch {
+	case !anyFound:
+		im.skip(file, line, textField, "required text field is missing")
+		return nil
+	case len(pieces) == 0:
+		im.skip(file, line, textField, "text is empty")
+		return nil
+	case size > im.opts.MaxDocBytes:
+		im.skip(file, line, textField, fmt.Sprintf("text is %d bytes, over the cap of %d bytes (MaxDocBytes)", size, im.opts.MaxDocBytes))
+		return nil
+	}
+	text := strings.Join(pieces, "\n\n")
+	return im.accept(file, line, schemas.CorpusDoc{
+		DocID:   docID,
+		Source:  im.curSource,
+		Title:   docTitle,
+		Domain:  docDomain,
+		Text:    text,
+		License: docLicense,
+	})
+}
+
+// accept fills the hash and id, deduplicates and emits.
+func (im *importer) accept(file string, line int64, doc schemas.CorpusDoc) error {
+	sum := sha256.Sum256([]byte(doc.Text))
+	if _, dup := im.seenHash[sum]; dup {
+		im.rep.Duplicates++
+		return nil
+	}
+	doc.SHA256 = hex.EncodeToString(sum[:])
+	if doc.DocID == "" {
+		doc.DocID = doc.SHA256[:16]
+	}
+	where := file
+	if line > 0 {
+		where = fmt.Sprintf("%s:%d", file, line)
+	}
+	if first, ok := im.seenID[doc.DocID]; ok {
+		field := ""
+		if im.id != nil {
+			field = im.id.path.String()
+		}
+		im.skip(file, line, field, fmt.Sprintf("doc id %q was already imported from %s with a different text", doc.DocID, first))
+		return nil
+	}
+	im.seenHash[sum] = struct{}{}
+	im.seenID[doc.DocID] = where
+	if err := im.emit(doc); err != nil {
+		return fmt.Errorf("import %s: emit doc %s: %w", where, doc.DocID, err)
+	}
+	im.rep.Imported++
+	return nil
+}
+
+// checkMatched fails a file on which some configured path matched no row.
+func (im *importer) checkMatched(file string, parsed int64) error {
+	if parsed == 0 {
+		return nil
+	}
+	for _, f := range im.specs() {
+		if f.matched == 0 {
+			return fmt.Errorf("import %s: %w: %s path %q matched none of %d rows; check the field path against the data",
+				file, ErrFieldPathUnmatched, f.flag, f.path.String(), parsed)
+		}
+	}
+	return nil
+}
