@@ -205,8 +205,10 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(B, L, nh, d)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, L, nkv, d)).transpose(1, 2)
         v = self.v_proj(x).view(B, L, nkv, d).transpose(1, 2)
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
+        # Under autocast q/k leave the fp32-weighted RMSNorm as fp32 while v
+        # is bf16; attention kernels need one dtype (flash needs bf16/fp16).
+        q = apply_rope(q, cos, sin).to(v.dtype)
+        k = apply_rope(k, cos, sin).to(v.dtype)
         rep = nh // nkv
         if rep > 1:
             k = k[:, :, None].expand(B, nkv, rep, L, d).reshape(B, nh, L, d)

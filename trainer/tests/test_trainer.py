@@ -257,6 +257,19 @@ class StepTest(unittest.TestCase):
         self.assertGreater(m[2]["kl"], 0.0)
         self.assertGreater(m[2]["clip_fraction"], 0.0)
 
+    def test_bf16_autocast_on_cpu(self):
+        # The mixed-precision path (fp32 master weights, bf16 matmuls) that
+        # CUDA uses, exercised on CPU autocast.
+        tok = ByteTokenizer()
+        model = ck.new_tiny(8)
+        cfg = TrainConfig(lr=1e-3, dtype="bfloat16")
+        enc = encode_batch(to_samples(fixed_batch()), tok, cfg.max_seq_len, "mem")
+        mbs = make_micro_batches(enc, 2, tok.pad_id, torch.device("cpu"))
+        params = list(model.parameters())
+        m = train_round(model, params, make_optimizer(params, cfg, torch.device("cpu")), mbs, cfg, torch.device("cpu"), torch.bfloat16)
+        self.assertTrue(math.isfinite(m[0]["loss"]) and m[0]["grad_norm"] > 0)
+        self.assertEqual(next(model.parameters()).dtype, torch.float32)
+
     def test_deterministic(self):
         _, a, ma = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
         _, b, mb = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
