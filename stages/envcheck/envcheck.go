@@ -35,16 +35,17 @@ const (
 	CheckReward        = "reward"        // rewards finite and within reward_range
 	CheckObservation   = "observation"   // observations are bounded text
 	CheckEpisodeEnds   = "episode_ends"  // the probe episode ends within max_turns
+	CheckCleanup       = "cleanup"       // an episode leaves no process running
 	CheckDeterministic = "deterministic" // same seed and actions, same trace
 	CheckResetGate     = "reset_gate"    // tool use: no criterion holds after reset
 	CheckImpossibility = "impossibility" // tool use: task refers to real tools/state, 3-5 instructions, reachable
 )
 
 var gameChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
-	CheckReward, CheckObservation, CheckEpisodeEnds, CheckDeterministic}
+	CheckReward, CheckObservation, CheckEpisodeEnds, CheckCleanup, CheckDeterministic}
 
 var quickChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
-	CheckReward, CheckObservation}
+	CheckReward, CheckObservation, CheckCleanup}
 
 // Options tunes a validation. Zero fields take the documented defaults.
 type Options struct {
@@ -289,6 +290,7 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	c.pass(CheckProbeStep, "malformed and plausible actions handled")
 	c.pass(CheckReward, "rewards finite and within reward_range")
 	c.pass(CheckObservation, fmt.Sprintf("observations are text of at most %d bytes", o.MaxObservationBytes))
+	c.pass(CheckCleanup, "no episode left a process running")
 	if quick {
 		return c.report(&meta, start)
 	}
@@ -409,7 +411,25 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		c.fail(name, fmt.Sprintf("reset(seed=%d): %s", seed, errDetail(err)), err)
 		return nil, false
 	}
-	defer ep.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			ep.Close()
+		}
+	}()
+	// finish closes the episode and judges what it left behind.
+	finish := func(trace []string) ([]string, bool) {
+		closed = true
+		if err := ep.Close(); err != nil {
+			c.fail(CheckCleanup, fmt.Sprintf("seed %d: closing the episode: %s", seed, errDetail(err)), err)
+			return nil, false
+		}
+		if ep.StrayProcesses {
+			c.fail(CheckCleanup, fmt.Sprintf("seed %d: the episode left processes running after it ended (daemon or unreaped child); they were killed", seed), nil)
+			return nil, false
+		}
+		return trace, true
+	}
 	if !v.observation(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) {
 		return nil, false
 	}
@@ -473,17 +493,17 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 				v.selfEnded++
 			}
 			v.turnsMax = max(v.turnsMax, step+1)
-			return trace, true
+			return finish(trace)
 		}
 		if !full && step >= 1 {
-			return trace, true
+			return finish(trace)
 		}
 	}
-	if full {
+	if full && c.ok() {
 		c.fail(CheckEpisodeEnds, fmt.Sprintf("seed %d: episode did not end within max_turns %d", seed, v.meta.MaxTurns), nil)
 		return nil, false
 	}
-	return trace, true
+	return finish(trace)
 }
 
 // observation checks one observation; false after recording a failure.

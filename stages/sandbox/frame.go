@@ -73,6 +73,7 @@ type reply struct {
 
 	Exit   *int `json:"exit"`
 	Signal *int `json:"signal"`
+	Strays bool `json:"strays"`
 
 	ToolStatus
 }

@@ -186,6 +186,11 @@ type Episode struct {
 	Info        json.RawMessage
 	// Turns counts successful steps.
 	Turns int
+	// StrayProcesses is set once the episode's process has ended if it left
+	// other processes running (a daemon, an unreaped child); the harness
+	// killed them. Known after Close, or after a step error that ended the
+	// episode process.
+	StrayProcesses bool
 
 	over  bool // terminated, truncated or failed: no more steps
 	ended bool // the episode process is gone
@@ -214,6 +219,7 @@ func (e *Episode) Step(ctx context.Context, action string) (StepResult, error) {
 	}
 	if r.Op == "ended" {
 		e.over, e.ended = true, true
+		e.StrayProcesses = r.Strays
 		return StepResult{}, endedError("step", r, p.w)
 	}
 	if !r.OK {
@@ -318,7 +324,11 @@ func (e *Episode) Close() error {
 		// (impossible for a well-behaved harness): skip it.
 		r, err = p.w.call(context.Background(), "close", nil, p.sb.cfg.CallTimeout)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	e.StrayProcesses = r.Strays
+	return nil
 }
 
 // Finite reports whether the reward is a finite number.

@@ -250,6 +250,19 @@ func (s *Sandbox) probe() error {
 // Isolation reports how programs are isolated.
 func (s *Sandbox) Isolation() Isolation { return s.isolation }
 
+// SlotUIDs returns the uids workers run as (one per slot), or nil when
+// workers run as the invoking user. Operators use it to audit processes.
+func (s *Sandbox) SlotUIDs() []int {
+	if s.uidBase < 0 {
+		return nil
+	}
+	uids := make([]int, s.cfg.Workers)
+	for i := range uids {
+		uids[i] = s.uidBase + i
+	}
+	return uids
+}
+
 // Config returns the effective configuration (defaults filled in).
 func (s *Sandbox) Config() Config { return s.cfg }
 
@@ -324,6 +337,9 @@ func (s *Sandbox) limitsJSON() string {
 		"open_files":      s.cfg.OpenFiles,
 		"processes":       procs,
 		"reply_bytes":     s.cfg.ReplyBytes,
+		// kill(-1) after each episode is safe only where it reaches the
+		// sandbox's own processes: a pid namespace or a dedicated uid.
+		"reap_strays": s.isolation == IsolationBwrap || s.uidBase >= 0,
 	})
 	return string(b)
 }
@@ -373,6 +389,8 @@ func (s *Sandbox) argv(slot int) []string {
 		"--dev", "/dev",
 		"--size", fmt.Sprint(s.cfg.TmpfsBytes), "--perms", "1777", "--tmpfs", "/tmp",
 		"--chdir", "/tmp",
+		// bwrap's root is a tmpfs; make it read-only so only /tmp is writable.
+		"--remount-ro", "/",
 	)
 	for _, kv := range s.childEnv() {
 		k, v, _ := strings.Cut(kv, "=")

@@ -26,6 +26,7 @@ import math
 import os
 import random
 import resource
+import signal
 import struct
 import sys
 
@@ -39,6 +40,10 @@ MAX_REPLY = 1 << 20
 
 class ContractError(Exception):
     """The environment broke the reset/step contract (shape or types)."""
+
+
+class ReplyLimit(Exception):
+    """A reply would exceed the reply size limit."""
 
 
 def read_exact(n):
@@ -94,6 +99,8 @@ def error_kind(exc):
         return "file_size"
     if isinstance(exc, ContractError):
         return "contract"
+    if isinstance(exc, ReplyLimit):
+        return "reply_limit"
     return "exception"
 
 
@@ -256,6 +263,9 @@ def sanitize(v, depth=0):
     """Make info JSON-safe: non-finite floats become strings, others repr."""
     if depth > 64:
         raise ContractError("info nests deeper than 64 levels")
+    if isinstance(v, str) and len(v) > MAX_REPLY:
+        # Fail before serialising a giant value (a 100 MB info string).
+        raise ReplyLimit(f"info holds a string of {len(v)} characters; the reply limit is {MAX_REPLY} bytes")
     if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
         return v
     if isinstance(v, float):
@@ -391,6 +401,8 @@ def serve_episode(seed, max_turns):
     try:
         env = cls()
         obs, info = check_reset(env.reset(seed=seed))
+        if len(obs) > MAX_REPLY:
+            raise ReplyLimit(f"observation of {len(obs)} characters exceeds the reply limit of {MAX_REPLY} bytes")
         send({"ok": True, "obs": obs, "info": sanitize(info)})
     except BaseException as exc:
         fail(exc)
@@ -423,6 +435,14 @@ def serve_episode(seed, max_turns):
             truncated = True
             forced = True
         over = over or terminated or truncated
+        if len(obs) > MAX_REPLY:
+            fail(ReplyLimit(f"observation of {len(obs)} characters exceeds the reply limit of {MAX_REPLY} bytes"))
+            continue
+        try:
+            info = sanitize(info)
+        except BaseException as exc:
+            fail(exc)
+            continue
         send(
             {
                 "ok": True,
@@ -431,7 +451,7 @@ def serve_episode(seed, max_turns):
                 "terminated": terminated,
                 "truncated": truncated,
                 "forced_truncation": forced,
-                "info": sanitize(info),
+                "info": info,
             }
         )
 
@@ -472,6 +492,16 @@ def op_reset(req):
         ended["exit"] = os.WEXITSTATUS(status)
     elif os.WIFSIGNALED(status):
         ended["signal"] = os.WTERMSIG(status)
+    if LIMITS.get("reap_strays"):
+        # Anything still running now was left behind by the episode (a
+        # daemon, an unreaped child). Inside the sandbox's pid namespace, or
+        # under the slot's own uid, kill(-1) reaches exactly those processes:
+        # never pid 1 (bwrap's init) and never this harness.
+        try:
+            os.kill(-1, signal.SIGKILL)
+            ended["strays"] = True
+        except (ProcessLookupError, PermissionError):
+            pass
     send(ended)
 
 
