@@ -1,0 +1,234 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// gen writes `rows` metrics rows spread over `parts` parts at every round.
+type gen struct {
+	parts, rows int
+	failPart    int // fail this part once (-1: never)
+	failed      atomic.Bool
+	runs        atomic.Int64
+}
+
+func (g *gen) Name() string               { return "gen" }
+func (g *gen) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "metrics"}} }
+func (g *gen) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round == 0 {
+		return nil, false
+	}
+	var ins []pipeline.Input
+	if ri.Round > 1 {
+		ins = append(ins, pipeline.Input{Table: "metrics", Round: ri.Round - 1})
+	}
+	return ins, true
+}
+func (g *gen) ConfigSubset(c *config.Config) any                 { return c.Sample.Slots }
+func (g *gen) Parts(context.Context, *pipeline.Env) (int, error) { return g.parts, nil }
+func (g *gen) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
+	g.runs.Add(1)
+	if part == g.failPart && !g.failed.Load() {
+		g.failed.Store(true)
+		return errors.New("injected failure")
+	}
+	var prev float64
+	if env.Round.Round > 1 {
+		rows, err := pipeline.ReadAll(ctx, env, schemas.Metrics, "metrics", env.Round.Round-1)
+		if err != nil {
+			return err
+		}
+		prev = float64(len(rows))
+	}
+	for i := part; i < g.rows; i += g.parts {
+		pipeline.Emit(out, schemas.Metrics, "metrics", schemas.Metric{Name: fmt.Sprintf("m%05d", i), Skill: "s", Value: prev + float64(i*env.Round.Round)})
+	}
+	return nil
+}
+
+// sum is a second stage reading gen's output of the same round.
+type sum struct{}
+
+func (sum) Name() string               { return "sum" }
+func (sum) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "train_metrics"}} }
+func (sum) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return []pipeline.Input{{Table: "metrics", Round: ri.Round}}, ri.Round > 0
+}
+func (sum) ConfigSubset(*config.Config) any                   { return nil }
+func (sum) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+func (sum) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	rows, err := pipeline.ReadAll(ctx, env, schemas.Metrics, "metrics", env.Round.Round)
+	if err != nil {
+		return err
+	}
+	var total float64
+	for _, r := range rows {
+		total += r.Value
+	}
+	pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: int64(env.Round.Round), Name: "total", Value: total})
+	return nil
+}
+
+func newRunner(t *testing.T, st storage.Store, run string, g *gen) *pipeline.Runner {
+	cfg := config.Default()
+	cfg.Workers = 3
+	// sum is registered first: the runner must order it after gen.
+	return &pipeline.Runner{Store: st, Run: run, Config: cfg, Stages: []pipeline.Stage{sum{}, g}}
+}
+
+func memStore(t *testing.T) storage.Store {
+	st, err := storage.Open(context.Background(), "mem://"+strings.ReplaceAll(t.Name(), "/", "_"))
+	require.NoError(t, err)
+	return st
+}
+
+// digests returns every data file's key -> sha256 of a run's rounds.
+func digests(t *testing.T, st storage.Store, run string, rounds int) map[string]string {
+	out := map[string]string{}
+	for r := 1; r <= rounds; r++ {
+		for _, table := range []string{"metrics", "train_metrics"} {
+			m, err := pipeline.ReadManifest(context.Background(), st, pipeline.ManifestKey(run, r, table))
+			require.NoError(t, err)
+			out[fmt.Sprintf("%d/%s", r, table)] = m.ContentDigest()
+		}
+	}
+	return out
+}
+
+func TestRoundCommitSkipAndResume(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	g := &gen{parts: 5, rows: 40, failPart: 3}
+	r := newRunner(t, st, "a", g)
+	_, err := r.RunRound(ctx, 0)
+	require.NoError(t, err)
+	_, err = r.RunRound(ctx, 1)
+	require.ErrorContains(t, err, "injected failure")
+	_, err = pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
+	require.ErrorIs(t, err, storage.ErrNotFound, "a failed stage leaves no manifest")
+
+	before := g.runs.Load()
+	res, err := r.RunRound(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"gen", "sum"}, res.Ran)
+	require.Less(t, g.runs.Load()-before, int64(5), "resume redoes only missing parts")
+
+	res, err = r.RunRound(ctx, 1)
+	require.NoError(t, err)
+	require.True(t, res.AlreadySealed)
+
+	_, err = r.RunRound(ctx, 3)
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted, "round 3 needs round 2")
+
+	_, err = r.RunRound(ctx, 2)
+	require.NoError(t, err)
+	s2, err := pipeline.ReadSeal(ctx, st, "a", 2)
+	require.NoError(t, err)
+	s1, err := pipeline.ReadSeal(ctx, st, "a", 1)
+	require.NoError(t, err)
+	require.Equal(t, s1.Digest(), s2.Parent, "seals form a hash chain")
+
+	// Same config and seed in another run: byte-identical tables.
+	g2 := &gen{parts: 5, rows: 40, failPart: -1}
+	r2 := newRunner(t, st, "b", g2)
+	for n := 0; n <= 2; n++ {
+		_, err := r2.RunRound(ctx, n)
+		require.NoError(t, err)
+	}
+	require.Equal(t, digests(t, st, "a", 2), digests(t, st, "b", 2))
+}
+
+func TestConfigConflict(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	r := newRunner(t, st, "a", &gen{parts: 1, rows: 3, failPart: -1})
+	_, err := r.RunRound(ctx, 0)
+	require.NoError(t, err)
+	r.Config.Sample.Slots = 7
+	_, err = r.RunRound(ctx, 1)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	require.ErrorContains(t, err, "sample.slots 24 -> 7")
+}
+
+func TestShardsGiveSameBytes(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	ref := newRunner(t, st, "ref", &gen{parts: 8, rows: 100, failPart: -1})
+	for n := 0; n <= 1; n++ {
+		_, err := ref.RunRound(ctx, n)
+		require.NoError(t, err)
+	}
+	for _, n := range []int{1, 3, 8} {
+		run := fmt.Sprintf("sh%d", n)
+		r := newRunner(t, st, run, &gen{parts: 8, rows: 100, failPart: -1})
+		_, err := r.RunRound(ctx, 0)
+		require.NoError(t, err)
+		for i := 0; i < n; i++ {
+			_, err := r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: i, Count: n}, false)
+			require.NoError(t, err)
+			if i < n-1 {
+				err := r.CommitStage(ctx, 1, "gen")
+				if n > 1 {
+					require.ErrorContains(t, err, "parts missing")
+				}
+			}
+		}
+		require.NoError(t, r.CommitStage(ctx, 1, "gen"))
+		_, err = r.RunRound(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, digests(t, st, "ref", 1), digests(t, st, run, 1), "shards=%d", n)
+	}
+}
+
+func TestIntegrityOnRead(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	r := newRunner(t, st, "a", &gen{parts: 1, rows: 3, failPart: -1})
+	for n := 0; n <= 1; n++ {
+		_, err := r.RunRound(ctx, n)
+		require.NoError(t, err)
+	}
+	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
+	require.NoError(t, err)
+	data, err := storage.ReadAll(ctx, st, m.Files[0].Key)
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, data))
+	_, err = pipeline.ReadManifestRows(ctx, st, schemas.Metrics, m)
+	require.ErrorIs(t, err, pipeline.ErrIntegrity)
+	require.ErrorContains(t, err, m.Files[0].Key)
+}
+
+func TestDecodeManifestErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body string
+		want string
+	}{
+		"not json":        {`{"format_version":`, "malformed JSON"},
+		"no version":      {`{"table":"x"}`, "format_version missing"},
+		"future version":  {`{"format_version": 99, "table":"x"}`, "unknown storage format version 99"},
+		"unknown field":   {`{"format_version": 1, "table":"x", "files": [], "surprise": 1}`, "unknown field"},
+		"bad file sha":    {`{"format_version": 1, "table":"x", "files": [{"key":"a/b","sha256":"zz","bytes":1,"rows":1}], "rows":1, "bytes":1}`, "files[0].sha256"},
+		"totals mismatch": {`{"format_version": 1, "table":"x", "files": [], "rows": 5}`, "do not match"},
+		"escaping key":    {`{"format_version": 1, "table":"x", "files": [{"key":"../etc/passwd","sha256":"` + strings.Repeat("a", 64) + `"}]}`, "files[0].key"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := pipeline.DecodeManifest("r/round=000001/x/_manifest.json", []byte(tc.body))
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "r/round=000001/x/_manifest.json")
+		})
+	}
+}

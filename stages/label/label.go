@@ -1,0 +1,157 @@
+// Package label is the label stage (SPADE.md step 6): per environment, the
+// mean return with and without the hint, the win rate, hint-based regret,
+// the learnable band, admission, and the designer reward (docs/regret.md).
+package label
+
+import (
+	"context"
+	"math"
+	"sort"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// Stage is the label stage; it runs every round.
+type Stage struct{}
+
+// Name implements pipeline.Stage.
+func (Stage) Name() string { return "label" }
+
+// Outputs implements pipeline.Stage.
+func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "labels"}} }
+
+// Plan implements pipeline.Stage: on a regeneration round the candidates
+// come from environments(r); otherwise from the pool carried from r-1.
+func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 {
+		return nil, false
+	}
+	ins := []pipeline.Input{{Table: "rollouts", Round: ri.Round}}
+	if ri.Regeneration {
+		ins = append(ins, pipeline.Input{Table: "environments", Round: ri.Round})
+	} else {
+		ins = append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1})
+	}
+	return ins, true
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
+
+// Parts implements pipeline.Stage.
+func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// Candidate is what labelling needs to know of an environment besides its
+// plays.
+type Candidate struct {
+	EnvID, SlotID, Skill string
+	Valid                bool
+	RewardLow            float64
+	RewardHigh           float64
+}
+
+// Compute labels one environment from its plays. Failed plays (Error set)
+// count as plays with their recorded return (0 when the play never
+// started) and as losses, the same way in both arms, so failures cannot
+// bias regret (unlike the public code, which scores a failed hinted play 0
+// and a failed unhinted one -1). lo and hi bound the learnable band,
+// inclusive. regen says whether the round has hinted plays and a designer
+// reward.
+func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) schemas.Label {
+	l := schemas.Label{EnvID: c.EnvID, SlotID: c.SlotID, Skill: c.Skill, Valid: c.Valid}
+	var nU, nH, winsU int
+	var sumU, sumH float64
+	for _, p := range plays {
+		l.Plays++
+		if p.Error != "" {
+			l.Errors++
+		}
+		if p.Hinted {
+			nH++
+			sumH += p.Return
+			continue
+		}
+		nU++
+		sumU += p.Return
+		if p.Success && p.Error == "" {
+			winsU++
+		}
+	}
+	if nU > 0 {
+		l.UnhintedMean = sumU / float64(nU)
+		l.WinRate = float64(winsU) / float64(nU)
+	}
+	if regen && nH > 0 {
+		h := sumH / float64(nH)
+		reg := h - l.UnhintedMean
+		l.HintedMean, l.Regret = &h, &reg
+	}
+	l.Learnable = c.Valid && nU > 0 && l.WinRate >= lo && l.WinRate <= hi
+	// Admission is decided at regeneration (the band is enforced as a
+	// filter, not just logged); between regenerations every pool
+	// environment stays admitted.
+	l.Admitted = l.Learnable
+	if !regen {
+		l.Admitted = c.Valid
+	}
+	if regen {
+		r := DesignerReward(c, l)
+		l.DesignerReward = &r
+	}
+	return l
+}
+
+// DesignerReward shapes regret into [-1, 1] (SPADE.md step 8): -1 for an
+// invalid environment; otherwise the regret divided by the width of the
+// environment's declared reward range (so returns on any scale map to the
+// same [-1, 1]) and clipped. Unsolvable and trivial environments have
+// regret near 0 and so earn near 0, as in the paper.
+func DesignerReward(c Candidate, l schemas.Label) float64 {
+	if !c.Valid || l.Regret == nil {
+		return -1
+	}
+	width := c.RewardHigh - c.RewardLow
+	if !(width > 0) || math.IsInf(width, 0) {
+		width = 1
+	}
+	return math.Max(-1, math.Min(1, *l.Regret/width))
+}
+
+// Run implements pipeline.Stage.
+func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	ri := env.Round
+	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", ri.Round)
+	if err != nil {
+		return err
+	}
+	byEnv := map[string][]schemas.Rollout{}
+	for _, p := range plays {
+		byEnv[p.EnvID] = append(byEnv[p.EnvID], p)
+	}
+	var cands []Candidate
+	if ri.Regeneration {
+		envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", ri.Round)
+		if err != nil {
+			return err
+		}
+		for _, e := range envs {
+			cands = append(cands, Candidate{EnvID: e.EnvID, SlotID: e.SlotID, Skill: e.Skill, Valid: e.Valid, RewardLow: e.RewardLow, RewardHigh: e.RewardHigh})
+		}
+	} else {
+		pool, err := pipeline.ReadAll(ctx, env, schemas.Pool, "pool", ri.Round-1)
+		if err != nil {
+			return err
+		}
+		for _, p := range pool {
+			cands = append(cands, Candidate{EnvID: p.EnvID, SlotID: p.SlotID, Skill: p.Skill, Valid: true, RewardLow: 0, RewardHigh: 1})
+		}
+	}
+	sort.Slice(cands, func(a, b int) bool { return cands[a].EnvID < cands[b].EnvID })
+	c := env.Config.Label
+	for _, cand := range cands {
+		pipeline.Emit(out, schemas.Labels, "labels", Compute(cand, byEnv[cand.EnvID], c.BandLow, c.BandHigh, ri.Regeneration))
+	}
+	return nil
+}

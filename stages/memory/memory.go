@@ -1,0 +1,198 @@
+// Package memory is the environment-memory stage (SPADE.md step 7):
+// regret-scored, skill-tagged entries accumulate across regenerations in a
+// FIFO of bounded capacity (paper: 200), and the designer prompts draw
+// seeds of the active skill from it (SelectSeeds).
+package memory
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// ExcerptBytes bounds an entry's source excerpt shown in prompts.
+const ExcerptBytes = 1200
+
+// Stage is the memory stage; on regeneration rounds it appends, otherwise
+// it carries memory(r-1) forward by reference.
+type Stage struct{}
+
+// Name implements pipeline.Stage.
+func (Stage) Name() string { return "memory" }
+
+// Outputs implements pipeline.Stage.
+func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "memory"}} }
+
+// Plan implements pipeline.Stage.
+func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 {
+		return nil, false
+	}
+	prev := pipeline.Input{Table: "memory", Round: ri.Round - 1, Optional: ri.Round == 1}
+	if !ri.Regeneration {
+		return []pipeline.Input{prev}, true
+	}
+	return []pipeline.Input{prev, {Table: "labels", Round: ri.Round}, {Table: "environments", Round: ri.Round}}, true
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (Stage) ConfigSubset(c *config.Config) any { return c.Memory }
+
+// Parts implements pipeline.Stage.
+func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// Append adds entries to mem (sorted by Seq), numbering them after the
+// highest Seq, and evicts the oldest beyond capacity.
+func Append(mem []schemas.MemoryEntry, add []schemas.MemoryEntry, capacity int) []schemas.MemoryEntry {
+	next := int64(0)
+	if len(mem) > 0 {
+		next = mem[len(mem)-1].Seq + 1
+	}
+	out := slices.Clone(mem)
+	for _, e := range add {
+		e.Seq = next
+		next++
+		out = append(out, e)
+	}
+	if len(out) > capacity {
+		out = out[len(out)-capacity:]
+	}
+	return out
+}
+
+var (
+	familyRe     = regexp.MustCompile(`["']family["']\s*:\s*["']([A-Za-z0-9_\-]+)["']`)
+	difficultyRe = regexp.MustCompile(`["']difficulty["']\s*:\s*([0-9]+)`)
+	nameRe       = regexp.MustCompile(`(?m)^\s+name\s*(?::\s*str)?\s*=\s*["']([^"']*)["']`)
+	docRe        = regexp.MustCompile(`(?s)class\s+\w+\([^)]*\):\s*\n\s*(?:"""|''')(.*?)(?:"""|''')`)
+)
+
+// Describe derives the family, difficulty and a one-line summary of an
+// environment from its source: the procedural backend's marker when present,
+// else the class's name attribute and docstring.
+func Describe(source, skill string) (family string, difficulty int64, summary string) {
+	if m := familyRe.FindStringSubmatch(source); m != nil {
+		family = m[1]
+	}
+	if m := difficultyRe.FindStringSubmatch(source); m != nil {
+		difficulty, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	name := ""
+	if m := nameRe.FindStringSubmatch(source); m != nil {
+		name = m[1]
+	}
+	if family == "" {
+		family = name
+	}
+	doc := ""
+	if m := docRe.FindStringSubmatch(source); m != nil {
+		doc = strings.Join(strings.Fields(m[1]), " ")
+		if len(doc) > 200 {
+			doc = doc[:200]
+		}
+	}
+	summary = strings.TrimSpace(strings.Join([]string{name, "(" + skill + ")", doc}, " "))
+	return family, difficulty, summary
+}
+
+// Run implements pipeline.Stage.
+func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	ri := env.Round
+	if !ri.Regeneration {
+		if m := env.Manifest("memory", ri.Round-1); m != nil {
+			out.Reference("memory", m)
+		}
+		return nil
+	}
+	mem, err := pipeline.ReadAll(ctx, env, schemas.Memory, "memory", ri.Round-1)
+	if err != nil {
+		return err
+	}
+	labels, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", ri.Round)
+	if err != nil {
+		return err
+	}
+	envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", ri.Round)
+	if err != nil {
+		return err
+	}
+	src := map[string]schemas.Environment{}
+	for _, e := range envs {
+		src[e.EnvID] = e
+	}
+	sort.Slice(labels, func(a, b int) bool { return labels[a].EnvID < labels[b].EnvID })
+	var add []schemas.MemoryEntry
+	for _, l := range labels {
+		if !l.Valid || l.Regret == nil {
+			continue
+		}
+		e := src[l.EnvID]
+		family, diff, summary := Describe(e.Source, l.Skill)
+		excerpt := e.Source
+		if len(excerpt) > ExcerptBytes {
+			excerpt = excerpt[:ExcerptBytes]
+		}
+		add = append(add, schemas.MemoryEntry{EnvID: l.EnvID, Skill: l.Skill, Family: family, Difficulty: diff, Regret: *l.Regret, WinRate: l.WinRate, AddedRound: int64(ri.Round), Summary: summary, Excerpt: excerpt})
+	}
+	out.Stat("memory_added", len(add))
+	rows := Append(mem, add, env.Config.Memory.Capacity)
+	if len(rows) == 0 {
+		return nil
+	}
+	pipeline.Emit(out, schemas.Memory, "memory", rows...)
+	return nil
+}
+
+// Seed selection bounds (SPADE.md step 7, following the public code):
+// positives keep win rate in [PositiveLow, PositiveHigh]; negatives have
+// win rate < NegativeBelow or > NegativeAbove.
+const (
+	PositiveLow   = 0.15
+	PositiveHigh  = 0.85
+	NegativeBelow = 0.1
+	NegativeAbove = 0.9
+)
+
+// SelectSeeds picks the memory examples shown to the designer for one slot
+// of skill: from entries of that skill with win rate in [0.15, 0.85],
+// sorted by regret (highest first, ties by newest), it samples n from the
+// top max(3n, 10) without replacement; negatives are up to n entries of the
+// skill with win rate < 0.1 or > 0.9, newest first. rng makes the draw
+// deterministic per slot.
+func SelectSeeds(mem []schemas.MemoryEntry, skill string, n int, rng *rand.Rand) (seeds, negatives []schemas.MemoryEntry) {
+	var pos, neg []schemas.MemoryEntry
+	for _, e := range mem {
+		if e.Skill != skill {
+			continue
+		}
+		switch {
+		case e.WinRate >= PositiveLow && e.WinRate <= PositiveHigh:
+			pos = append(pos, e)
+		case e.WinRate < NegativeBelow || e.WinRate > NegativeAbove:
+			neg = append(neg, e)
+		}
+	}
+	sort.SliceStable(pos, func(a, b int) bool {
+		if pos[a].Regret != pos[b].Regret {
+			return pos[a].Regret > pos[b].Regret
+		}
+		return pos[a].Seq > pos[b].Seq
+	})
+	top := pos[:min(len(pos), max(3*n, 10))]
+	perm := rng.Perm(len(top))
+	for _, i := range perm[:min(n, len(top))] {
+		seeds = append(seeds, top[i])
+	}
+	sort.SliceStable(seeds, func(a, b int) bool { return seeds[a].Regret > seeds[b].Regret })
+	sort.SliceStable(neg, func(a, b int) bool { return neg[a].Seq > neg[b].Seq })
+	negatives = neg[:min(n, len(neg))]
+	return seeds, negatives
+}
