@@ -1,0 +1,281 @@
+// Package report renders a run's round-level metrics as one offline HTML
+// page: inline SVG plots over rounds (learnable fraction, win rate,
+// regret, diversity, validity) and a per-round table. The page loads
+// nothing (no scripts, fonts, stylesheets or images from anywhere), so it
+// can be archived next to the run's tables and opened years later.
+package report
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// RoundSummary is one round's metrics as the report shows them; the
+// metrics stage fills it from the round's tables (definitions in
+// docs/metrics.md). Rates and shares are in [0, 1]. A float field that is
+// NaN was not measured this round (e.g. validity on a round without
+// regeneration) and shows as a gap in plots and "–" in the table.
+type RoundSummary struct {
+	// Round is the GRPO step number; rounds must be strictly increasing.
+	Round int
+	// Regeneration is true on rounds that generated a fresh pool (every k
+	// rounds, SPADE.md step 8); other rounds carry the pool forward.
+	Regeneration bool
+	// Environments is the number of environments generated this round
+	// (design slots; 0 off regeneration rounds).
+	Environments int
+	// Valid is how many of them passed validation.
+	Valid int
+	// Admitted is how many environments are in the training pool (win
+	// rate in the learnable band).
+	Admitted int
+	// ValidityRate is the share of raw generations that executed and
+	// passed validation (paper app. F "validity").
+	ValidityRate float64
+	// LearnableFraction is the share of played environments with win rate
+	// in the learnable band [0.2, 0.8].
+	LearnableFraction float64
+	// WinRate is the mean agent win rate over played environments
+	// (unhinted plays with reward > 0).
+	WinRate float64
+	// RegretMean and the quantiles describe hint-based regret over played
+	// environments (mean return with hint − without).
+	RegretMean, RegretP10, RegretP50, RegretP90 float64
+	// VendiPerN is the Vendi score of the round's environment sources over
+	// TF-IDF + LSA-128, divided by their number (metrics.VendiPerN).
+	VendiPerN float64
+	// DomainsCovered is how many of the 13 coverage domains the round's
+	// grounding documents touch; DomainCoverage is that count / 13.
+	DomainsCovered int
+	DomainCoverage float64
+	// RewardLevels is the mean number of distinct reward levels per
+	// environment (metrics.RewardGranularity).
+	RewardLevels float64
+	// PerSkillWinRate maps skill name to the mean win rate of its
+	// environments; skills are listed in sorted order.
+	PerSkillWinRate map[string]float64
+}
+
+//go:embed report.html.tmpl
+var pageSource string
+
+var page = template.Must(template.New("report").Parse(pageSource))
+
+// Plot titles, also the <title> of each SVG; tests look for them.
+const (
+	TitleLearnable = "Learnable fraction"
+	TitleWinRate   = "Agent win rate"
+	TitleRegret    = "Regret (mean, p10–p90 band)"
+	TitleDiversity = "Diversity (Vendi / n)"
+	TitleValidity  = "Validity rate"
+)
+
+// PlotCount is the number of <svg> plots Render writes.
+const PlotCount = 5
+
+// Render writes the report for run as one self-contained HTML5 document
+// to w: PlotCount inline SVG plots over rounds and a per-round table. The
+// output is a pure function of its arguments (no timestamps, skills
+// sorted, fixed number formatting), so reports can be diffed and
+// golden-tested.
+//
+// Errors: an error naming the round index, round number and field for
+// rounds out of order, negative counts, rates outside [0, 1] or ±Inf
+// values; the error of w.
+func Render(w io.Writer, run string, rounds []RoundSummary) error {
+	if err := validate(rounds); err != nil {
+		return fmt.Errorf("render report for run %q: %w", run, err)
+	}
+	data := pageData{Run: run, Rounds: len(rounds)}
+	if len(rounds) > 0 {
+		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
+	}
+	for _, r := range rounds {
+		if r.Regeneration {
+			data.Regenerations++
+		}
+	}
+	for _, c := range charts(rounds) {
+		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
+	}
+	data.Skills = skillsOf(rounds)
+	for _, r := range rounds {
+		data.Rows = append(data.Rows, tableRow(r, data.Skills))
+	}
+	if err := page.Execute(w, data); err != nil {
+		return fmt.Errorf("render report for run %q: %w", run, err)
+	}
+	return nil
+}
+
+type pageData struct {
+	Run                 string
+	Rounds, First, Last int
+	Regenerations       int
+	Plots               []template.HTML
+	Skills              []string
+	Rows                [][]string
+}
+
+func validate(rounds []RoundSummary) error {
+	for i, r := range rounds {
+		where := fmt.Sprintf("rounds[%d] (round %d)", i, r.Round)
+		if r.Round < 0 {
+			return fmt.Errorf("%s: Round is negative", where)
+		}
+		if i > 0 && r.Round <= rounds[i-1].Round {
+			return fmt.Errorf("%s: Round not after previous round %d", where, rounds[i-1].Round)
+		}
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"Environments", r.Environments}, {"Valid", r.Valid}, {"Admitted", r.Admitted}, {"DomainsCovered", r.DomainsCovered}} {
+			if f.v < 0 {
+				return fmt.Errorf("%s: %s = %d is negative", where, f.name, f.v)
+			}
+		}
+		rates := []struct {
+			name string
+			v    float64
+		}{{"ValidityRate", r.ValidityRate}, {"LearnableFraction", r.LearnableFraction}, {"WinRate", r.WinRate},
+			{"VendiPerN", r.VendiPerN}, {"DomainCoverage", r.DomainCoverage}}
+		for _, skill := range sortedKeys(r.PerSkillWinRate) {
+			rates = append(rates, struct {
+				name string
+				v    float64
+			}{fmt.Sprintf("PerSkillWinRate[%q]", skill), r.PerSkillWinRate[skill]})
+		}
+		for _, f := range rates {
+			if math.IsInf(f.v, 0) || f.v < 0 || f.v > 1 {
+				return fmt.Errorf("%s: %s = %v is outside [0, 1]", where, f.name, f.v)
+			}
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"RegretMean", r.RegretMean}, {"RegretP10", r.RegretP10}, {"RegretP50", r.RegretP50}, {"RegretP90", r.RegretP90}, {"RewardLevels", r.RewardLevels}} {
+			if math.IsInf(f.v, 0) {
+				return fmt.Errorf("%s: %s is infinite", where, f.name)
+			}
+		}
+		if r.RegretP10 > r.RegretP90 {
+			return fmt.Errorf("%s: RegretP10 %v above RegretP90 %v", where, r.RegretP10, r.RegretP90)
+		}
+	}
+	return nil
+}
+
+// charts builds the five plots in page order.
+func charts(rounds []RoundSummary) []chart {
+	pts := func(f func(RoundSummary) float64) []point {
+		out := make([]point, len(rounds))
+		for i, r := range rounds {
+			out[i] = point{float64(r.Round), f(r)}
+		}
+		return out
+	}
+	main := func(name string, f func(RoundSummary) float64) series {
+		return series{name: name, color: palette[0], width: strokeMain, points: pts(f)}
+	}
+	unit := func(id, title, yLabel string, s ...series) chart {
+		return chart{id: id, title: title, yLabel: yLabel, yMin: 0, yMax: 1, series: s}
+	}
+
+	win := []series{main("all skills", func(r RoundSummary) float64 { return r.WinRate })}
+	for i, skill := range skillsOf(rounds) {
+		win = append(win, series{
+			name: skill, color: palette[1+i%(len(palette)-1)], width: strokeSecond, dashed: i >= len(palette)-1,
+			points: pts(func(r RoundSummary) float64 {
+				if v, ok := r.PerSkillWinRate[skill]; ok {
+					return v
+				}
+				return math.NaN()
+			}),
+		})
+	}
+	regret := chart{
+		id: "regret", title: TitleRegret, yLabel: "regret (return)", yMin: math.NaN(), yMax: math.NaN(), zeroLine: true,
+		series: []series{
+			main("mean", func(r RoundSummary) float64 { return r.RegretMean }),
+			{name: "median", color: palette[3], width: strokeSecond, dashed: true, points: pts(func(r RoundSummary) float64 { return r.RegretP50 })},
+		},
+		band: &band{name: "p10–p90", color: palette[0],
+			lo: pts(func(r RoundSummary) float64 { return r.RegretP10 }),
+			hi: pts(func(r RoundSummary) float64 { return r.RegretP90 })},
+	}
+	return []chart{
+		unit("learnable", TitleLearnable, "share in band [0.2, 0.8]", main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
+		unit("winrate", TitleWinRate, "win rate", win...),
+		regret,
+		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),
+		unit("validity", TitleValidity, "share valid", main("validity", func(r RoundSummary) float64 { return r.ValidityRate })),
+	}
+}
+
+// skillsOf returns every skill named in any round, sorted.
+func skillsOf(rounds []RoundSummary) []string {
+	var out []string
+	for _, r := range rounds {
+		for skill := range r.PerSkillWinRate {
+			if !slices.Contains(out, skill) {
+				out = append(out, skill)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tableRow formats one round; columns match the header in the template.
+func tableRow(r RoundSummary, skills []string) []string {
+	regen := ""
+	if r.Regeneration {
+		regen = "yes"
+	}
+	domains := "–"
+	if !math.IsNaN(r.DomainCoverage) {
+		domains = fmt.Sprintf("%d/13 (%s)", r.DomainsCovered, cell(r.DomainCoverage, 2))
+	}
+	row := []string{
+		strconv.Itoa(r.Round), regen,
+		strconv.Itoa(r.Environments), strconv.Itoa(r.Valid), strconv.Itoa(r.Admitted),
+		cell(r.ValidityRate, 3), cell(r.LearnableFraction, 3), cell(r.WinRate, 3),
+		cell(r.RegretMean, 3), cell(r.RegretP10, 3), cell(r.RegretP50, 3), cell(r.RegretP90, 3),
+		cell(r.VendiPerN, 3), domains,
+		cell(r.RewardLevels, 1),
+	}
+	for _, skill := range skills {
+		if v, ok := r.PerSkillWinRate[skill]; ok {
+			row = append(row, cell(v, 2))
+		} else {
+			row = append(row, "–")
+		}
+	}
+	return row
+}
+
+func cell(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	if strings.Trim(s, "-0.") == "" {
+		s = strings.TrimPrefix(s, "-") // no "-0.000"
+	}
+	return s
+}

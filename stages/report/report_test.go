@@ -1,0 +1,267 @@
+package report
+
+import (
+	"bytes"
+	"encoding/xml"
+	"flag"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.html from the current output")
+
+// sampleRounds is a deterministic 40-round run: regeneration every 4
+// rounds (validity and diversity measured only then), win rate climbing
+// as in the paper's training curves, three skills active in turn.
+func sampleRounds(n int) []RoundSummary {
+	skills := []string{"causal-inference", "logical-deduction", "spatial-reasoning", "planning"}
+	var out []RoundSummary
+	for i := 0; i < n; i++ {
+		t := float64(i) / float64(max(n-1, 1))
+		r := RoundSummary{
+			Round:             i,
+			Regeneration:      i%4 == 0,
+			Admitted:          8 + i%5,
+			LearnableFraction: 0.16 + 0.15*t + 0.03*math.Sin(float64(i)),
+			WinRate:           0.30 + 0.32*t + 0.02*math.Cos(float64(i)*1.7),
+			RegretMean:        0.12 + 0.05*math.Sin(float64(i)/3),
+			RewardLevels:      2 + 3*t,
+			ValidityRate:      math.NaN(),
+			VendiPerN:         math.NaN(),
+			DomainCoverage:    math.NaN(),
+			PerSkillWinRate:   map[string]float64{},
+		}
+		r.RegretP10 = r.RegretMean - 0.18
+		r.RegretP50 = r.RegretMean - 0.02
+		r.RegretP90 = r.RegretMean + 0.22
+		if r.Regeneration {
+			r.Environments, r.Valid = 24, 20+i%4
+			r.ValidityRate = float64(r.Valid) / 24
+			r.VendiPerN = 0.55 + 0.15*t
+			r.DomainsCovered = 5 + i%6
+			r.DomainCoverage = float64(r.DomainsCovered) / 13
+		}
+		for k := 0; k < 3; k++ {
+			s := skills[(i/4+k)%len(skills)]
+			r.PerSkillWinRate[s] = math.Min(1, r.WinRate+0.1*float64(k-1))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func render(t testing.TB, run string, rounds []RoundSummary) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Render(&b, run, rounds); err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	return b.Bytes()
+}
+
+func TestRenderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rounds []RoundSummary
+	}{
+		{"sample40", sampleRounds(40)},
+		{"single", sampleRounds(1)},
+		{"empty", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := render(t, "golden-run", tc.rounds)
+			path := filepath.Join("testdata", tc.name+".golden.html")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("output differs from %s (run go test -update after checking the change)", path)
+			}
+		})
+	}
+}
+
+// TestRenderDeterministic renders the same rounds repeatedly; per-skill
+// maps are iterated in random order by Go, so this catches any map order
+// reaching the output.
+func TestRenderDeterministic(t *testing.T) {
+	first := render(t, "run", sampleRounds(12))
+	for i := 0; i < 10; i++ {
+		if again := render(t, "run", sampleRounds(12)); !bytes.Equal(first, again) {
+			t.Fatalf("render %d differs from the first", i+2)
+		}
+	}
+}
+
+var svgRe = regexp.MustCompile(`(?s)<svg .*?</svg>`)
+
+// TestRenderStructure checks what a reader relies on: five well-formed
+// SVG plots with their titles, a row per round, gaps for NaN, and nothing
+// that would load from the network.
+func TestRenderStructure(t *testing.T) {
+	rounds := sampleRounds(40)
+	out := string(render(t, "run-a", rounds))
+	svgs := svgRe.FindAllString(out, -1)
+	if len(svgs) != PlotCount {
+		t.Fatalf("%d SVG plots, want %d", len(svgs), PlotCount)
+	}
+	for i, s := range svgs {
+		if err := wellFormed(s); err != nil {
+			t.Fatalf("SVG %d is not well-formed XML: %v", i, err)
+		}
+	}
+	for _, title := range []string{TitleLearnable, TitleWinRate, TitleRegret, TitleDiversity, TitleValidity} {
+		if !strings.Contains(out, "<title id=") || !strings.Contains(out, title) {
+			t.Errorf("plot title %q missing", title)
+		}
+	}
+	if got := strings.Count(out, "<tr><td>"); got != len(rounds) {
+		t.Errorf("%d table rows, want %d", got, len(rounds))
+	}
+	// Validity is measured on 10 of 40 rounds, every 4th: 10 markers and
+	// no line joining them across the unmeasured rounds.
+	validity := svgs[4]
+	if got := strings.Count(validity, "<circle"); got != 10 {
+		t.Errorf("validity plot has %d markers, want 10", got)
+	}
+	if strings.Contains(validity, "<polyline") {
+		t.Errorf("validity plot joins rounds it did not measure")
+	}
+	// Regret: one band polygon over all 40 rounds, mean and median lines.
+	if got := strings.Count(svgs[2], `class="band"`); got != 1 {
+		t.Errorf("regret plot has %d bands, want 1", got)
+	}
+	for _, banned := range []string{"<script", "http://", "https://", "<link", "@import", "url("} {
+		if strings.Contains(strings.ReplaceAll(out, `xmlns="http://www.w3.org/2000/svg"`, ""), banned) {
+			t.Errorf("report contains %q: it must load nothing", banned)
+		}
+	}
+	for _, skill := range []string{"causal-inference", "logical-deduction", "planning", "spatial-reasoning"} {
+		if !strings.Contains(out, "<th>win: "+skill+"</th>") {
+			t.Errorf("table lacks a column for skill %q", skill)
+		}
+	}
+}
+
+func TestRenderEscapes(t *testing.T) {
+	rounds := sampleRounds(3)
+	rounds[1].PerSkillWinRate["<script>alert(1)</script>"] = 0.5
+	out := string(render(t, `run "<b>&`, rounds))
+	if strings.Contains(out, "<script>") || strings.Contains(out, "<b>&") {
+		t.Fatal("untrusted run or skill name reached the page unescaped")
+	}
+	for i, s := range svgRe.FindAllString(out, -1) {
+		if err := wellFormed(s); err != nil {
+			t.Fatalf("SVG %d: %v", i, err)
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func([]RoundSummary)
+		want   string
+	}{
+		{"out of order", func(r []RoundSummary) { r[2].Round = 1 }, "rounds[2] (round 1): Round not after previous round 1"},
+		{"negative round", func(r []RoundSummary) { r[0].Round = -1 }, "rounds[0] (round -1): Round is negative"},
+		{"rate above one", func(r []RoundSummary) { r[1].WinRate = 1.5 }, "rounds[1] (round 1): WinRate = 1.5 is outside [0, 1]"},
+		{"infinite vendi", func(r []RoundSummary) { r[1].VendiPerN = math.Inf(1) }, "VendiPerN = +Inf is outside [0, 1]"},
+		{"skill rate", func(r []RoundSummary) { r[0].PerSkillWinRate["planning"] = -0.1 }, `PerSkillWinRate["planning"] = -0.1`},
+		{"negative count", func(r []RoundSummary) { r[2].Valid = -3 }, "rounds[2] (round 2): Valid = -3 is negative"},
+		{"infinite regret", func(r []RoundSummary) { r[0].RegretP90 = math.Inf(1) }, "RegretP90 is infinite"},
+		{"crossed quantiles", func(r []RoundSummary) { r[0].RegretP10 = 1 }, "RegretP10 1 above RegretP90"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rounds := sampleRounds(3)
+			tt.mutate(rounds)
+			err := Render(io.Discard, "r", rounds)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTicks(t *testing.T) {
+	tests := []struct {
+		lo, hi float64
+		want   []float64
+	}{
+		{0, 1, []float64{0, 0.2, 0.4, 0.6, 0.8, 1}},
+		{-0.1, 0.4, []float64{-0.1, 0, 0.1, 0.2, 0.3, 0.4}},
+		{0, 39, []float64{0, 10, 20, 30}},
+	}
+	for _, tt := range tests {
+		got := ticks(tt.lo, tt.hi)
+		if len(got) != len(tt.want) {
+			t.Fatalf("ticks(%v, %v) = %v, want %v", tt.lo, tt.hi, got, tt.want)
+		}
+		for i := range got {
+			if math.Abs(got[i]-tt.want[i]) > 1e-12 {
+				t.Fatalf("ticks(%v, %v) = %v, want %v", tt.lo, tt.hi, got, tt.want)
+			}
+		}
+	}
+	if got := integerTicks(0, 3); len(got) != 4 || got[3] != 3 {
+		t.Fatalf("integerTicks(0, 3) = %v", got)
+	}
+}
+
+func wellFormed(s string) error {
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// FuzzRender: run and skill names come from config and LLM-designed
+// environments. Whatever they hold, Render must succeed, every SVG must
+// stay well-formed and no raw tag may appear.
+func FuzzRender(f *testing.F) {
+	f.Add("run", "planning", 0.5)
+	f.Add(`<script>"&'`, "]]><!--", 0.0)
+	f.Add("\xff\xfe", "\x00", 1.0)
+	f.Fuzz(func(t *testing.T, run, skill string, rate float64) {
+		if math.IsNaN(rate) || rate < 0 || rate > 1 {
+			rate = 0.5
+		}
+		rounds := sampleRounds(3)
+		rounds[2].PerSkillWinRate[skill] = rate
+		var b bytes.Buffer
+		if err := Render(&b, run, rounds); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		svgs := svgRe.FindAllString(out, -1)
+		if len(svgs) != PlotCount {
+			t.Fatalf("%d SVGs", len(svgs))
+		}
+		for i, s := range svgs {
+			if err := wellFormed(s); err != nil {
+				t.Fatalf("SVG %d: %v", i, err)
+			}
+		}
+		if strings.Contains(out, "<script") {
+			t.Fatal("raw <script> in output")
+		}
+	})
+}
