@@ -210,16 +210,91 @@ func stateSig(obs string) string {
 	if len(lines) > 1 {
 		lines = lines[1:]
 	}
-	return strings.Join(lines[max(0, len(lines)-2):], "\n")
+	lines = lines[max(0, len(lines)-2):]
+	for i, l := range lines {
+		if acts := validActions(l); acts != nil { // listing order carries no state
+			sort.Strings(acts)
+			lines[i] = strings.Join(acts, "|")
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // containsPhrase reports whether phrase occurs in s on word boundaries.
 func containsPhrase(s, phrase string) bool {
-	s, phrase = " "+strings.ToLower(s)+" ", " "+strings.ToLower(strings.TrimSpace(phrase))+" "
-	if strings.TrimSpace(phrase) == "" {
+	st, pt := tokens(s), tokens(phrase)
+	if len(pt) == 0 {
 		return false
 	}
-	return strings.Contains(s, phrase)
+	for i := 0; i+len(pt) <= len(st); i++ {
+		match := true
+		for j := range pt {
+			if st[i+j] != pt[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// tokens splits text into lower-case alphanumeric words.
+func tokens(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+	})
+}
+
+var beginsRE = regexp.MustCompile(`(?i)(?:begins|starts) with '([^']+)'`)
+
+// hintBonus follows the hint: an action the hint quotes is preferred until
+// it has been taken as often as quoted; quoted actions in order form a plan
+// that is followed while the play stays on it; a quoted phrase inside an
+// action ("row 3") and a quoted opening token ("begins with 'X'") help less.
+func (a *agentCtx) hintBonus(c *candidate) float64 {
+	if len(a.quotes) == 0 {
+		return 0
+	}
+	s := 0.0
+	onPlan := len(a.quotes) > 1 && len(a.steps) < len(a.quotes)
+	for i, st := range a.steps {
+		if i >= len(a.quotes) || !strings.EqualFold(a.quotes[i], st.action) {
+			onPlan = false
+		}
+	}
+	quoted, taken := 0, 0
+	phrase := false
+	for _, q := range a.quotes {
+		if strings.EqualFold(q, c.text) {
+			quoted++
+		} else if containsPhrase(c.text, q) {
+			phrase = true
+		}
+	}
+	for _, st := range a.steps {
+		if strings.EqualFold(st.action, c.text) {
+			taken++
+		}
+	}
+	switch {
+	case onPlan && strings.EqualFold(a.quotes[len(a.steps)], c.text):
+		s += 2.5
+	case quoted > taken && len(a.steps) >= len(a.quotes):
+		s += 1.5
+	case quoted > taken:
+		s += 0.5
+	case phrase:
+		s += 0.4
+	}
+	if m := beginsRE.FindStringSubmatch(a.hint); m != nil {
+		if t := tokensAfterVerb(c.text); len(t) > 0 && strings.EqualFold(t[0], m[1]) {
+			s += 1.0
+		}
+	}
+	return s
 }
 
 // setBracket derives the numeric interval the remembered feedback and the
@@ -325,11 +400,16 @@ func (a *agentCtx) score(c *candidate) {
 		if st.action != c.text {
 			continue
 		}
-		if stateSig(st.before) == sig {
+		same := stateSig(st.before) == sig
+		if same {
 			s -= 1.0
 		}
 		if polarity(feedback(st.after)) < 0 {
-			s -= 2.0
+			if same {
+				s -= 2.0
+			} else {
+				s -= 0.8 // failed in another state: it may work here
+			}
 		}
 	}
 	// Evidence from remembered feedback about what an action's object is.
@@ -340,37 +420,24 @@ func (a *agentCtx) score(c *candidate) {
 		}
 		fields := strings.Fields(st.action)
 		if len(fields) >= 2 && strings.ToLower(fields[0]) == fields[0] {
-			if containsPhrase(c.text, strings.Join(fields[1:], " ")) {
-				s += float64(pol)
+			// Evidence about an object ("row 3") supports or rules out
+			// actions on it in proportion to how much of the action it covers.
+			if obj := strings.Join(fields[1:], " "); containsPhrase(c.text, obj) {
+				if args := tokens(c.text); len(args) > 1 {
+					s += 1.5 * float64(pol) * float64(len(tokens(obj))) / float64(len(args)-1)
+				}
 			}
 		} else if len(fields) >= 2 && pol < 0 && strings.Fields(c.text)[0] == fields[0] {
 			s += 0.5 // wrong about a subject: the other statement about it
 		}
 	}
 	if commitVerbs[c.verb] {
-		s -= 0.5
+		s -= 0.8
 		if a.budget > 0 && a.turn >= a.budget-1 {
 			s += 1.5
 		}
 	}
-	// The hint: quoted actions or phrases, and a quoted plan followed in order.
-	onPlan := true
-	for i, st := range a.steps {
-		if i >= len(a.quotes) || a.quotes[i] != st.action {
-			onPlan = false
-		}
-	}
-	for i, q := range a.quotes {
-		switch {
-		case strings.EqualFold(q, c.text):
-			s += 1.5
-			if onPlan && i == a.turn && len(a.quotes) > 1 {
-				s += 1.0
-			}
-		case containsPhrase(c.text, q):
-			s += 0.4
-		}
-	}
+	s += a.hintBonus(c)
 	if c.hasNum && a.bracket && !c.tmpl {
 		switch {
 		case c.num < a.lo || c.num > a.hi:

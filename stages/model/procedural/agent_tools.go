@@ -198,7 +198,7 @@ func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, 
 		if s.lookup {
 			sc -= 1.5
 		}
-		slip := rng.Float64() < p.eps*1.5
+		slip := rng.Float64() < p.eps*2.5
 		args, ok := fillArgs(s, tt, p, slip, nil)
 		if ok && s.lookup && tt.usedLookup[s.tool.Name+" "+canonicalJSON(args)] {
 			// Already looked that up: try the instruction's other identifiers.
@@ -334,6 +334,20 @@ func fillArgs(s toolSpec, tt toolTurn, p persona, slip bool, exclude map[string]
 		}
 	}
 	if slip {
+		// A slip on a choice: the neighbouring enum value, unless the hint
+		// confirms the right one.
+		for _, prop := range s.props {
+			if v, ok := args[prop.name].(string); ok && len(prop.Enum) > 1 && !strings.Contains(tt.hintText, v) {
+				for i, e := range prop.Enum {
+					if e == v {
+						if alt, ok := prop.Enum[(i+1)%len(prop.Enum)].(string); ok {
+							args[prop.name] = alt
+						}
+						return args, true
+					}
+				}
+			}
+		}
 		var keys []string
 		for _, prop := range s.props {
 			if v, ok := args[prop.name].(string); ok && idRE.MatchString(v) && !strings.Contains(tt.hintText, v) {
@@ -376,17 +390,15 @@ func pickID(prop schemaProp, text string, ids [][]int, used map[string]bool, p p
 		}
 		sc := 0.0
 		if p.depth >= 2 {
-			before := lowerWordsOf(text[:loc[0]])
-			if n := len(before); n > 0 {
-				for _, w := range prop.words {
-					if before[n-1] == w {
-						sc += 3
-					}
+			before := precedingWord(text[:loc[0]])
+			for _, w := range prop.words {
+				if before == w {
+					sc += 3
 				}
 			}
 			prefix := strings.ToLower(strings.TrimRight(id, "-0123456789"))
 			for _, w := range prop.words {
-				if len(prefix) >= 2 && strings.HasPrefix(w, prefix) {
+				if abbreviates(prefix, w) {
 					sc += 2
 				}
 			}
@@ -431,7 +443,7 @@ func idFromContext(prop schemaProp, tt toolTurn, used map[string]bool) (string, 
 				prefix := strings.ToLower(strings.TrimRight(id, "-0123456789"))
 				fits := false
 				for _, w := range prop.words {
-					if len(prefix) >= 2 && (strings.HasPrefix(w, prefix) || strings.HasPrefix(prefix, w)) {
+					if abbreviates(prefix, w) {
 						fits = true
 					}
 				}
@@ -445,4 +457,29 @@ func idFromContext(prop schemaProp, tt toolTurn, used map[string]bool) (string, 
 		}
 	}
 	return "", false
+}
+
+// precedingWord is the lower-case word right before the end of s.
+func precedingWord(s string) string {
+	s = strings.TrimRight(s, " \t,:")
+	i := len(s)
+	for i > 0 && (s[i-1] >= 'a' && s[i-1] <= 'z' || s[i-1] >= 'A' && s[i-1] <= 'Z') {
+		i--
+	}
+	return strings.ToLower(s[i:])
+}
+
+// abbreviates reports whether an identifier prefix abbreviates a word: same
+// first letter and its letters in order (INV ~ invoice, TCK ~ ticket).
+func abbreviates(prefix, word string) bool {
+	if len(prefix) < 2 || len(word) < 2 || prefix[0] != word[0] {
+		return false
+	}
+	j := 0
+	for i := 0; i < len(word) && j < len(prefix); i++ {
+		if word[i] == prefix[j] {
+			j++
+		}
+	}
+	return j == len(prefix)
 }

@@ -349,9 +349,9 @@ func hiddenCauseHint(p Params) string {
 }
 
 func riverParams(g *gen) Params {
-	n := pick(g, [5]int{3, 3, 4, 4, 5})
-	capacity := pick(g, [5]int{1, 1, 2, 2, 2})
-	nconf := pick(g, [5]int{1, 2, 3, 4, 5})
+	n := pick(g, [5]int{3, 3, 3, 4, 4})
+	capacity := pick(g, [5]int{1, 2, 1, 2, 2})
+	nconf := pick(g, [5]int{1, 1, 2, 2, 3})
 	var best Params
 	for try := 0; try < 120 && best == nil || try < 80; try++ {
 		if try >= 80 && nconf > 1 { // too many conflicts for a solvable puzzle: relax
@@ -384,8 +384,8 @@ func riverParams(g *gen) Params {
 		}
 		sort.Slice(conf, func(i, j int) bool { return conf[i][0]+conf[i][1] < conf[j][0]+conf[j][1] })
 		best = Params{"items": items, "conflicts": conf, "capacity": capacity, "plan": plan,
-			"max_turns": min(15, len(plan)+pick(g, [5]int{6, 4, 4, 3, 2}))}
-		if len(plan) >= pick(g, [5]int{3, 7, 5, 7, 7}) {
+			"max_turns": min(15, len(plan)+pick(g, [5]int{8, 7, 6, 5, 4}))}
+		if len(plan) >= pick(g, [5]int{5, 3, 7, 5, 7}) {
 			break
 		}
 	}

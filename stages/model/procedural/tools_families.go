@@ -23,7 +23,7 @@ func bankParams(g *gen) Params {
 	return Params{
 		"instructions": n, "checking": chk, "savings": sav, "payees": payees,
 		"invoices": ids, "amounts": amounts, "transfer": amounts[0] + 10*g.intn(1, 10),
-		"max_turns": min(15, pick(g, [5]int{8, 7, 8, 8, 9})),
+		"max_turns": n + pick(g, [5]int{3, 2, 2, 2, 1}) + max(0, n-3),
 	}
 }
 
@@ -48,7 +48,7 @@ func retailParams(g *gen) Params {
 		"address":  fmt.Sprintf("%d %s Road", g.number(2, 99), street),
 		"coupon":   fmt.Sprintf("SAVE%d", 5*g.intn(2, 6)),
 		"quantity": g.intn(2, 6), "store": g.name(),
-		"max_turns": min(15, pick(g, [5]int{7, 6, 8, 8, 9})),
+		"max_turns": n + pick(g, [5]int{3, 2, 2, 2, 1}) + 2*min(1, max(0, n-3)),
 	}
 }
 
@@ -74,7 +74,7 @@ func triageParams(g *gen) Params {
 		"team2":      []string{"billing", "network", "accounts", "hardware"}[g.rng.IntN(4)],
 		"resolution": []string{"fixed", "duplicate", "wont_fix"}[g.rng.IntN(3)],
 		"queue":      []string{"inbox", "escalations"}[g.rng.IntN(2)], "desk": g.name(),
-		"max_turns": min(15, pick(g, [5]int{7, 6, 8, 8, 9})),
+		"max_turns": n + pick(g, [5]int{3, 2, 2, 2, 1}) + min(1, max(0, n-3)),
 	}
 }
 
