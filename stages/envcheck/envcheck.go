@@ -199,7 +199,7 @@ func (c *checker) report(meta *sandbox.Meta, start time.Time) Report {
 		r := *c.results[n]
 		if !r.Passed && r.Detail == "" {
 			r.Skipped = true
-			r.Detail = "skipped: check " + c.failed + " failed first"
+			r.Detail = "not completed: check " + c.failed + " failed first"
 		}
 		rep.Checks = append(rep.Checks, r)
 	}

@@ -81,9 +81,14 @@ def send(obj):
 
 
 def tail_traceback(exc, limit=4000):
+    """The traceback without the harness's own frames: only the program's."""
     import traceback
 
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, (ContractError, ReplyLimit)):
+        return ""  # raised by the harness about a return value; no program frames
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("spade_harness.py")]
+    text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+    text += "".join(traceback.format_exception_only(type(exc), exc))
     return text[-limit:]
 
 
@@ -206,6 +211,10 @@ def op_load(req):
     except (ValueError, MemoryError, RecursionError) as exc:
         send({"ok": False, "kind": "syntax", "detail": f"{type(exc).__name__}: {exc}"})
         return
+    import linecache
+
+    # Lets tracebacks quote the program's source lines.
+    linecache.cache["<env>"] = (len(source), None, source.splitlines(True), "<env>")
     namespace = {"__name__": "spade_program", "__builtins__": __builtins__}
     module = type(sys)("spade_program")
     module.__dict__.update(namespace)

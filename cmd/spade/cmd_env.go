@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/stages/envcheck"
+	"github.com/spade-pipeline/spade/stages/sandbox"
+)
+
+// The env command registers itself through extraCommands, so the root needs
+// no edit; it ignores the shared globals (it touches no store or run).
+func init() {
+	extraCommands = append(extraCommands, func(*globals) *cobra.Command { return newEnvCmd() })
+}
+
+// newEnvCmd implements `spade env check FILE.py [--json]`: the validate
+// stage's checks (stages/envcheck, SPADE.md step 4) for one environment
+// file, run in the same sandbox. Exit status: 0 when the environment is
+// valid, 1 when it is not (an exitError with code exitFailure), 2 for usage
+// errors; the report goes to stdout either way.
+func newEnvCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "env",
+		Short: "Work with environment programs (the spade_env contract)",
+	}
+	var (
+		asJSON  bool
+		strict  bool
+		python  string
+		seeds   []int64
+		timeout time.Duration
+		quick   bool
+	)
+	check := &cobra.Command{
+		Use:   "check FILE.py",
+		Short: "Validate one environment file in the sandbox; exit 0 if valid, 1 if not",
+		Long: "Runs every validation check of the validate stage on FILE.py inside the sandbox " +
+			"(compile, class discovery, reset on several seeds, probe steps with malformed and plausible " +
+			"actions, 5-tuple types, finite in-range rewards, bounded text observations, episode end, " +
+			"no leftover processes, determinism; for tool use the reset gate and impossibility screening) " +
+			"and prints each check's result. See docs/environment-contract.md.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("env check: want exactly one FILE.py, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := args[0]
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("env check: read %s: %w", path, err)
+			}
+			sb, err := sandbox.New(sandbox.Config{Python: python, Strict: strict, Workers: 1})
+			if err != nil {
+				return fmt.Errorf("env check: start sandbox: %w", err)
+			}
+			defer sb.Close()
+			opts := envcheck.Options{Seeds: seeds, Timeout: timeout}
+			var rep envcheck.Report
+			if quick {
+				rep = envcheck.QuickCheck(cmd.Context(), sb, string(src), opts)
+			} else {
+				rep = envcheck.Check(cmd.Context(), sb, string(src), opts)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(struct {
+					File string `json:"file"`
+					envcheck.Report
+				}{path, rep}); err != nil {
+					return fmt.Errorf("env check: write report: %w", err)
+				}
+			} else {
+				printEnvReport(out, path, rep)
+			}
+			if !rep.Valid {
+				return exitError{code: exitFailure, msg: fmt.Sprintf("%s is not a valid environment (failed check: %s)", path, rep.Reason)}
+			}
+			return nil
+		},
+	}
+	f := check.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&quick, "quick", false, "run only the quick checks the design stage uses between retries")
+	f.BoolVar(&strict, "strict", false, "refuse to run without bubblewrap isolation")
+	f.StringVar(&python, "python", "", "Python interpreter inside the sandbox (default /usr/bin/python3)")
+	f.Int64SliceVar(&seeds, "seeds", nil, "reset seeds to test (default 0,1,2; at least 3 are used)")
+	f.DurationVar(&timeout, "timeout", 0, "limit for the whole validation (default 60s)")
+	cmd.AddCommand(check)
+	return cmd
+}
+
+// printEnvReport writes the human-readable report: a verdict line, then one
+// line per check (PASS, FAIL or SKIP, phase time, detail), with the failing
+// check's traceback tail indented below it.
+func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
+	verdict := "VALID"
+	if !rep.Valid {
+		verdict = "INVALID (" + rep.Reason + ")"
+	}
+	fmt.Fprintf(w, "%s: %s", path, verdict)
+	if m := rep.Meta; m != nil {
+		fmt.Fprintf(w, "  [%s class %s, name %q, skill %q, max_turns %d", m.Kind, m.Class, m.Name, m.Skill, m.MaxTurns)
+		if len(m.RewardRange) == 2 {
+			fmt.Fprintf(w, ", reward_range [%g, %g]", m.RewardRange[0], m.RewardRange[1])
+		}
+		if len(m.Tools) > 0 {
+			var tools []struct {
+				Name string `json:"name"`
+			}
+			if json.Unmarshal(m.Tools, &tools) == nil {
+				names := make([]string, len(tools))
+				for i, t := range tools {
+					names[i] = t.Name
+				}
+				fmt.Fprintf(w, ", tools %s", strings.Join(names, ", "))
+			}
+		}
+		fmt.Fprint(w, "]")
+	}
+	fmt.Fprintln(w)
+	for _, r := range rep.Checks {
+		status := "PASS"
+		switch {
+		case r.Skipped:
+			status = "SKIP"
+		case !r.Passed:
+			status = "FAIL"
+		}
+		detail := r.Detail
+		if r.ErrorKind != "" && !r.Passed {
+			detail += " [" + r.ErrorKind + "]"
+		}
+		fmt.Fprintf(w, "  %s %-14s %8s  %s\n", status, r.Name, r.Duration.Round(time.Millisecond), detail)
+		if !r.Passed && r.TracebackTail != "" {
+			for _, line := range strings.Split(strings.TrimRight(r.TracebackTail, "\n"), "\n") {
+				fmt.Fprintf(w, "       | %s\n", line)
+			}
+		}
+	}
+	fmt.Fprintf(w, "  total %s\n", rep.Duration.Round(time.Millisecond))
+}
