@@ -1,0 +1,244 @@
+// Package design is the generation stage (SPADE.md step 3): for every slot
+// the designer writes an environment; an attempt that fails the sandbox's
+// quick checks (compile, reset, probe step) is retried with the failure fed
+// back, up to design.max_attempts times. Every attempt is a row of designs;
+// every model call a row of design_calls.
+package design
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/design/prompt"
+	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/envcheck"
+	"github.com/spade-pipeline/spade/stages/memory"
+	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/model/procedural"
+	"github.com/spade-pipeline/spade/stages/sample"
+	"github.com/spade-pipeline/spade/stages/sandbox"
+)
+
+// SeedsPerPrompt is n of the memory seed selection (public code: 2).
+const SeedsPerPrompt = 2
+
+// Stage is the design stage; it runs on regeneration rounds.
+type Stage struct{ Eng *engine.Engines }
+
+// Name implements pipeline.Stage.
+func (*Stage) Name() string { return "design" }
+
+// Outputs implements pipeline.Stage.
+func (*Stage) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "designs"}, {Table: engine.CallsTable("design"), Kind: "llm_calls"}}
+}
+
+// Plan implements pipeline.Stage.
+func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 || !ri.Regeneration {
+		return nil, false
+	}
+	return []pipeline.Input{
+		{Table: "slots", Round: ri.Round},
+		{Table: "corpus", Round: 0},
+		{Table: "memory", Round: ri.Round - 1, Optional: ri.Round == 1},
+	}, true
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (*Stage) ConfigSubset(c *config.Config) any {
+	return struct {
+		Design  config.Design
+		Model   config.Model
+		Sandbox config.Sandbox
+	}{c.Design, modelSubset(c.Model), c.Sandbox}
+}
+
+// modelSubset drops settings that do not change answers (concurrency,
+// timeouts, retries).
+func modelSubset(m config.Model) config.Model {
+	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
+	return m
+}
+
+// Parts implements pipeline.Stage.
+func (*Stage) Parts(_ context.Context, env *pipeline.Env) (int, error) {
+	n := int(env.Manifest("slots", env.Round.Round).Rows)
+	per := env.Config.Design.SlotsPerPart
+	return max(1, (n+per-1)/per), nil
+}
+
+type docRow struct {
+	DocID  string `parquet:"doc_id"`
+	Title  string `parquet:"title"`
+	Domain string `parquet:"domain"`
+	Text   string `parquet:"text"`
+}
+
+// DocExcerptBytes bounds the document text passed to the model per document.
+const DocExcerptBytes = 6000
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
+	ri := env.Round
+	slots, err := pipeline.ReadAll(ctx, env, schemas.Slots, "slots", ri.Round)
+	if err != nil {
+		return err
+	}
+	per := env.Config.Design.SlotsPerPart
+	slots = slots[min(len(slots), part*per):min(len(slots), (part+1)*per)]
+	mem, err := pipeline.ReadAll(ctx, env, schemas.Memory, "memory", ri.Round-1)
+	if err != nil {
+		return err
+	}
+	var rows []int64
+	for _, sl := range slots {
+		rows = append(rows, sl.DocRows...)
+	}
+	docs, err := pipeline.ReadRowsAt[docRow](ctx, env.Store(), env.Manifest("corpus", 0), rows)
+	if err != nil {
+		return fmt.Errorf("read grounding documents: %w", err)
+	}
+	rec, err := s.Eng.ForStage(ctx, "design", ri.Round)
+	if err != nil {
+		return err
+	}
+	sb, err := s.Eng.Sandbox()
+	if err != nil {
+		return err
+	}
+	results := make([][]schemas.Design, len(slots))
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(max(1, min(env.Config.Model.Concurrency, s.Eng.Workers()*2)))
+	off := 0
+	for i, sl := range slots {
+		d := docs[off : off+len(sl.DocRows)]
+		off += len(sl.DocRows)
+		wp.Go(func(ctx context.Context) error {
+			results[i] = generate(ctx, env.Config, rec, sb, sl, d, mem)
+			return ctx.Err()
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		pipeline.Emit(out, schemas.Designs, "designs", r...)
+	}
+	engine.EmitCalls(out, env.Config, "design", rec)
+	return nil
+}
+
+// generate runs the attempts of one slot.
+func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb *sandbox.Sandbox, sl schemas.Slot, docs []docRow, mem []schemas.MemoryEntry) []schemas.Design {
+	rng := rand.New(rand.NewPCG(uint64(sl.Seed), 7))
+	seeds, negs := memory.SelectSeeds(mem, sl.Skill, SeedsPerPrompt, rng)
+	in := prompt.Input{Kind: sl.Kind, Skill: sl.Skill, Setting: sl.Setting}
+	var pdocs []procedural.Document
+	for _, d := range docs {
+		text := prompt.Excerpt(d.Text, DocExcerptBytes)
+		in.Docs = append(in.Docs, prompt.Doc{ID: d.DocID, Title: d.Title, Text: text})
+		pdocs = append(pdocs, procedural.Document{DocID: d.DocID, Title: d.Title, Domain: d.Domain, Text: text})
+	}
+	var pmem []procedural.MemoryEntry
+	for _, e := range append(append([]schemas.MemoryEntry(nil), seeds...), negs...) {
+		pmem = append(pmem, procedural.MemoryEntry{EnvID: e.EnvID, Family: e.Family, Skill: e.Skill, Difficulty: int(e.Difficulty), WinRate: e.WinRate, Regret: e.Regret})
+	}
+	for _, e := range mem {
+		if e.Skill == sl.Skill {
+			found := false
+			for _, p := range pmem {
+				found = found || p.EnvID == e.EnvID
+			}
+			if !found {
+				pmem = append(pmem, procedural.MemoryEntry{EnvID: e.EnvID, Family: e.Family, Skill: e.Skill, Difficulty: int(e.Difficulty), WinRate: e.WinRate, Regret: e.Regret})
+			}
+		}
+	}
+	toSeed := func(e schemas.MemoryEntry) prompt.Seed {
+		return prompt.Seed{Name: e.Family, Skill: e.Skill, Description: e.Summary, WinRate: e.WinRate, Regret: e.Regret, Source: e.Excerpt}
+	}
+	for _, e := range seeds {
+		in.Seeds = append(in.Seeds, toSeed(e))
+	}
+	for _, e := range negs {
+		in.Negatives = append(in.Negatives, toSeed(e))
+	}
+	var out []schemas.Design
+	for attempt := 0; attempt < cfg.Design.MaxAttempts; attempt++ {
+		d := schemas.Design{SlotID: sl.SlotID, Attempt: int64(attempt), Skill: sl.Skill, Setting: sl.Setting, Kind: sl.Kind, Model: backend.Name()}
+		msgs, err := prompt.Render(sl.Kind, in)
+		if err != nil {
+			d.Error = "prompt: " + err.Error()
+			out = append(out, d)
+			break
+		}
+		pj, _ := json.Marshal(msgs)
+		d.Prompt = string(pj)
+		req := model.Request{
+			Messages: msgs, N: 1, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens,
+			Seed: sample.Seed(sl.Seed, "design", attempt),
+			Meta: map[string]string{
+				procedural.MetaTask: "design", procedural.MetaKind: sl.Kind, procedural.MetaSkill: sl.Skill,
+				procedural.MetaSetting: sl.Setting, procedural.MetaSlot: sl.SlotID, procedural.MetaAttempt: strconv.Itoa(attempt),
+				procedural.MetaDoc: engine.MetaJSON(pdocs), procedural.MetaMemory: engine.MetaJSON(pmem), procedural.MetaFeedback: in.Feedback,
+			},
+		}
+		resp, err := backend.Chat(ctx, req)
+		if err != nil {
+			d.Error = "model: " + err.Error()
+			in.Feedback = ""
+			out = append(out, d)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		ch := resp.Choices[0]
+		d.Response, d.FinishReason = ch.Message.Content, ch.FinishReason
+		d.PromptTokens, d.CompletionTokens = int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens)
+		code, err := prompt.ExtractCode(d.Response)
+		if err != nil {
+			d.Error = "extract: " + err.Error()
+			in.Feedback, in.PreviousSource = "Your answer contained no Python code block: "+err.Error()+". Answer with exactly one ```python block.", ""
+			out = append(out, d)
+			continue
+		}
+		d.Source = prompt.NormalizeSource(code)
+		d.EnvID = prompt.EnvID(code)
+		rep := envcheck.QuickCheck(ctx, sb, d.Source, envcheck.Options{})
+		if !rep.Valid {
+			d.Error = "quick check " + rep.Reason + ": " + failDetail(rep)
+			in.Feedback, in.PreviousSource = "The environment failed the check "+rep.Reason+": "+failDetail(rep), d.Source
+			out = append(out, d)
+			continue
+		}
+		out = append(out, d)
+		break
+	}
+	if len(out) > 0 {
+		out[len(out)-1].Final = true
+	}
+	return out
+}
+
+func failDetail(rep envcheck.Report) string {
+	for _, c := range rep.Checks {
+		if c.Name == rep.Reason {
+			s := c.Detail
+			if c.TracebackTail != "" {
+				s += "\n" + c.TracebackTail
+			}
+			return strings.TrimSpace(s)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,110 @@
+// Package hint is the hint stage (SPADE.md step 5): one designer-side call
+// per valid environment, conditioned on its source (the agent never sees
+// the source), giving the privileged hint of the hinted plays.
+package hint
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/design/prompt"
+	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/model/procedural"
+	"github.com/spade-pipeline/spade/stages/sample"
+)
+
+// MaxHintBytes bounds a stored hint.
+const MaxHintBytes = 4000
+
+// Stage is the hint stage; it runs on regeneration rounds.
+type Stage struct{ Eng *engine.Engines }
+
+// Name implements pipeline.Stage.
+func (*Stage) Name() string { return "hint" }
+
+// Outputs implements pipeline.Stage.
+func (*Stage) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "hints"}, {Table: engine.CallsTable("hint"), Kind: "llm_calls"}}
+}
+
+// Plan implements pipeline.Stage.
+func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return []pipeline.Input{{Table: "environments", Round: ri.Round}}, ri.Round >= 1 && ri.Regeneration
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (*Stage) ConfigSubset(c *config.Config) any { return modelSubset(c.Model) }
+
+func modelSubset(m config.Model) config.Model {
+	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
+	return m
+}
+
+// Parts implements pipeline.Stage.
+func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", env.Round.Round)
+	if err != nil {
+		return err
+	}
+	rec, err := s.Eng.ForStage(ctx, "hint", env.Round.Round)
+	if err != nil {
+		return err
+	}
+	rows := make([]*schemas.Hint, len(envs))
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(max(1, env.Config.Model.Concurrency))
+	for i, e := range envs {
+		if !e.Valid {
+			continue
+		}
+		wp.Go(func(ctx context.Context) error {
+			rows[i] = write(ctx, env, rec, e)
+			return ctx.Err()
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return err
+	}
+	for _, h := range rows {
+		if h != nil {
+			pipeline.Emit(out, schemas.Hints, "hints", *h)
+		}
+	}
+	engine.EmitCalls(out, env.Config, "hint", rec)
+	return nil
+}
+
+func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e schemas.Environment) *schemas.Hint {
+	h := &schemas.Hint{EnvID: e.EnvID, Model: backend.Name()}
+	msgs, err := prompt.RenderHint(e.Source, e.Kind, e.Skill)
+	if err != nil {
+		h.Error = "prompt: " + err.Error()
+		return h
+	}
+	pj, _ := json.Marshal(msgs)
+	h.Prompt = string(pj)
+	resp, err := backend.Chat(ctx, model.Request{
+		Messages: msgs, N: 1, Temperature: env.Config.Model.Temperature, MaxTokens: 512,
+		Seed: sample.Seed(env.Round.Seed, "hint", env.Round.Round, e.EnvID),
+		Meta: map[string]string{procedural.MetaTask: "hint", procedural.MetaSource: e.Source},
+	})
+	if err != nil {
+		h.Error = "model: " + err.Error()
+		return h
+	}
+	h.Response = resp.Choices[0].Message.Content
+	h.Hint = strings.TrimSpace(h.Response)
+	if len(h.Hint) > MaxHintBytes {
+		h.Hint = h.Hint[:MaxHintBytes]
+	}
+	return h
+}
