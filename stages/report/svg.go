@@ -375,7 +375,7 @@ func esc(s string) string {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r':
 			return r
-		case r < 0x20, r >= 0xD800 && r <= 0xDFFF, r == 0xFFFE, r == 0xFFFF, r == utf8.RuneError:
+		case r < 0x20, r >= 0xD800 && r <= 0xDFFF, r == 0xFFFE, r == 0xFFFF:
 			return utf8.RuneError
 		}
 		return r
