@@ -112,7 +112,7 @@ func reconstruct(schema *parquet.Schema, row parquet.Row) (v any, err error) {
 			v, err = nil, fmt.Errorf("reconstruct row: %v", rec)
 		}
 	}()
-	var m map[string]any
+	m := make(map[string]any)
 	if err := schema.Reconstruct(&m, row); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,368 @@
+package datasets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+func TestImportJSONL(t *testing.T) {
+	nested := ImportOptions{IDPath: "paper_id", TitlePath: "metadata.title", LicensePath: "metadata.license",
+		DomainPath: "discipline", TextPaths: []string{"abstract.text", "body_text[].text"}}
+	with := func(o ImportOptions, f func(*ImportOptions)) ImportOptions { f(&o); return o }
+	tests := []struct {
+		name      string
+		data      string
+		opts      ImportOptions
+		wantIDs   []string
+		wantTexts []string
+		wantTitle string // title of the first doc
+		wantErr   error
+		errHas    string
+		skips     []string // substrings of Issues, in order
+		dups      int64
+		repaired  int64
+	}{
+		{
+			name: "nested paths concatenate in order",
+			data: `{"paper_id":"p1","metadata":{"title":"T1","license":"CC0"},"discipline":"Physics","abstract":{"text":"Abs."},"body_text":[{"text":"One."},{"text":"  "},{"text":"Two."}]}` + "\n",
+			opts: nested, wantIDs: []string{"p1"}, wantTexts: []string{"Abs.\n\nOne.\n\nTwo."}, wantTitle: "T1",
+		},
+		{
+			name: "missing optional is empty, missing required skips",
+			data: `{"paper_id":"p1","metadata":{"title":"T"},"abstract":{"text":"a"},"body_text":[]}
+{"metadata":{"title":"no id"},"abstract":{"text":"b"}}
+{"paper_id":"p3","metadata":{}}
+{"paper_id":"p4","abstract":{"text":" "},"body_text":[]}
+`,
+			opts:    with(nested, func(o *ImportOptions) { o.LicensePath, o.DomainPath = "", "" }),
+			wantIDs: []string{"p1"}, wantTexts: []string{"a"}, wantTitle: "T",
+			skips: []string{":2: field paper_id: required id field is missing", ":3: field abstract.text, body_text[].text: required text field is missing", ":4: field abstract.text, body_text[].text: text is empty"},
+		},
+		{
+			name:    "a misspelt path fails the file",
+			data:    `{"paper_id":"p1","metadata":{"title":"T"},"abstract":{"text":"a"}}` + "\n",
+			opts:    with(nested, func(o *ImportOptions) { o.TitlePath = "metadata.titel" }),
+			wantErr: ErrFieldPathUnmatched, errHas: `title path "metadata.titel" matched none of 1 rows`,
+		},
+		{
+			name: "dedup by text hash keeps the first; ids default to the hash",
+			data: `{"text":"same"}
+{"text":"other"}
+{"text":"same"}
+`,
+			wantIDs:   []string{"0967115f2813a3541eaef77de9d9d5773f1c0c04314b0bbfe4ff3b3b1c55b5d5"[:16], "d9298a10d1b0735837dc4bd85dac641b0f3cef27a47e5d53a54f2f3f5b2fcffa"[:16]},
+			wantTexts: []string{"same", "other"}, dups: 1,
+		},
+		{
+			name:    "reused id with another text is skipped",
+			data:    `{"id":"x","text":"one"}` + "\n" + `{"id":"x","text":"two"}` + "\n",
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"x"}, wantTexts: []string{"one"},
+			skips: []string{`:2: field id: doc id "x" was already imported from`},
+		},
+		{
+			name:    "numeric id and list text",
+			data:    `{"id":7,"text":["a","b"]}` + "\n",
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"7"}, wantTexts: []string{"a\n\nb"},
+		},
+		{
+			name:    "bad lines are skipped with their line number",
+			data:    "{\"id\":\"a\",\"text\":\"ok\"}\nnot json\n\n[1,2]\n{\"id\":\"b\",\"text\":{\"o\":1}}\n{\"id\":[\"c\",\"d\"],\"text\":\"t\"}\n",
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"a"}, wantTexts: []string{"ok"},
+			skips: []string{":2: not a JSON object: invalid character", ":4: not a JSON object: line holds a JSON array", ":5: field text: text field: value is an object", ":6: field id: id field matched 2 values"},
+		},
+		{
+			name:    "invalid UTF-8 in text skips the row naming the field",
+			data:    "{\"id\":\"a\",\"title\":\"fine\",\"text\":\"bad \xff byte\"}\n{\"id\":\"b\",\"title\":\"caf\xe9\",\"text\":\"good\"}\n{\"id\":\"c\",\"title\":\"ok\",\"text\":\"good too\"}\n",
+			opts:    ImportOptions{IDPath: "id", TitlePath: "title"},
+			wantIDs: []string{"c"}, wantTexts: []string{"good too"}, wantTitle: "ok",
+			skips: []string{":1: field text: text field is not valid UTF-8", ":2: field title: title field is not valid UTF-8"},
+		},
+		{
+			name:    "invalid UTF-8 in an unused field does not matter",
+			data:    "{\"id\":\"a\",\"junk\":\"\xff\",\"text\":\"t\"}\n",
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"a"}, wantTexts: []string{"t"},
+		},
+		{
+			name:    "size cap",
+			data:    `{"id":"big","text":"` + strings.Repeat("x", 101) + `"}` + "\n" + `{"id":"ok","text":"` + strings.Repeat("x", 100) + `"}` + "\n",
+			opts:    ImportOptions{IDPath: "id", MaxDocBytes: 100},
+			wantIDs: []string{"ok"}, wantTexts: []string{strings.Repeat("x", 100)},
+			skips: []string{":1: field text: text is 101 bytes, over the cap of 100 bytes (MaxDocBytes)"},
+		},
+		{
+			name:    "line cap skips while reading",
+			data:    `{"id":"huge","text":"` + strings.Repeat("y", 5000) + `"}` + "\n" + `{"id":"ok","text":"fine"}` + "\n",
+			opts:    ImportOptions{IDPath: "id", MaxDocBytes: 100, MaxLineBytes: 1000},
+			wantIDs: []string{"ok"}, wantTexts: []string{"fine"},
+			skips: []string{":1: line is 5024 bytes, over the line cap of 1000 bytes (MaxLineBytes)"},
+		},
+		{
+			name:    "repair of a scrubbed escape",
+			data:    `{"id":"r","text":"Name\user@example.org\nLab"}` + "\n",
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"r"}, wantTexts: []string{"Name\\user@example.org\nLab"}, repaired: 1,
+		},
+		{
+			name:    "strict JSON skips instead of repairing",
+			data:    `{"id":"r","text":"Name\user@example.org"}` + "\n" + `{"id":"s","text":"fine"}` + "\n",
+			opts:    ImportOptions{IDPath: "id", StrictJSON: true},
+			wantIDs: []string{"s"}, wantTexts: []string{"fine"},
+			skips: []string{`:1: not a JSON object: invalid character 's' in \u hexadecimal character escape`},
+		},
+		{name: "empty file", data: "", wantErr: ErrEmptyInput, errHas: "file is empty"},
+		{name: "blank lines only", data: "\n \n\r\n", wantErr: ErrEmptyInput, errHas: "no non-blank lines"},
+		{name: "no line parses", data: "a,b\n1,2\n", wantErr: ErrNoParsableRows, errHas: "none of 2 lines is a JSON object (first: line 1:"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "in.jsonl", []byte(tc.data))
+			opts := tc.opts
+			opts.Paths = []string{p}
+			docs, rep, err := collect(t, opts)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), p) {
+					t.Fatalf("err = %v, want %v containing %q and the file name", err, tc.wantErr, tc.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAccounting(t, docs, rep)
+			var ids, texts []string
+			for _, d := range docs {
+				ids = append(ids, d.DocID)
+				texts = append(texts, d.Text)
+				if d.Source != "in.jsonl" {
+					t.Errorf("source = %q", d.Source)
+				}
+			}
+			if fmt.Sprint(ids) != fmt.Sprint(tc.wantIDs) || fmt.Sprint(texts) != fmt.Sprint(tc.wantTexts) {
+				t.Errorf("ids %q texts %q, want %q %q", ids, texts, tc.wantIDs, tc.wantTexts)
+			}
+			if tc.wantTitle != "" && docs[0].Title != tc.wantTitle {
+				t.Errorf("title = %q, want %q", docs[0].Title, tc.wantTitle)
+			}
+			if len(rep.Issues) != len(tc.skips) {
+				t.Fatalf("issues = %v, want %d", rep.Issues, len(tc.skips))
+			}
+			for i, s := range tc.skips {
+				if got := rep.Issues[i].String(); !strings.HasPrefix(got, p) || !strings.Contains(got, s) {
+					t.Errorf("issue %d = %q, want it to name %s and contain %q", i, got, p, s)
+				}
+			}
+			if rep.Duplicates != tc.dups || rep.Repaired != tc.repaired {
+				t.Errorf("duplicates %d repaired %d, want %d %d", rep.Duplicates, rep.Repaired, tc.dups, tc.repaired)
+			}
+		})
+	}
+}
+
+func TestImportGzip(t *testing.T) {
+	dir := t.TempDir()
+	plain := []byte(`{"text":"one"}` + "\n" + `{"text":"two"}` + "\n")
+	gz := gzipBytes(t, plain)
+	t.Run("ok", func(t *testing.T) {
+		docs, _, err := collect(t, ImportOptions{Paths: []string{writeFile(t, dir, "a.jsonl.gz", gz)}})
+		if err != nil || len(docs) != 2 || docs[1].Text != "two" || docs[0].Source != "a.jsonl.gz" {
+			t.Fatalf("docs %v err %v", docs, err)
+		}
+	})
+	t.Run("gzip content under a plain name is still read", func(t *testing.T) {
+		docs, _, err := collect(t, ImportOptions{Paths: []string{writeFile(t, dir, "b.jsonl", gz)}})
+		if err != nil || len(docs) != 2 {
+			t.Fatalf("docs %v err %v", docs, err)
+		}
+	})
+	cases := []struct {
+		name, file string
+		data       []byte
+		errHas     string
+	}{
+		{"truncated", "t.jsonl.gz", gz[:len(gz)-12], "line 3: corrupt input: unexpected EOF"},
+		{"corrupt body", "c.jsonl.gz", append(append([]byte{}, gz[:12]...), make([]byte, 40)...), "corrupt input"},
+		{"not gzip at all", "n.jsonl.gz", plain, "name ends in .gz but the data is not gzip"},
+		{"bad header", "h.jsonl.gz", []byte{0x1f, 0x8b, 0, 0}, "gzip header"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, dir, tc.file, tc.data)
+			_, _, err := collect(t, ImportOptions{Paths: []string{p}})
+			if !errors.Is(err, ErrCorruptInput) || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("err = %v, want ErrCorruptInput naming %s and containing %q", err, p, tc.errHas)
+			}
+		})
+	}
+}
+
+func TestImportDir(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "a/one.md", []byte("---\nid: doc-one\ndomain: physics\nlicense: CC0-1.0\n---\nIntro line\n\n# Heading One\n\nBody of one.\n"))
+	writeFile(t, dir, "a/two.txt", []byte("# not a heading in txt\nPlain text two.\n"))
+	writeFile(t, dir, "b/setext.markdown", []byte("Setext Title\n============\n\nBody.\n"))
+	writeFile(t, dir, "b/ignored.csv", []byte("x,y\n"))
+	writeFile(t, dir, "c/dup.md", []byte("# not a heading in txt\nPlain text two.\n\n"))
+	writeFile(t, dir, "c/bad.md", []byte("caf\xe9"))
+	writeFile(t, dir, "c/empty.txt", []byte("  \n"))
+	writeFile(t, dir, "d/big.txt", []byte(strings.Repeat("z", 200)))
+	writeFile(t, dir, "d/fm.md", []byte("---\ntitle: [unclosed\n---\nbody"))
+
+	docs, rep, err := collect(t, ImportOptions{Paths: []string{dir}, MaxDocBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, docs, rep)
+	type row struct{ id, title, domain, license, text string }
+	var got []row
+	for _, d := range docs {
+		got = append(got, row{d.DocID, d.Title, d.Domain, d.License, d.Text})
+		if d.Source != filepath.Base(dir) {
+			t.Errorf("source %q, want %q", d.Source, filepath.Base(dir))
+		}
+	}
+	want := []row{
+		{"doc-one", "Heading One", "physics", "CC0-1.0", "Intro line\n\n# Heading One\n\nBody of one."},
+		{docs[1].SHA256[:16], "two", "", "", "# not a heading in txt\nPlain text two."},
+		{docs[2].SHA256[:16], "Setext Title", "", "", "Setext Title\n============\n\nBody."},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	wantIssues := []string{"c/bad.md: field text: text is not valid UTF-8", "c/empty.txt: field text: text is empty",
+		"d/big.txt: field text: over the size cap: file is 200 bytes, over the cap of 100 bytes", "d/fm.md: field text: front matter:"}
+	if len(rep.Issues) != len(wantIssues) {
+		t.Fatalf("issues %v", rep.Issues)
+	}
+	for i, w := range wantIssues {
+		if !strings.Contains(rep.Issues[i].String(), w) {
+			t.Errorf("issue %d = %q, want %q", i, rep.Issues[i], w)
+		}
+	}
+	// c/dup.md has the same text as a/two.txt once trimmed.
+	if rep.Duplicates != 1 || rep.Read != 8 {
+		t.Errorf("duplicates %d read %d", rep.Duplicates, rep.Read)
+	}
+
+	t.Run("empty directory", func(t *testing.T) {
+		empty := t.TempDir()
+		writeFile(t, empty, "x.csv", []byte("a"))
+		_, _, err := collect(t, ImportOptions{Paths: []string{empty}})
+		if !errors.Is(err, ErrEmptyInput) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestImportInputErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.jsonl", []byte(`{"text":"x"}`+"\n"))
+	tests := []struct {
+		name    string
+		opts    ImportOptions
+		wantErr error
+		errHas  string
+	}{
+		{"no paths", ImportOptions{}, ErrBadOptions, "no input paths"},
+		{"unknown format", ImportOptions{Paths: []string{good}, Format: "csv"}, ErrBadOptions, `unknown format "csv"`},
+		{"bad path syntax", ImportOptions{Paths: []string{good}, TextPaths: []string{"a..b"}}, ErrBadFieldPath, "text"},
+		{"missing file", ImportOptions{Paths: []string{filepath.Join(dir, "nope.jsonl")}}, fs.ErrNotExist, "nope.jsonl"},
+		{"dir format on a file", ImportOptions{Paths: []string{good}, Format: FormatDir}, ErrBadOptions, "is a file"},
+		{"jsonl format on a dir", ImportOptions{Paths: []string{dir}, Format: FormatJSONL}, ErrBadOptions, "is a directory"},
+		{"unknown content", ImportOptions{Paths: []string{writeFile(t, dir, "x.bin", []byte("\x00\x01junk"))}}, ErrBadOptions, "cannot tell the format"},
+		{"second file fails after first", ImportOptions{Paths: []string{good, writeFile(t, dir, "empty.jsonl", nil)}}, ErrEmptyInput, "empty.jsonl"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := collect(t, tc.opts)
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errHas) {
+				t.Fatalf("err = %v, want %v containing %q", err, tc.wantErr, tc.errHas)
+			}
+		})
+	}
+}
+
+func TestImportAcrossFilesDedupAndOrder(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.jsonl", []byte(`{"text":"shared"}`+"\n"+`{"text":"only a"}`+"\n"))
+	b := writeFile(t, dir, "b.ndjson", []byte(`{"text":"only b"}`+"\n"+`{"text":"shared"}`+"\n"))
+	run := func() []schemas.CorpusDoc {
+		docs, rep, err := collect(t, ImportOptions{Paths: []string{a, b}, Source: "mix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Duplicates != 1 || rep.Files != 2 {
+			t.Fatalf("report %+v", rep)
+		}
+		return docs
+	}
+	first, second := run(), run()
+	if fmt.Sprint(first) != fmt.Sprint(second) {
+		t.Fatal("two imports of the same input differ")
+	}
+	var texts []string
+	for _, d := range first {
+		texts = append(texts, d.Text)
+		if d.Source != "mix" {
+			t.Errorf("source %q", d.Source)
+		}
+	}
+	if strings.Join(texts, "|") != "shared|only a|only b" {
+		t.Fatalf("order %q", texts)
+	}
+}
+
+func TestImportEmitErrorAndCancel(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "in.jsonl", []byte(`{"text":"a"}`+"\n"+`{"text":"b"}`+"\n"))
+	stop := errors.New("stop")
+	n := 0
+	_, err := Import(context.Background(), ImportOptions{Paths: []string{p}}, func(schemas.CorpusDoc) error {
+		n++
+		return stop
+	})
+	if !errors.Is(err, stop) || n != 1 || !strings.Contains(err.Error(), "in.jsonl:1") {
+		t.Fatalf("err = %v after %d emits", err, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = Import(ctx, ImportOptions{Paths: []string{p}}, func(schemas.CorpusDoc) error { return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+func TestImportIssueCap(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < MaxReportedIssues+50; i++ {
+		b.WriteString("oops\n")
+	}
+	b.WriteString(`{"text":"one good line"}` + "\n")
+	p := writeFile(t, t.TempDir(), "many.jsonl", []byte(b.String()))
+	docs, rep, err := collect(t, ImportOptions{Paths: []string{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, docs, rep)
+	if rep.Skipped != MaxReportedIssues+50 || len(rep.Issues) != MaxReportedIssues {
+		t.Fatalf("skipped %d, listed %d", rep.Skipped, len(rep.Issues))
+	}
+}
+
+func TestImportMissingFileIsPathError(t *testing.T) {
+	_, _, err := collect(t, ImportOptions{Paths: []string{"/nonexistent/corpus.jsonl"}})
+	var pe *os.PathError
+	if !errors.As(err, &pe) {
+		t.Fatalf("err = %v, want *os.PathError", err)
+	}
+}
