@@ -92,6 +92,9 @@ func (s *Server) Client() *s3.Client {
 	})
 }
 
+// PID returns the server process's id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // Output returns what the server has written to stdout and stderr so far.
 func (s *Server) Output() string { return s.out.String() }
 

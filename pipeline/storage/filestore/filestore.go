@@ -260,10 +260,10 @@ func (s *Store) put(ctx context.Context, op, key string, r io.Reader, size int64
 		}
 		if err != nil || exclusive {
 			// After a successful link the temp name is a second link to the
-			// object; removing it leaves the object in place.
-			if rmErr := os.Remove(tmpName); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
-				err = fail(fmt.Errorf("remove temp file: %w", rmErr))
-			}
+			// object; removing it leaves the object in place. A failure to
+			// remove it is not reported: the object is committed (a caller
+			// retrying would wrongly get ErrExists) and List hides temp names.
+			_ = os.Remove(tmpName)
 		}
 	}()
 	if _, err := io.Copy(tmp, streams.Sized(streams.WithContext(ctx, r), size)); err != nil {

@@ -7,6 +7,7 @@ package storagetest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -69,11 +70,11 @@ func Run(t *testing.T, open func(t *testing.T) storage.Store) {
 // payload returns n deterministic pseudo-random bytes for seed.
 func payload(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	b := make([]byte, n+8)
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
-	return b
+	return b[:n:n]
 }
 
 func put(t *testing.T, s storage.Store, key string, b []byte) {
