@@ -222,20 +222,22 @@ func fogMazeParams(g *gen) Params {
 		plan := mazePath(prev, start, goal)
 		best = Params{
 			"width": w, "height": h, "walls": wl, "start": start, "goal": goal,
-			"plan": plan, "cave": g.name(), "max_turns": min(15, len(plan)+slack),
+			"plan": plan, "cave": g.name(), "landmarks": g.names(2), "max_turns": min(15, len(plan)+slack),
 		}
+		g.nextName -= 3 // every try names the same cave and landmarks
 		bestGap = gap
 		if gap == 0 {
 			break
 		}
 	}
+	g.nextName += 3
 	if best == nil { // every try walled the start in: an open grid is always solvable
 		start, goal := [2]int{0, 0}, [2]int{min(wantDist, w-1), max(0, wantDist-(w-1))}
 		dist, prev := bfsGrid(w, h, nil, start)
 		_ = dist
 		plan := mazePath(prev, start, goal)
 		best = Params{"width": w, "height": h, "walls": [][2]int{}, "start": start, "goal": goal,
-			"plan": plan, "cave": g.name(), "max_turns": min(15, len(plan)+slack)}
+			"plan": plan, "cave": g.name(), "landmarks": g.names(2), "max_turns": min(15, len(plan)+slack)}
 	}
 	return best
 }
@@ -295,6 +297,9 @@ func abs(x int) int {
 
 func fogMazeHint(p Params) string {
 	plan := pStrs(p, "plan")
+	if len(plan) == 0 {
+		return ""
+	}
 	k := (len(plan) + 1) / 2
 	return fmt.Sprintf("The shortest route opens with %s; after that, keep heading toward the exit.", quoteAll(plan[:k]))
 }
@@ -345,6 +350,9 @@ func hiddenCauseParams(g *gen) Params {
 }
 
 func hiddenCauseHint(p Params) string {
+	if len(pStrs(p, "suspects")) == 0 {
+		return ""
+	}
 	return fmt.Sprintf("The alarm is always wired to one of %s.", quoteAll(pStrs(p, "suspects")))
 }
 
@@ -489,6 +497,9 @@ func riverAction(items []string, load []int) string {
 
 func riverHint(p Params) string {
 	plan := pStrs(p, "plan")
+	if len(plan) == 0 {
+		return ""
+	}
 	k := min(len(plan), 3)
 	return fmt.Sprintf("A safe plan starts %s.", quoteAll(plan[:k]))
 }
@@ -553,7 +564,7 @@ var functionKinds = [5]string{"linear", "steep", "quadratic", "modular", "piecew
 
 func functionParams(g *gen) Params {
 	kind := pick(g, functionKinds)
-	p := Params{"kind": kind, "target": g.intn(14, 25), "inputs": 10, "device": g.name(),
+	p := Params{"kind": kind, "target": g.intn(14, 25), "inputs": 10, "device": g.name(), "setting": g.name(), "reading": g.name(),
 		"max_turns": pick(g, [5]int{4, 4, 5, 5, 5})}
 	switch kind {
 	case "modular":

@@ -65,6 +65,7 @@ type driverReply struct {
 	MaxTurns   int             `json:"max_turns"`
 	Tools      json.RawMessage `json:"tools"`
 	Criteria   []bool          `json:"criteria"`
+	Actions    []string        `json:"actions"`
 }
 
 func startDriver(t testing.TB, source string) *envDriver {

@@ -1,7 +1,7 @@
 """JSON-lines driver for procedural-backend tests: loads one environment
 source and runs reset/step on request, so the Go test can play it with the
 Go agent. Requests: {"cmd": "load", "source": str} | {"cmd": "reset",
-"seed": int} | {"cmd": "step", "action": str}. Every reply is one JSON line;
+"seed": int} | {"cmd": "step", "action": str} | {"cmd": "solution"}. Every reply is one JSON line;
 errors are replies with an "error" key, never a crash."""
 import json
 import sys
@@ -31,6 +31,8 @@ def main():
                 env_cls = find_env(mod.__dict__)
                 out = {"max_turns": env_cls.max_turns, "name": env_cls.name, "skill": env_cls.skill,
                        "tools": getattr(env_cls, "tools", [])}
+            elif req["cmd"] == "solution":
+                out = {"actions": env.solution()}
             elif req["cmd"] == "reset":
                 env = env_cls()
                 obs, info = env.reset(seed=req["seed"])
