@@ -34,7 +34,7 @@ import (
 	"time"
 )
 
-//go:embed python/spade_harness.py python/spade_env/__init__.py
+//go:embed python/spade_harness.py python/spade_run.py python/spade_env/__init__.py
 var pythonFiles embed.FS
 
 // Config configures a Sandbox. Zero fields take the defaults documented on
@@ -184,7 +184,7 @@ func New(cfg Config) (*Sandbox, error) {
 			s.uidBase = 1_000_000 + 64*os.Getpid()
 		}
 	}
-	dir, err := writeHarness()
+	dir, err := writeHarness(cfg.Python)
 	if err != nil {
 		return nil, err
 	}
@@ -290,8 +290,9 @@ func (s *Sandbox) slotUID(slot int) int {
 }
 
 // writeHarness copies the embedded Python files into a fresh directory that
-// an unprivileged worker uid can read (0755 dirs, 0644 files).
-func writeHarness() (string, error) {
+// an unprivileged worker uid can read (0755 dirs, 0644 files), and compiles
+// them once so no worker pays for compiling the harness.
+func writeHarness(python string) (string, error) {
 	dir, err := os.MkdirTemp("", "spade-sandbox-")
 	if err != nil {
 		return "", fmt.Errorf("sandbox: create harness dir: %w", err)
@@ -312,7 +313,17 @@ func writeHarness() (string, error) {
 		return os.WriteFile(dst, data, 0o644)
 	})
 	if err == nil {
-		err = os.Chmod(dir, 0o755)
+		// Bytecode is an optimisation only: on failure workers compile.
+		_ = exec.Command(python, "-S", "-s", "-m", "compileall", "-q", dir).Run()
+		err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return os.Chmod(path, 0o755)
+			}
+			return os.Chmod(path, 0o644)
+		})
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -362,7 +373,7 @@ func (s *Sandbox) argv(slot int) []string {
 	_ = slot
 	py := []string{s.cfg.Python, "-S", "-s", "-B"}
 	if s.isolation != IsolationBwrap {
-		return append(py, filepath.Join(s.harnessDir, "spade_harness.py"), s.limitsArg)
+		return append(py, filepath.Join(s.harnessDir, "spade_run.py"), s.limitsArg)
 	}
 	a := []string{s.bwrap,
 		"--unshare-all", "--unshare-user", "--disable-userns",
@@ -398,7 +409,7 @@ func (s *Sandbox) argv(slot int) []string {
 	}
 	a = append(a, "--")
 	a = append(a, py...)
-	return append(a, "/spade/spade_harness.py", s.limitsArg)
+	return append(a, "/spade/spade_run.py", s.limitsArg)
 }
 
 // pythonPrefix returns the installation prefix to bind when the interpreter

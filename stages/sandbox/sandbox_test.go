@@ -166,7 +166,7 @@ func TestFailureKinds(t *testing.T) {
 		{"segfault", head + "        return 'o', {}\n    def step(self, a):\n        import os, signal; os.kill(os.getpid(), signal.SIGSEGV)\n", "step", KindCrash, "SIGSEGV"},
 		{"memory", head + "        self.big = bytearray(1 << 30)\n        return 'o', {}\n    def step(self, a): pass\n", "reset", KindMemory, "MemoryError"},
 		{"output flood", head + "        return 'o', {}\n    def step(self, a):\n        while True: print('x' * 4096)\n", "step", KindOutputLimit, "stdout+stderr"},
-		{"huge info", head + "        return 'o', {}\n    def step(self, a):\n        return 'o', 0.0, False, False, {'blob': 'x' * (1 << 20)}\n", "step", KindReplyLimit, "exceeds"},
+		{"huge info", head + "        return 'o', {}\n    def step(self, a):\n        return 'o', 0.0, False, False, {'blob': 'x' * (1 << 20)}\n", "step", KindReplyLimit, "reply limit"},
 		{"recursion", head + "        return 'o', {}\n    def step(self, a):\n        return self.step(a)\n", "step", KindRecursion, "RecursionError"},
 	}
 	for _, tc := range cases {
