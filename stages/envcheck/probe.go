@@ -15,11 +15,20 @@ import (
 // "Valid actions:" line (the contract's convention: "a | b | c", commas
 // accepted too). It returns nil when there is no such line.
 func validActions(obs string) []string {
-	idx := strings.LastIndex(strings.ToLower(obs), "valid actions:")
+	// Compare byte windows case-insensitively: lower-casing the whole text
+	// first would shift byte offsets for some non-ASCII runes.
+	const marker = "valid actions:"
+	idx := -1
+	for i := len(obs) - len(marker); i >= 0; i-- {
+		if strings.EqualFold(obs[i:i+len(marker)], marker) {
+			idx = i
+			break
+		}
+	}
 	if idx < 0 {
 		return nil
 	}
-	line := obs[idx+len("valid actions:"):]
+	line := obs[idx+len(marker):]
 	if nl := strings.IndexByte(line, '\n'); nl >= 0 {
 		line = line[:nl]
 	}
