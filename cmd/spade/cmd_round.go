@@ -13,12 +13,13 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/stages/all"
+	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 // runner builds the pipeline runner with every stage.
-func (a *app) runner() (*pipeline.Runner, *all.Engines) {
-	eng := &all.Engines{Config: &a.cfg}
-	r := &pipeline.Runner{Store: a.store, Run: a.g.runName, Config: a.cfg, Stages: all.Stages(&a.cfg, eng), Log: a.log}
+func (a *app) runner() (*pipeline.Runner, *engine.Engines) {
+	eng := &engine.Engines{Config: &a.cfg, Store: a.store, Log: a.log}
+	r := &pipeline.Runner{Store: a.store, Run: a.g.runName, Config: a.cfg, Stages: all.Stages(eng), Log: a.log}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		r.Progress = progress()
 	}

@@ -132,13 +132,18 @@ type GRPO struct {
 	// Python runs the torch trainer.
 	Python string `yaml:"python" json:"python"`
 	// BaseCheckpoint is the initial model: a directory, or "tiny:SEED".
-	BaseCheckpoint string  `yaml:"base_checkpoint" json:"base_checkpoint"`
-	Eps            float64 `yaml:"eps" json:"eps"`
-	WeightRule     string  `yaml:"weight_rule" json:"weight_rule"`
-	LR             float64 `yaml:"lr" json:"lr"`
-	ClipEps        float64 `yaml:"clip_eps" json:"clip_eps"`
-	KLBeta         float64 `yaml:"kl_beta" json:"kl_beta"`
-	TimeoutS       float64 `yaml:"timeout_s" json:"timeout_s"`
+	BaseCheckpoint string `yaml:"base_checkpoint" json:"base_checkpoint"`
+	// Eps is the GRPO advantage epsilon: (r - mean) / (std + eps).
+	Eps float64 `yaml:"eps" json:"eps"`
+	// WeightRule weights designer samples: ratio, none or fixed:X
+	// (docs/training.md).
+	WeightRule string `yaml:"weight_rule" json:"weight_rule"`
+	// DesignerNorm is none (public code) or std (divide by the role std).
+	DesignerNorm string  `yaml:"designer_norm" json:"designer_norm"`
+	LR           float64 `yaml:"lr" json:"lr"`
+	ClipEps      float64 `yaml:"clip_eps" json:"clip_eps"`
+	KLBeta       float64 `yaml:"kl_beta" json:"kl_beta"`
+	TimeoutS     float64 `yaml:"timeout_s" json:"timeout_s"`
 }
 
 // Observe configures what is measured besides data.
@@ -165,7 +170,7 @@ func Default() Config {
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
 		Memory:  Memory{Capacity: 200},
-		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
+		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
 	}
 }
 
@@ -273,6 +278,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Sprintf("grpo.trainer must be none, torch or command (got %q)", c.GRPO.Trainer))
+	}
+	if c.GRPO.DesignerNorm != "none" && c.GRPO.DesignerNorm != "std" {
+		errs = append(errs, fmt.Sprintf("grpo.designer_norm must be none or std (got %q)", c.GRPO.DesignerNorm))
 	}
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
 		errs = append(errs, fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh))

@@ -1,0 +1,317 @@
+package grpo
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/sample"
+	"github.com/spade-pipeline/spade/trainer"
+)
+
+// Stage is the GRPO step of a round (SPADE.md step 8): it builds the train
+// batch with advantages, runs the trainer, and registers the checkpoint the
+// next round plays with.
+type Stage struct {
+	// WorkDir holds trainer scratch files; default os.TempDir().
+	WorkDir string
+}
+
+// Name implements pipeline.Stage.
+func (*Stage) Name() string { return "grpo" }
+
+// Outputs implements pipeline.Stage.
+func (*Stage) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "train_batch"}, {Table: "train_metrics"}, {Table: "checkpoints"}}
+}
+
+// Plan implements pipeline.Stage.
+func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 {
+		return nil, false
+	}
+	ins := []pipeline.Input{
+		{Table: "rollouts", Round: ri.Round},
+		{Table: "labels", Round: ri.Round},
+		{Table: "checkpoints", Round: ri.Round - 1, Optional: ri.Round == 1},
+	}
+	if ri.Regeneration {
+		ins = append(ins, pipeline.Input{Table: "designs", Round: ri.Round})
+	}
+	return ins, true
+}
+
+// ConfigSubset implements pipeline.Stage: the GRPO settings, k, and the
+// trainer code's digest (a trainer change is a different stage output).
+func (*Stage) ConfigSubset(c *config.Config) any {
+	g := c.GRPO
+	g.TimeoutS = 0
+	digest := ""
+	if g.Trainer == "torch" {
+		digest = trainer.Digest()
+	}
+	return struct {
+		GRPO    config.GRPO
+		K       int
+		Trainer string
+	}{g, c.RegenerateEvery, digest}
+}
+
+// Parts implements pipeline.Stage.
+func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// BuildBatch assembles the GRPO samples of a round: agent samples are the
+// unhinted plays of admitted environments, one group per environment,
+// reward = return; designer samples (regeneration rounds) are the design
+// responses, grouped by skill, rewarded by the label stage's designer
+// reward for a slot's final attempt and -1 for every earlier, failed
+// attempt. Attempts without a response (model errors) are not samples.
+func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.Label, designs []schemas.Design) ([]schemas.TrainSample, map[string]float64, error) {
+	admitted := map[string]bool{}
+	rewardBySlot := map[string]float64{}
+	for _, l := range labels {
+		admitted[l.EnvID] = l.Admitted
+		if l.DesignerReward != nil {
+			rewardBySlot[l.SlotID] = *l.DesignerReward
+		}
+	}
+	var agent []schemas.TrainSample
+	for _, p := range plays {
+		if p.Hinted || !admitted[p.EnvID] {
+			continue
+		}
+		agent = append(agent, schemas.TrainSample{
+			SampleID: fmt.Sprintf("agent-%s-%04d", p.EnvID, p.Sample), Role: "agent", Group: p.EnvID,
+			Messages: p.Messages, Reward: p.Return, Weight: 1, MaskSource: "assistant_turns",
+		})
+	}
+	sort.Slice(agent, func(a, b int) bool { return agent[a].SampleID < agent[b].SampleID })
+	stats := map[string]float64{}
+	rewards := make([]float64, len(agent))
+	groups := make([]string, len(agent))
+	for i, s := range agent {
+		rewards[i], groups[i] = s.Reward, s.Group
+	}
+	adv, gs, err := GroupAdvantages(rewards, groups, cfg.GRPO.Eps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent advantages: %w", err)
+	}
+	for i := range agent {
+		agent[i].Advantage = adv[i]
+	}
+	stats["agent_samples"] = float64(len(agent))
+	stats["agent_groups"] = float64(gs.Groups)
+	stats["zero_variance_groups"] = float64(gs.ZeroVariance)
+	stats["singleton_groups"] = float64(gs.Singletons)
+
+	var des []schemas.TrainSample
+	var skills []string
+	for _, d := range designs {
+		if d.Response == "" {
+			continue
+		}
+		r := -1.0
+		if d.Final && d.Error == "" {
+			if v, ok := rewardBySlot[d.SlotID]; ok {
+				r = v
+			}
+		}
+		var msgs []schemas.Message
+		if err := json.Unmarshal([]byte(d.Prompt), &msgs); err != nil {
+			return nil, nil, fmt.Errorf("designs row %s attempt %d: field prompt: %w", d.SlotID, d.Attempt, err)
+		}
+		msgs = append(msgs, schemas.Message{Role: "assistant", Content: d.Response})
+		des = append(des, schemas.TrainSample{
+			SampleID: fmt.Sprintf("designer-%s-%d", d.SlotID, d.Attempt), Role: "designer", Group: d.Skill,
+			Messages: msgs, Reward: r, MaskSource: "last_assistant",
+		})
+		skills = append(skills, d.Skill)
+	}
+	if len(des) > 0 {
+		rule, err := ParseWeightRule(cfg.GRPO.WeightRule)
+		if err != nil {
+			return nil, nil, err
+		}
+		dr := make([]float64, len(des))
+		for i, s := range des {
+			dr[i] = s.Reward
+		}
+		dadv, ds, err := DesignerAdvantages(dr, skills, DesignerOptions{
+			Norm: DesignerNorm(cfg.GRPO.DesignerNorm), Eps: cfg.GRPO.Eps, Weight: rule,
+			AgentSamples: len(agent), RegenerationInterval: cfg.RegenerateEvery, WeightCap: DefaultWeightCap,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("designer advantages: %w", err)
+		}
+		for i := range des {
+			des[i].Advantage, des[i].Weight = dadv[i], ds.Weight
+		}
+		stats["designer_weight"] = ds.Weight
+	}
+	stats["designer_samples"] = float64(len(des))
+	return append(agent, des...), stats, nil
+}
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	ri := env.Round
+	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", ri.Round)
+	if err != nil {
+		return err
+	}
+	labels, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", ri.Round)
+	if err != nil {
+		return err
+	}
+	var designs []schemas.Design
+	if ri.Regeneration {
+		if designs, err = pipeline.ReadAll(ctx, env, schemas.Designs, "designs", ri.Round); err != nil {
+			return err
+		}
+	}
+	batch, stats, err := BuildBatch(env.Config, plays, labels, designs)
+	if err != nil {
+		return err
+	}
+	pipeline.Emit(out, schemas.TrainBatch, "train_batch", batch...)
+	parents, err := pipeline.ReadAll(ctx, env, schemas.Checkpoints, "checkpoints", ri.Round-1)
+	if err != nil {
+		return err
+	}
+	parent := schemas.Checkpoint{CheckpointID: "base:" + env.Config.GRPO.BaseCheckpoint, Trainer: "base"}
+	if len(parents) == 1 {
+		parent = parents[0]
+	} else if len(parents) > 1 {
+		return fmt.Errorf("checkpoints of round %d has %d rows, want 1", ri.Round-1, len(parents))
+	}
+	metric := func(name string, v float64) {
+		pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: 0, Name: name, Value: v})
+	}
+	for k, v := range stats {
+		metric(k, v)
+	}
+	if env.Config.GRPO.Trainer == "none" || len(batch) == 0 {
+		// No training: the batch is still written, the model carries over.
+		metric("trained", 0)
+		pipeline.Emit(out, schemas.Checkpoints, "checkpoints", parent)
+		if len(batch) == 0 {
+			out.Stat("grpo", "empty batch: nothing to train")
+		} else {
+			out.Stat("grpo", "trainer none: batch written, model unchanged")
+		}
+		return nil
+	}
+	ck, steps, err := s.train(ctx, env, batch, parent)
+	if err != nil {
+		return err
+	}
+	metric("trained", 1)
+	for _, st := range steps {
+		for name, v := range map[string]float64{"loss": st.Loss, "kl": st.KL, "clip_fraction": st.ClipFraction, "grad_norm": st.GradNorm, "tokens": float64(st.Tokens), "trained_tokens": float64(st.TrainedTokens), "lr": st.LR} {
+			pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
+		}
+		if env.Config.Observe.Timings {
+			for name, v := range map[string]float64{"tokens_per_s": st.TokensPerS, "seconds": st.Seconds, "peak_memory_bytes": float64(st.PeakMemoryBytes)} {
+				pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
+			}
+		}
+		out.Stat(fmt.Sprintf("step%d_tokens_per_s", st.Step), st.TokensPerS)
+		out.Stat(fmt.Sprintf("step%d_peak_memory_bytes", st.Step), st.PeakMemoryBytes)
+	}
+	pipeline.Emit(out, schemas.Checkpoints, "checkpoints", ck)
+	return nil
+}
+
+// train runs the trainer from parent and stores the new checkpoint's files
+// beside the checkpoints table (content-verified, put-if-absent).
+func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.TrainSample, parent schemas.Checkpoint) (schemas.Checkpoint, []StepMetrics, error) {
+	cfg := env.Config.GRPO
+	work := s.WorkDir
+	if work == "" {
+		work = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(work, "spade-grpo-")
+	if err != nil {
+		return schemas.Checkpoint{}, nil, err
+	}
+	defer os.RemoveAll(dir)
+	init := cfg.BaseCheckpoint
+	if len(parent.Files) > 0 {
+		init = filepath.Join(dir, "parent")
+		if err := fetchCheckpoint(ctx, env.Store(), parent, init); err != nil {
+			return schemas.Checkpoint{}, nil, err
+		}
+	}
+	samples := make([]Sample, len(batch))
+	for i, b := range batch {
+		msgs := make([]Message, len(b.Messages))
+		for j, m := range b.Messages {
+			msgs[j] = Message{Role: m.Role, Content: m.Content}
+		}
+		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
+	}
+	tc := DefaultTrainerConfig()
+	tc.LR, tc.ClipEpsilon, tc.KLBeta = cfg.LR, cfg.ClipEps, cfg.KLBeta
+	tc.Seed = sample.Seed(env.Round.Seed, "grpo", env.Round.Round)
+	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}
+	if cfg.Trainer == "command" {
+		spec.Command = cfg.Command
+	} else if cfg.Python != "" {
+		spec.Command = []string{cfg.Python, "-m", "spade_trainer"}
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.TimeoutS*float64(time.Second)))
+	defer cancel()
+	res, err := RunTrainer(tctx, spec)
+	if err != nil {
+		return schemas.Checkpoint{}, nil, err
+	}
+	h := sha256.New()
+	for _, f := range res.Files {
+		fmt.Fprintf(h, "%s %s\n", f.Name, f.SHA256)
+	}
+	id := hex.EncodeToString(h.Sum(nil))[:16]
+	ck := schemas.Checkpoint{CheckpointID: id, TrainedRound: int64(env.Round.Round), Parent: parent.CheckpointID, Trainer: cfg.Trainer}
+	for _, f := range res.Files {
+		key := fmt.Sprintf("%s/checkpoints/files/%s/%s", pipeline.RoundDir(env.Round.Run, env.Round.Round), id, f.Name)
+		data, err := os.ReadFile(filepath.Join(spec.OutputDir, f.Name))
+		if err != nil {
+			return schemas.Checkpoint{}, nil, err
+		}
+		if err := env.Store().PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil && !isExists(err) {
+			return schemas.Checkpoint{}, nil, fmt.Errorf("store checkpoint file %s: %w", key, err)
+		}
+		ck.Files = append(ck.Files, schemas.CheckpointFile{Name: f.Name, Key: key, SHA256: f.SHA256, Bytes: f.Bytes})
+	}
+	return ck, res.Steps, nil
+}
+
+// fetchCheckpoint copies a stored checkpoint into dir, verifying sha256.
+func fetchCheckpoint(ctx context.Context, st storage.Store, ck schemas.Checkpoint, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range ck.Files {
+		data, err := pipeline.ReadVerified(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", ck.CheckpointID, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f.Name)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isExists(err error) bool { return errors.Is(err, storage.ErrExists) }

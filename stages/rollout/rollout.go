@@ -1,0 +1,315 @@
+// Package rollout is the rollout stage (SPADE.md step 6): every environment
+// of the round is played G times without its hint and, on regeneration
+// rounds, G times with it. The agent sees observations (and the hint), never
+// the source; the environment runs in the sandbox. Every play is a row of
+// rollouts, every agent call a row of rollout_calls.
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/design/prompt"
+	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/model/procedural"
+	"github.com/spade-pipeline/spade/stages/sample"
+	"github.com/spade-pipeline/spade/stages/sandbox"
+)
+
+// AgentMaxTokens bounds one agent turn, in tokens.
+const AgentMaxTokens = 512
+
+// Stage is the rollout stage; it runs every round.
+type Stage struct{ Eng *engine.Engines }
+
+// Name implements pipeline.Stage.
+func (*Stage) Name() string { return "rollout" }
+
+// Outputs implements pipeline.Stage.
+func (*Stage) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "rollouts"}, {Table: engine.CallsTable("rollout"), Kind: "llm_calls"}}
+}
+
+// Plan implements pipeline.Stage. The previous round's checkpoints table is
+// an input so that each round records the model it played with.
+func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 {
+		return nil, false
+	}
+	ins := []pipeline.Input{{Table: "checkpoints", Round: ri.Round - 1, Optional: ri.Round == 1}}
+	if ri.Regeneration {
+		return append(ins, pipeline.Input{Table: "environments", Round: ri.Round}, pipeline.Input{Table: "hints", Round: ri.Round}), true
+	}
+	return append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1}), true
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (*Stage) ConfigSubset(c *config.Config) any {
+	m := c.Model
+	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
+	return struct {
+		Rollout config.Rollout
+		Model   config.Model
+		Sandbox config.Sandbox
+	}{c.Rollout, m, c.Sandbox}
+}
+
+// Target is one environment to play.
+type Target struct {
+	EnvID, Skill, Source, Hint, Tools string
+	ToolUse                           bool
+	MaxTurns                          int
+}
+
+func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
+	ri := env.Round
+	var out []Target
+	if ri.Regeneration {
+		envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", ri.Round)
+		if err != nil {
+			return nil, err
+		}
+		hints, err := pipeline.ReadAll(ctx, env, schemas.Hints, "hints", ri.Round)
+		if err != nil {
+			return nil, err
+		}
+		hint := map[string]string{}
+		for _, h := range hints {
+			hint[h.EnvID] = h.Hint
+		}
+		for _, e := range envs {
+			if e.Valid {
+				out = append(out, Target{EnvID: e.EnvID, Skill: e.Skill, Source: e.Source, Hint: hint[e.EnvID], Tools: e.Tools, ToolUse: e.EnvKind == "tool_use", MaxTurns: int(e.MaxTurns)})
+			}
+		}
+		return out, nil
+	}
+	pool, err := pipeline.ReadAll(ctx, env, schemas.Pool, "pool", ri.Round-1)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pool {
+		out = append(out, Target{EnvID: p.EnvID, Skill: p.Skill, Source: p.Source, Hint: p.Hint, Tools: p.Tools, ToolUse: p.Setting == "tool_use" || p.Tools != "", MaxTurns: int(p.MaxTurns)})
+	}
+	return out, nil
+}
+
+// Parts implements pipeline.Stage.
+func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
+	t, err := targets(ctx, env)
+	if err != nil {
+		return 0, err
+	}
+	per := env.Config.Rollout.EnvsPerPart
+	return max(1, (len(t)+per-1)/per), nil
+}
+
+// Run implements pipeline.Stage.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
+	all, err := targets(ctx, env)
+	if err != nil {
+		return err
+	}
+	per := env.Config.Rollout.EnvsPerPart
+	ts := all[min(len(all), part*per):min(len(all), (part+1)*per)]
+	rec, err := s.Eng.ForStage(ctx, "rollout", env.Round.Round)
+	if err != nil {
+		return err
+	}
+	sb, err := s.Eng.Sandbox()
+	if err != nil {
+		return err
+	}
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(s.Eng.Workers())
+	for _, t := range ts {
+		wp.Go(func(ctx context.Context) error {
+			plays := playAll(ctx, env, rec, sb, t)
+			pipeline.Emit(out, schemas.Rollouts, "rollouts", plays...)
+			return ctx.Err()
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return err
+	}
+	engine.EmitCalls(out, env.Config, "rollout", rec)
+	return nil
+}
+
+// PlaySeed derives the reset seed of one play from (run seed, round, env,
+// arm, sample): unique per play and reproducible.
+func PlaySeed(runSeed int64, round int, envID string, hinted bool, sampleIdx int) int64 {
+	return sample.Seed(runSeed, "play", round, envID, hinted, sampleIdx) & (1<<53 - 1)
+}
+
+// playAll plays every arm and sample of one environment, loading its
+// program once and again after a crash of the whole sandbox.
+func playAll(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, t Target) []schemas.Rollout {
+	arms := []bool{false}
+	if env.Round.Regeneration {
+		arms = append(arms, true)
+	}
+	var prog *sandbox.Program
+	defer func() {
+		if prog != nil {
+			prog.Close()
+		}
+	}()
+	var out []schemas.Rollout
+	for _, hinted := range arms {
+		for i := 0; i < env.Config.Rollout.GroupSize; i++ {
+			seed := PlaySeed(env.Round.Seed, env.Round.Round, t.EnvID, hinted, i)
+			r := schemas.Rollout{EnvID: t.EnvID, Hinted: hinted, Sample: int64(i), Seed: seed}
+			if prog == nil || !prog.Alive() {
+				if prog != nil {
+					prog.Close()
+				}
+				var err error
+				if prog, err = sb.Load(ctx, t.Source); err != nil {
+					prog = nil
+					r.Error = "env load: " + err.Error()
+					out = append(out, r)
+					continue
+				}
+			}
+			Play(ctx, env.Config, backend, prog, t, hinted, &r)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Play runs one episode: reset with r.Seed, then agent turn and step until
+// the episode ends or the turn limit (the smaller of the environment's and
+// rollout.max_turns) truncates it. Failures of the environment or the agent
+// end the play and are recorded in r.Error; the return so far stands.
+func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *sandbox.Program, t Target, hinted bool, r *schemas.Rollout) {
+	hint := ""
+	if hinted {
+		hint = t.Hint
+	}
+	ep, err := prog.Reset(ctx, r.Seed)
+	if err != nil {
+		r.Error = "env reset: " + err.Error()
+		return
+	}
+	defer ep.Close()
+	msgs := []model.Message{
+		{Role: model.RoleSystem, Content: prompt.AgentSystem(hint, t.ToolUse)},
+		{Role: model.RoleUser, Content: ep.Observation},
+	}
+	var tools []model.Tool
+	if t.ToolUse && t.Tools != "" {
+		var decl []struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		}
+		if err := json.Unmarshal([]byte(t.Tools), &decl); err == nil {
+			for _, d := range decl {
+				tools = append(tools, model.Tool{Name: d.Name, Description: d.Description, Parameters: string(d.Parameters)})
+			}
+		}
+	}
+	limit := cfg.Rollout.MaxTurns
+	if t.MaxTurns > 0 {
+		limit = min(limit, t.MaxTurns)
+	}
+	var lastInfo json.RawMessage
+	defer func() { r.Messages = toRows(msgs) }()
+	for turn := 0; turn < limit; turn++ {
+		resp, err := backend.Chat(ctx, model.Request{
+			Messages: msgs, Tools: tools, N: 1, Temperature: cfg.Model.Temperature, MaxTokens: AgentMaxTokens, Seed: r.Seed,
+			Meta: map[string]string{procedural.MetaTask: "agent", procedural.MetaHint: hint, procedural.MetaSeed: fmt.Sprint(r.Seed)},
+		})
+		if err != nil {
+			r.Error = "agent: " + err.Error()
+			return
+		}
+		msg := resp.Choices[0].Message
+		action := strings.TrimSpace(msg.Content)
+		obsMsg := model.Message{Role: model.RoleUser}
+		if len(msg.ToolCalls) > 0 {
+			tc := msg.ToolCalls[0]
+			msg.ToolCalls = msg.ToolCalls[:1]
+			if tc.ID == "" {
+				tc.ID = fmt.Sprintf("call_%d", turn)
+				msg.ToolCalls[0].ID = tc.ID
+			}
+			action = toolAction(tc)
+			obsMsg = model.Message{Role: model.RoleTool, ToolCallID: tc.ID}
+		}
+		msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: msg.Content, ToolCalls: msg.ToolCalls})
+		r.Actions = append(r.Actions, action)
+		st, err := ep.Step(ctx, action)
+		if err != nil {
+			r.Error = "env step: " + err.Error()
+			return
+		}
+		r.Turns++
+		r.StepRewards = append(r.StepRewards, st.Reward)
+		r.Return += st.Reward
+		lastInfo = st.Info
+		obsMsg.Content = st.Observation
+		msgs = append(msgs, obsMsg)
+		if st.Terminated || st.Truncated {
+			r.Terminated, r.Truncated = st.Terminated, st.Truncated
+			break
+		}
+	}
+	if !r.Terminated && !r.Truncated {
+		r.Truncated = true
+	}
+	r.Success = success(lastInfo, r.Return)
+}
+
+// toolAction turns a tool call into the environment's action text:
+// {"name": ..., "arguments": {...}}; malformed argument JSON is passed as a
+// string so the environment answers with feedback.
+func toolAction(tc model.ToolCall) string {
+	var args any = tc.Arguments
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(tc.Arguments), &obj); err == nil {
+		args = obj
+	} else if strings.TrimSpace(tc.Arguments) == "" {
+		args = map[string]any{}
+	}
+	b, _ := json.Marshal(map[string]any{"name": tc.Name, "arguments": args})
+	return string(b)
+}
+
+// success is the play's win (docs/regret.md): the final step's
+// info["success"] when the environment reports a boolean, else a positive
+// return.
+func success(info json.RawMessage, ret float64) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(info, &m) == nil {
+		if v, ok := m["success"]; ok {
+			var b bool
+			if json.Unmarshal(v, &b) == nil {
+				return b
+			}
+		}
+	}
+	return ret > 0
+}
+
+func toRows(msgs []model.Message) []schemas.Message {
+	out := make([]schemas.Message, 0, len(msgs))
+	for _, m := range msgs {
+		row := schemas.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		if len(m.ToolCalls) > 0 {
+			b, _ := json.Marshal(m.ToolCalls)
+			row.ToolCalls = string(b)
+		}
+		out = append(out, row)
+	}
+	return out
+}

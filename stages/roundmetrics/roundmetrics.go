@@ -1,0 +1,227 @@
+// Package roundmetrics is the metrics stage: the round-level numbers the
+// paper reports (SPADE.md "Metrics", docs/metrics.md), as rows of the
+// metrics table (name, skill, value), and their reading back as report
+// summaries.
+package roundmetrics
+
+import (
+	"context"
+	"math"
+	"sort"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/metrics"
+)
+
+// Stage is the metrics stage; it runs every round, last.
+type Stage struct{}
+
+// Name implements pipeline.Stage.
+func (Stage) Name() string { return "metrics" }
+
+// Outputs implements pipeline.Stage.
+func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "metrics"}} }
+
+// Plan implements pipeline.Stage.
+func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	if ri.Round < 1 {
+		return nil, false
+	}
+	r := ri.Round
+	ins := []pipeline.Input{
+		{Table: "rollouts", Round: r}, {Table: "labels", Round: r}, {Table: "memory", Round: r, Optional: true},
+		{Table: "pool", Round: r}, {Table: "train_batch", Round: r},
+	}
+	if ri.Regeneration {
+		ins = append(ins, pipeline.Input{Table: "slots", Round: r}, pipeline.Input{Table: "designs", Round: r}, pipeline.Input{Table: "environments", Round: r})
+	}
+	return ins, true
+}
+
+// ConfigSubset implements pipeline.Stage.
+func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
+
+// Parts implements pipeline.Stage.
+func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// Metric names written by the stage (docs/metrics.md defines each).
+const (
+	Slots             = "slots"
+	DesignAttempts    = "design_attempts"
+	RawValidity       = "raw_validity"
+	Candidates        = "environments"
+	Valid             = "valid"
+	ValidityRate      = "validity_rate"
+	Admitted          = "admitted"
+	AdmissionRate     = "admission_rate"
+	Played            = "played_environments"
+	Plays             = "plays"
+	PlayErrors        = "play_errors"
+	LearnableFraction = "learnable_fraction"
+	WinRate           = "win_rate"
+	RegretMean        = "regret_mean"
+	RegretP10         = "regret_p10"
+	RegretP50         = "regret_p50"
+	RegretP90         = "regret_p90"
+	RewardLevels      = "reward_levels"
+	VendiPerN         = "vendi_per_n"
+	DomainsCovered    = "domains_covered"
+	DomainCoverage    = "domain_coverage"
+	MemorySize        = "memory_size"
+	PoolSize          = "pool_size"
+	TrainSamples      = "train_samples"
+	SkillWinRate      = "skill_win_rate"
+)
+
+// Run implements pipeline.Stage.
+func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	r := env.Round.Round
+	emit := func(name, skill string, v float64) {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return
+		}
+		pipeline.Emit(out, schemas.Metrics, "metrics", schemas.Metric{Name: name, Skill: skill, Value: v})
+	}
+	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", r)
+	if err != nil {
+		return err
+	}
+	labels, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", r)
+	if err != nil {
+		return err
+	}
+	emit(Plays, "", float64(len(plays)))
+	errs := 0
+	perEnv := map[string][][]float64{}
+	for _, p := range plays {
+		if p.Error != "" {
+			errs++
+		}
+		perEnv[p.EnvID] = append(perEnv[p.EnvID], p.StepRewards)
+	}
+	emit(PlayErrors, "", float64(errs))
+	var winRates, regrets []float64
+	var skills []string
+	admitted := 0
+	for _, l := range labels {
+		if l.Admitted {
+			admitted++
+		}
+		if !l.Valid || l.Plays == 0 {
+			continue
+		}
+		winRates = append(winRates, l.WinRate)
+		skills = append(skills, l.Skill)
+		if l.Regret != nil {
+			regrets = append(regrets, *l.Regret)
+		}
+	}
+	emit(Played, "", float64(len(winRates)))
+	emit(Admitted, "", float64(admitted))
+	if len(winRates) > 0 {
+		lf, err := metrics.LearnableFraction(winRates, env.Config.Label.BandLow, env.Config.Label.BandHigh)
+		if err != nil {
+			return err
+		}
+		emit(LearnableFraction, "", lf)
+		ws, _ := metrics.Summarize(winRates)
+		emit(WinRate, "", ws.Mean)
+		per, err := metrics.PerSkillWinRate(skills, winRates)
+		if err != nil {
+			return err
+		}
+		for _, sk := range metrics.SortedKeys(per) {
+			emit(SkillWinRate, sk, per[sk])
+		}
+	}
+	if len(regrets) > 0 {
+		rs, err := metrics.Summarize(regrets)
+		if err != nil {
+			return err
+		}
+		emit(RegretMean, "", rs.Mean)
+		emit(RegretP10, "", rs.P10)
+		emit(RegretP50, "", rs.P50)
+		emit(RegretP90, "", rs.P90)
+	}
+	if len(perEnv) > 0 {
+		ids := make([]string, 0, len(perEnv))
+		for id := range perEnv {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		var levels float64
+		for _, id := range ids {
+			g, err := metrics.RewardGranularity(perEnv[id])
+			if err != nil {
+				return err
+			}
+			levels += float64(g)
+		}
+		emit(RewardLevels, "", levels/float64(len(ids)))
+	}
+	if m := env.Manifest("memory", r); m != nil {
+		emit(MemorySize, "", float64(m.Rows))
+	} else {
+		emit(MemorySize, "", 0)
+	}
+	emit(PoolSize, "", float64(env.Manifest("pool", r).Rows))
+	emit(TrainSamples, "", float64(env.Manifest("train_batch", r).Rows))
+	if !env.Round.Regeneration {
+		return nil
+	}
+	slots, err := pipeline.ReadAll(ctx, env, schemas.Slots, "slots", r)
+	if err != nil {
+		return err
+	}
+	designs, err := pipeline.ReadAll(ctx, env, schemas.Designs, "designs", r)
+	if err != nil {
+		return err
+	}
+	envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", r)
+	if err != nil {
+		return err
+	}
+	emit(Slots, "", float64(len(slots)))
+	emit(DesignAttempts, "", float64(len(designs)))
+	passed := 0
+	for _, d := range designs {
+		if d.Error == "" && d.Source != "" {
+			passed++
+		}
+	}
+	if len(designs) > 0 {
+		emit(RawValidity, "", float64(passed)/float64(len(designs)))
+	}
+	valid := 0
+	var sources []string
+	for _, e := range envs {
+		if e.Valid {
+			valid++
+			sources = append(sources, e.Source)
+		}
+	}
+	emit(Candidates, "", float64(len(envs)))
+	emit(Valid, "", float64(valid))
+	if len(slots) > 0 {
+		emit(ValidityRate, "", float64(valid)/float64(len(slots)))
+	}
+	if valid > 0 {
+		emit(AdmissionRate, "", float64(admitted)/float64(valid))
+		v, err := metrics.VendiPerN(sources, 128)
+		if err != nil {
+			return err
+		}
+		emit(VendiPerN, "", v)
+	}
+	var domains []string
+	for _, s := range slots {
+		domains = append(domains, s.Domains...)
+	}
+	cov := metrics.DomainCoverage(domains)
+	emit(DomainsCovered, "", float64(len(cov.Covered)))
+	emit(DomainCoverage, "", cov.Share)
+	return nil
+}
