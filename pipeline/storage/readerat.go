@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -65,7 +66,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	defer rc.Close()
 	n, err := io.ReadFull(rc, p[:want])
 	if err != nil {
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return n, fmt.Errorf("read %s bytes %d-%d: object shorter than its stat size %d: %w", r.key, off, off+want-1, r.size, io.ErrUnexpectedEOF)
 		}
 		return n, fmt.Errorf("read %s bytes %d-%d: %w", r.key, off, off+want-1, err)

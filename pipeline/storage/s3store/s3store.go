@@ -476,7 +476,8 @@ func (s *Store) upload(ctx context.Context, key string, r io.Reader, size int64,
 			}
 			return fmt.Errorf("read body: %w", err)
 		}
-		if n, err := body.Read(make([]byte, 1)); n > 0 || (err != nil && err != io.EOF) {
+		// The body must end here; one more byte means the size was wrong.
+		if n, err := io.ReadFull(body, make([]byte, 1)); n > 0 || !errors.Is(err, io.EOF) {
 			if err == nil {
 				err = fmt.Errorf("%w: declared %d bytes, got more", streams.ErrSizeMismatch, size)
 			}

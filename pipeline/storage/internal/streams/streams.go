@@ -72,7 +72,7 @@ func (s *sized) Read(p []byte) (int, error) {
 	if s.n > s.want {
 		return n, fmt.Errorf("%w: declared %d bytes, got more", ErrSizeMismatch, s.want)
 	}
-	if err == io.EOF && s.n != s.want {
+	if errors.Is(err, io.EOF) && s.n != s.want {
 		return n, fmt.Errorf("%w: declared %d bytes, got %d", ErrSizeMismatch, s.want, s.n)
 	}
 	return n, err
