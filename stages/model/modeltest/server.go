@@ -97,7 +97,8 @@ type Request struct {
 	// Chat is the body decoded into the model view (Meta is never on the
 	// wire, so it is always empty here).
 	Chat model.Request
-	// Header is a copy of the HTTP request headers.
+	// Header holds the HTTP request headers (a copy when recording; the
+	// live map, valid only during the Handler call, under WithoutRecording).
 	Header http.Header
 	// Body is the raw JSON body.
 	Body []byte
@@ -282,9 +283,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read body: "+err.Error(), "invalid_request_error", "", "")
 		return
 	}
-	chatReq, modelName, keys, decErr := decodeRequest(body)
-	req := Request{Index: int(idx), Model: modelName, Chat: chatReq, Header: r.Header.Clone(), Body: body, Keys: keys}
+	chatReq, modelName, keys, decErr := decodeRequest(body, s.cfg.record)
+	req := Request{Index: int(idx), Model: modelName, Chat: chatReq, Header: r.Header, Body: body, Keys: keys}
 	if s.cfg.record {
+		req.Header = r.Header.Clone()
 		s.mu.Lock()
 		s.received = append(s.received, req)
 		s.mu.Unlock()

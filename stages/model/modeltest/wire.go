@@ -86,17 +86,22 @@ type wireCompletion struct {
 	SystemFingerprint string       `json:"system_fingerprint"`
 }
 
-// decodeRequest parses a chat-completions body into the model view.
-func decodeRequest(body []byte) (model.Request, string, []string, error) {
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(body, &keys); err != nil {
-		return model.Request{}, "", nil, fmt.Errorf("request body is not a JSON object: %w", err)
+// decodeRequest parses a chat-completions body into the model view; with
+// wantKeys it also lists the body's top-level keys (a second parse, skipped
+// in benchmarks).
+func decodeRequest(body []byte, wantKeys bool) (model.Request, string, []string, error) {
+	var names []string
+	if wantKeys {
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(body, &keys); err != nil {
+			return model.Request{}, "", nil, fmt.Errorf("request body is not a JSON object: %w", err)
+		}
+		names = make([]string, 0, len(keys))
+		for k := range keys {
+			names = append(names, k)
+		}
+		sort.Strings(names)
 	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
 		return model.Request{}, "", names, fmt.Errorf("request body: %w", err)

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	oa "github.com/openai/openai-go/v3"
@@ -292,11 +293,19 @@ func (b *Backend) classify(ctx, actx context.Context, c capture, err error) *mod
 		return &model.CallError{Status: c.status, Retryable: true,
 			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(err.Error()))}
 	default:
-		var ne net.Error
-		retry := errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-			strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "connection refused")
-		return &model.CallError{Retryable: retry, Err: fmt.Errorf("transport: %s", b.redact(err.Error()))}
+		return &model.CallError{Retryable: transientTransport(err), Err: fmt.Errorf("transport: %s", b.redact(err.Error()))}
 	}
+}
+
+// transientTransport tells network failures worth retrying (refused or
+// reset connections, a server closing mid-response, network timeouts) from
+// configuration errors (bad URL, TLS verification) that will not heal.
+func transientTransport(err error) bool {
+	var op *net.OpError
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.As(err, &op) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // errorMessage extracts error.message from an OpenAI-style error body, or

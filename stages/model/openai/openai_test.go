@@ -116,6 +116,24 @@ func TestChatZeroParamsStillSendTemperatureAndSeed(t *testing.T) {
 	assert.Equal(t, []string{"messages", "model", "seed", "temperature"}, got.Keys)
 }
 
+func TestChatConnectionRefusedIsRetried(t *testing.T) {
+	srv, err := modeltest.New()
+	require.NoError(t, err)
+	srv.Close() // nothing listens on the port any more
+	t.Setenv(testKeyEnv, testKey)
+	b, err := New(Config{BaseURL: srv.URL, Model: "m", APIKeyEnv: testKeyEnv, MaxRetries: 2, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond})
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = b.Chat(context.Background(), simpleRequest())
+	var ce *model.CallError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 0, ce.Status)
+	assert.True(t, ce.Retryable)
+	assert.Equal(t, 3, ce.Attempts)
+	assert.Contains(t, err.Error(), "transport:")
+	assert.NotContains(t, err.Error(), testKey)
+}
+
 func TestChatNSamples(t *testing.T) {
 	srv := modeltest.Start(t, modeltest.WithHandler(textHandler("s")))
 	b := newBackend(t, srv, nil)
