@@ -1,11 +1,146 @@
 package envcheck
 
 import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/spade-pipeline/spade/stages/sandbox"
 )
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.json")
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+func newSandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := sandbox.New(sandbox.Config{Strict: true, Workers: 2, CallTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Close() })
+	return sb
+}
+
+// stable removes what legitimately varies between runs (timings) so a
+// report can be compared byte for byte.
+func stable(rep Report) Report {
+	rep.Duration = 0
+	checks := append([]Result(nil), rep.Checks...)
+	for i := range checks {
+		checks[i].Duration = 0
+	}
+	rep.Checks = checks
+	return rep
+}
+
+// TestGoldenReports pins the full report (every check's verdict and detail)
+// for the examples and for deterministic broken programs. Run with -update
+// to rewrite after an intended change.
+func TestGoldenReports(t *testing.T) {
+	sb := newSandbox(t)
+	files := []string{
+		"../../docs/examples/guess_game.py",
+		"../../docs/examples/bank_tooluse.py",
+		"testdata/hostile/wrong_arity.py",
+		"testdata/hostile/nan_reward.py",
+		"testdata/hostile/syntax_error.py",
+		"testdata/hostile/missing_step.py",
+		"testdata/hostile/tool_reset_gate.py",
+		"testdata/hostile/tool_impossible.py",
+		"testdata/hostile/alloc_reset.py",
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".py")
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			rep := stable(Check(context.Background(), sb, string(src), Options{}))
+			got, err := json.MarshalIndent(rep, "", "  ")
+			require.NoError(t, err)
+			got = append(got, '\n')
+			golden := filepath.Join("testdata", "golden", name+".json")
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(golden), 0o755))
+				require.NoError(t, os.WriteFile(golden, got, 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err, "run go test -update to create %s", golden)
+			assert.Equal(t, string(want), string(got))
+		})
+	}
+}
+
+func TestExamplesValidAndMetadata(t *testing.T) {
+	sb := newSandbox(t)
+	cases := []struct {
+		file, kind, name string
+		checks           int
+	}{
+		{"../../docs/examples/guess_game.py", "game", "guess_game", 11},
+		{"../../docs/examples/bank_tooluse.py", "tool_use", "bank_transfer_and_invoice", 13},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := os.ReadFile(tc.file)
+			require.NoError(t, err)
+			rep := Check(context.Background(), sb, string(src), Options{Seeds: []int64{7, 8, 9, 10}})
+			require.True(t, rep.Valid, "%+v", rep)
+			assert.Empty(t, rep.Reason)
+			assert.Equal(t, tc.kind, rep.Kind)
+			require.NotNil(t, rep.Meta)
+			assert.Equal(t, tc.name, rep.Meta.Name)
+			assert.Len(t, rep.Checks, tc.checks)
+			for _, c := range rep.Checks {
+				assert.True(t, c.Passed, c.Name)
+				assert.NotEmpty(t, c.Detail, c.Name)
+			}
+			q := QuickCheck(context.Background(), sb, string(src), Options{})
+			assert.True(t, q.Valid, "%+v", q)
+			assert.Len(t, q.Checks, len(quickChecks))
+		})
+	}
+}
+
+func TestQuickCheckCatchesEarlyFailures(t *testing.T) {
+	sb := newSandbox(t)
+	for _, tc := range []struct{ file, reason string }{
+		{"testdata/hostile/syntax_error.py", CheckCompile},
+		{"testdata/hostile/wrong_arity.py", CheckStepTuple},
+		{"testdata/hostile/alloc_reset.py", CheckReset},
+	} {
+		src, err := os.ReadFile(tc.file)
+		require.NoError(t, err)
+		rep := QuickCheck(context.Background(), sb, string(src), Options{})
+		assert.False(t, rep.Valid, tc.file)
+		assert.Equal(t, tc.reason, rep.Reason, tc.file)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Seeds: []int64{1}}.withDefaults()
+	assert.Equal(t, []int64{1, 0, 2}, o.Seeds, "padded to 3 distinct seeds")
+	assert.Equal(t, 16<<10, o.MaxObservationBytes)
+	assert.Equal(t, 100, o.MaxTurnsLimit)
+	assert.Equal(t, 60*time.Second, o.Timeout)
+}
+
+func TestTimeoutOptionBoundsValidation(t *testing.T) {
+	sb := newSandbox(t)
+	src, err := os.ReadFile("testdata/hostile/infinite_loop_step.py")
+	require.NoError(t, err)
+	start := time.Now()
+	rep := Check(context.Background(), sb, string(src), Options{Timeout: 1 * time.Second})
+	assert.False(t, rep.Valid)
+	assert.Equal(t, CheckProbeStep, rep.Reason)
+	assert.Less(t, time.Since(start), 10*time.Second)
 }
