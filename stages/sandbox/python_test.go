@@ -1,0 +1,17 @@
+package sandbox
+
+import (
+	"os/exec"
+	"testing"
+)
+
+// TestPythonUnitTests runs the spade_env unit tests with the interpreter
+// the sandbox uses.
+func TestPythonUnitTests(t *testing.T) {
+	cmd := exec.Command("/usr/bin/python3", "-S", "-B", "-m", "unittest", "-v", "test_spade_env")
+	cmd.Dir = "python"
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python unit tests failed: %v\n%s", err, out)
+	}
+}
