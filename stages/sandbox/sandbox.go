@@ -369,8 +369,7 @@ func (s *Sandbox) childEnv() []string {
 }
 
 // argv is the command line of one worker.
-func (s *Sandbox) argv(slot int) []string {
-	_ = slot
+func (s *Sandbox) argv() []string {
 	py := []string{s.cfg.Python, "-S", "-s", "-B"}
 	if s.isolation != IsolationBwrap {
 		return append(py, filepath.Join(s.harnessDir, "spade_run.py"), s.limitsArg)

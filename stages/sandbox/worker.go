@@ -55,7 +55,7 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	w.out = &capWriter{limit: s.cfg.OutputBytes, onExceed: func(int64) {
 		w.kill(KindOutputLimit, fmt.Sprintf("stdout+stderr passed %d bytes", s.cfg.OutputBytes))
 	}}
-	argv := s.argv(slot)
+	argv := s.argv()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = s.childEnv()
 	cmd.Dir = "/"
