@@ -172,7 +172,9 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 func (s *Store) read(ctx context.Context, op, key string, r io.Reader, size int64) ([]byte, error) {
 	var buf bytes.Buffer
 	if size > 0 {
-		buf.Grow(int(size))
+		// ReadFrom wants MinRead spare bytes before it will see EOF; without
+		// them a full buffer doubles just to read nothing.
+		buf.Grow(int(size) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(streams.Sized(streams.WithContext(ctx, r), size)); err != nil {
 		return nil, fmt.Errorf("%s %s in %s: read body: %w", op, key, s.url, err)
