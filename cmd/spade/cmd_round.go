@@ -108,10 +108,13 @@ concurrent invocation exits with code 4 (busy).`,
 	return cmd
 }
 
-// runRounds seals round 0 (the corpus) if needed, then runs round n.
+// runRounds runs round n; before round 1 it seals round 0 (the embedded
+// corpus) unless the run already has one.
 func runRounds(ctx context.Context, r *pipeline.Runner, n int) (*pipeline.RoundResult, error) {
-	if _, err := r.RunRound(ctx, 0); err != nil {
-		return nil, err
+	if n == 1 {
+		if _, err := r.RunRound(ctx, 0); err != nil {
+			return nil, err
+		}
 	}
 	return r.RunRound(ctx, n)
 }

@@ -17,8 +17,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
-	_ "github.com/spade-pipeline/spade/pipeline/storage/filestore"
-	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/backends"
 )
 
 // Exit codes (docs/cli.md), for Make, cron and Airflow.

@@ -13,6 +13,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/metrics"
+	"github.com/spade-pipeline/spade/stages/report"
 )
 
 // Stage is the metrics stage; it runs every round, last.
@@ -224,4 +225,34 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	emit(DomainsCovered, "", float64(len(cov.Covered)))
 	emit(DomainCoverage, "", cov.Share)
 	return nil
+}
+
+// Summary converts one round's metrics rows into a report summary; metrics
+// a round does not have (validity off regeneration rounds) are NaN.
+func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
+	get := map[string]float64{}
+	per := map[string]float64{}
+	for _, m := range rows {
+		if m.Skill != "" {
+			if m.Name == SkillWinRate {
+				per[m.Skill] = m.Value
+			}
+			continue
+		}
+		get[m.Name] = m.Value
+	}
+	val := func(name string) float64 {
+		if v, ok := get[name]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+	return report.RoundSummary{
+		Round: round, Regeneration: regen,
+		Environments: int(get[Candidates]), Valid: int(get[Valid]), Admitted: int(get[PoolSize]),
+		ValidityRate: val(ValidityRate), LearnableFraction: val(LearnableFraction), WinRate: val(WinRate),
+		RegretMean: val(RegretMean), RegretP10: val(RegretP10), RegretP50: val(RegretP50), RegretP90: val(RegretP90),
+		VendiPerN: val(VendiPerN), DomainsCovered: int(get[DomainsCovered]), DomainCoverage: val(DomainCoverage),
+		RewardLevels: val(RewardLevels), PerSkillWinRate: per,
+	}
 }

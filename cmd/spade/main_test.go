@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// spadeBin is the spade binary built once for this package's tests
+// (end-to-end tests run it as a user would: a separate process).
+var spadeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "spade-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	spadeBin = filepath.Join(dir, "spade")
+	build := exec.Command("go", "build", "-o", spadeBin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build spade: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one finished spade invocation.
+type result struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// spade runs the binary in dir with args and extra environment variables.
+func spade(t testing.TB, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(spadeBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run spade %v: %v", args, err)
+	}
+	return result{code: code, stdout: so.String(), stderr: se.String()}
+}
