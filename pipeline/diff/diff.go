@@ -1,0 +1,453 @@
+// Package diff compares committed table versions of two runs, for
+// artifact-diff regression tests (`spade diff RUN_A RUN_B`, DESIGN.md "Who
+// uses it and how"). Manifests are compared first: equal content digests
+// (pipeline.Manifest.ContentDigest) mean equal bytes, and the rows are not
+// read. Otherwise rows are matched by the table kind's key columns
+// (schemas.Info.Key) and reported as added, removed or changed, with the
+// changed columns and their old and new values.
+package diff
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+)
+
+// Status is the outcome of comparing one table version of two runs.
+type Status string
+
+// The statuses of a TableDiff.
+const (
+	// StatusEqual: both committed with the same content digest.
+	StatusEqual Status = "equal"
+	// StatusDifferent: both committed, different rows.
+	StatusDifferent Status = "different"
+	// StatusOnlyA / StatusOnlyB: committed in one run only.
+	StatusOnlyA Status = "only_in_a"
+	StatusOnlyB Status = "only_in_b"
+	// StatusSchema: the two versions have different schema fingerprints,
+	// so their rows cannot be compared column by column.
+	StatusSchema Status = "schema_changed"
+)
+
+// Change kinds of a RowChange.
+const (
+	Added   = "added"
+	Removed = "removed"
+	Changed = "changed"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxRows is how many row changes a TableDiff lists (the counts
+	// are always complete).
+	DefaultMaxRows = 20
+	// DefaultMaxValueBytes caps each printed value (bytes of its JSON form).
+	DefaultMaxValueBytes = 120
+)
+
+// Side names one run in one store.
+type Side struct {
+	Store storage.Store
+	Run   string
+}
+
+// Options selects what Runs compares and how much detail it keeps.
+type Options struct {
+	// Tables lists the table names to compare (e.g. every stage output);
+	// readers never list directories, so the caller names the tables.
+	Tables []string
+	// Rounds limits the comparison to these rounds; nil means every round
+	// from 0 to the first unsealed round of either run.
+	Rounds []int
+	// MaxRows bounds RowChange entries per table (0: DefaultMaxRows;
+	// negative: no limit).
+	MaxRows int
+	// MaxValueBytes bounds each printed value (0: DefaultMaxValueBytes).
+	MaxValueBytes int
+}
+
+func (o Options) maxRows() int {
+	switch {
+	case o.MaxRows == 0:
+		return DefaultMaxRows
+	case o.MaxRows < 0:
+		return math.MaxInt
+	}
+	return o.MaxRows
+}
+
+func (o Options) maxValue() int {
+	if o.MaxValueBytes <= 0 {
+		return DefaultMaxValueBytes
+	}
+	return o.MaxValueBytes
+}
+
+// Cell is one column value of a row key, formatted as JSON.
+type Cell struct {
+	Column string `json:"column"`
+	Value  string `json:"value"`
+}
+
+// ColumnChange is one changed column of a row: old (run A) and new (run B)
+// values as JSON, truncated to Options.MaxValueBytes.
+type ColumnChange struct {
+	Column string `json:"column"`
+	Old    string `json:"old"`
+	New    string `json:"new"`
+}
+
+// RowChange is one added, removed or changed row, identified by its key.
+type RowChange struct {
+	Change  string         `json:"change"`
+	Key     []Cell         `json:"key"`
+	Columns []ColumnChange `json:"columns,omitempty"`
+}
+
+// TableDiff is the comparison of one (round, table) of two runs.
+type TableDiff struct {
+	Round   int    `json:"round"`
+	Table   string `json:"table"`
+	Status  Status `json:"status"`
+	DigestA string `json:"digest_a,omitempty"`
+	DigestB string `json:"digest_b,omitempty"`
+	RowsA   int64  `json:"rows_a"`
+	RowsB   int64  `json:"rows_b"`
+	// Added, Removed and Changed count rows by key (complete counts).
+	Added   int `json:"added"`
+	Removed int `json:"removed"`
+	Changed int `json:"changed"`
+	// ChangedColumns is the sorted union of the columns that changed.
+	ChangedColumns []string `json:"changed_columns,omitempty"`
+	// Rows lists the first changes in key order; Truncated says more exist.
+	Rows      []RowChange `json:"rows,omitempty"`
+	Truncated bool        `json:"truncated,omitempty"`
+	// Note explains a schema change or a content-digest difference with no
+	// row difference (e.g. the same rows split into other part files).
+	Note string `json:"note,omitempty"`
+}
+
+// Equal reports whether the table is the same in both runs.
+func (t *TableDiff) Equal() bool { return t.Status == StatusEqual }
+
+// Report is the comparison of two runs.
+type Report struct {
+	A      string      `json:"a"`
+	B      string      `json:"b"`
+	Rounds []int       `json:"rounds"`
+	Tables []TableDiff `json:"tables"`
+	// Equal is true when every compared table is equal.
+	Equal bool `json:"equal"`
+}
+
+// Runs compares every table of opts.Tables at every selected round of runs
+// a and b, in round then table order. Both runs must exist
+// (pipeline.ErrNotCommitted otherwise). A table committed in neither run
+// at a round is left out.
+func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
+	for _, s := range []Side{a, b} {
+		if _, err := pipeline.ReadRunFile(ctx, s.Store, s.Run); err != nil {
+			return nil, err
+		}
+	}
+	rounds := opts.Rounds
+	if rounds == nil {
+		na, err := pipeline.NextRound(ctx, a.Store, a.Run)
+		if err != nil {
+			return nil, err
+		}
+		nb, err := pipeline.NextRound(ctx, b.Store, b.Run)
+		if err != nil {
+			return nil, err
+		}
+		for r := 0; r <= max(na, nb); r++ {
+			rounds = append(rounds, r)
+		}
+	}
+	tables := slices.Clone(opts.Tables)
+	slices.Sort(tables)
+	tables = slices.Compact(tables)
+	rep := &Report{A: a.Run, B: b.Run, Rounds: rounds, Tables: []TableDiff{}, Equal: true}
+	for _, r := range rounds {
+		for _, t := range tables {
+			ma, err := readOptional(ctx, a.Store, pipeline.ManifestKey(a.Run, r, t))
+			if err != nil {
+				return nil, err
+			}
+			mb, err := readOptional(ctx, b.Store, pipeline.ManifestKey(b.Run, r, t))
+			if err != nil {
+				return nil, err
+			}
+			if ma == nil && mb == nil {
+				continue
+			}
+			td, err := Tables(ctx, a.Store, ma, b.Store, mb, opts)
+			if err != nil {
+				return nil, err
+			}
+			td.Round, td.Table = r, t
+			if !td.Equal() {
+				rep.Equal = false
+			}
+			rep.Tables = append(rep.Tables, *td)
+		}
+	}
+	return rep, nil
+}
+
+func readOptional(ctx context.Context, s storage.Store, key string) (*pipeline.Manifest, error) {
+	m, err := pipeline.ReadManifest(ctx, s, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// Tables compares two versions of one table; either manifest may be nil
+// (not committed). Equal content digests short-circuit without reading
+// rows. Errors come from reading or verifying the files (ErrIntegrity) or
+// an unknown table kind.
+func Tables(ctx context.Context, a storage.Store, ma *pipeline.Manifest, b storage.Store, mb *pipeline.Manifest, opts Options) (*TableDiff, error) {
+	td := &TableDiff{}
+	if ma != nil {
+		td.Round, td.Table, td.DigestA, td.RowsA = ma.Round, ma.Table, ma.ContentDigest(), ma.Rows
+	}
+	if mb != nil {
+		td.Round, td.Table, td.DigestB, td.RowsB = mb.Round, mb.Table, mb.ContentDigest(), mb.Rows
+	}
+	switch {
+	case ma == nil && mb == nil:
+		td.Status = StatusEqual
+		return td, nil
+	case mb == nil:
+		td.Status, td.Removed = StatusOnlyA, int(ma.Rows)
+		return td, nil
+	case ma == nil:
+		td.Status, td.Added = StatusOnlyB, int(mb.Rows)
+		return td, nil
+	case td.DigestA == td.DigestB:
+		td.Status = StatusEqual
+		return td, nil
+	case ma.SchemaFingerprint != mb.SchemaFingerprint || ma.Kind != mb.Kind:
+		td.Status = StatusSchema
+		td.Note = fmt.Sprintf("kind/schema %s %.12s -> %s %.12s", ma.Kind, ma.SchemaFingerprint, mb.Kind, mb.SchemaFingerprint)
+		return td, nil
+	}
+	td.Status = StatusDifferent
+	if err := rowDiff(ctx, a, ma, b, mb, opts, td); err != nil {
+		return nil, err
+	}
+	if td.Added+td.Removed+td.Changed == 0 {
+		td.Note = "same rows by key and value, stored in different part files or order"
+	}
+	return td, nil
+}
+
+// keyed is one row with its key, as read from run A.
+type keyed struct {
+	key  []reflect.Value
+	occ  int
+	row  reflect.Value
+	seen bool
+}
+
+func rowDiff(ctx context.Context, a storage.Store, ma *pipeline.Manifest, b storage.Store, mb *pipeline.Manifest, opts Options, td *TableDiff) error {
+	info, err := infoOf(ma)
+	if err != nil {
+		return err
+	}
+	cols := columnsOf(info.RowType)
+	byName := map[string]int{}
+	for _, c := range cols {
+		byName[c.name] = c.field
+	}
+	keyFields := make([]int, len(info.Key))
+	for i, k := range info.Key {
+		f, ok := byName[k]
+		if !ok {
+			return fmt.Errorf("table kind %s: key column %q is not a column of %s", info.Name, k, info.RowType)
+		}
+		keyFields[i] = f
+	}
+	keyOf := func(row reflect.Value) []reflect.Value {
+		out := make([]reflect.Value, len(keyFields))
+		for i, f := range keyFields {
+			out[i] = row.Elem().Field(f)
+		}
+		return out
+	}
+	// Rows of A by key; a key seen n times before gets occurrence n, so a
+	// table with duplicate keys still pairs rows one to one.
+	rowsA := map[string]*keyed{}
+	occA := map[string]int{}
+	err = ReadRows(ctx, a, ma, func(row reflect.Value) error {
+		k := keyOf(row)
+		ks := keyString(k)
+		n := occA[ks]
+		occA[ks] = n + 1
+		rowsA[fmt.Sprintf("%s#%d", ks, n)] = &keyed{key: k, occ: n, row: row}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var changes []*change
+	changedCols := map[string]bool{}
+	occB := map[string]int{}
+	err = ReadRows(ctx, b, mb, func(row reflect.Value) error {
+		k := keyOf(row)
+		ks := keyString(k)
+		n := occB[ks]
+		occB[ks] = n + 1
+		old, ok := rowsA[fmt.Sprintf("%s#%d", ks, n)]
+		if !ok {
+			td.Added++
+			changes = append(changes, &change{kind: Added, key: k, occ: n})
+			return nil
+		}
+		old.seen = true
+		var diffs []int
+		for i, c := range cols {
+			if !sameValue(old.row.Elem().Field(c.field), row.Elem().Field(c.field)) {
+				diffs = append(diffs, i)
+			}
+		}
+		if len(diffs) == 0 {
+			return nil
+		}
+		td.Changed++
+		ch := &change{kind: Changed, key: k, occ: n}
+		for _, i := range diffs {
+			c := cols[i]
+			changedCols[c.name] = true
+			ch.cols = append(ch.cols, ColumnChange{Column: c.name, Old: format(old.row.Elem().Field(c.field), opts.maxValue()), New: format(row.Elem().Field(c.field), opts.maxValue())})
+		}
+		changes = append(changes, ch)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range rowsA {
+		if !r.seen {
+			td.Removed++
+			changes = append(changes, &change{kind: Removed, key: r.key, occ: r.occ})
+		}
+	}
+	slices.SortFunc(changes, func(x, y *change) int {
+		for i := range x.key {
+			if c := compareValues(x.key[i], y.key[i]); c != 0 {
+				return c
+			}
+		}
+		return cmp.Or(cmp.Compare(x.occ, y.occ), strings.Compare(x.kind, y.kind))
+	})
+	limit := opts.maxRows()
+	for i, ch := range changes {
+		if i >= limit {
+			td.Truncated = true
+			break
+		}
+		rc := RowChange{Change: ch.kind, Columns: ch.cols}
+		for j, k := range info.Key {
+			rc.Key = append(rc.Key, Cell{Column: k, Value: format(ch.key[j], opts.maxValue())})
+		}
+		if ch.occ > 0 {
+			rc.Key = append(rc.Key, Cell{Column: "(duplicate key occurrence)", Value: fmt.Sprint(ch.occ)})
+		}
+		td.Rows = append(td.Rows, rc)
+	}
+	for c := range changedCols {
+		td.ChangedColumns = append(td.ChangedColumns, c)
+	}
+	slices.Sort(td.ChangedColumns)
+	return nil
+}
+
+type change struct {
+	kind string
+	key  []reflect.Value
+	occ  int
+	cols []ColumnChange
+}
+
+// keyString encodes key values unambiguously (JSON array) for map lookup.
+func keyString(k []reflect.Value) string {
+	vals := make([]any, len(k))
+	for i, v := range k {
+		vals[i] = v.Interface()
+	}
+	b, err := json.Marshal(vals)
+	if err != nil {
+		return fmt.Sprintf("%#v", vals)
+	}
+	return string(b)
+}
+
+// sameValue compares two column values; NaN equals NaN, since a cell that
+// is NaN in both runs did not change.
+func sameValue(a, b reflect.Value) bool {
+	if reflect.DeepEqual(a.Interface(), b.Interface()) {
+		return true
+	}
+	return fmt.Sprintf("%#v", a.Interface()) == fmt.Sprintf("%#v", b.Interface())
+}
+
+// compareValues orders key values: numbers numerically, strings and
+// everything else by their formatted text.
+func compareValues(a, b reflect.Value) int {
+	switch a.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return cmp.Compare(a.Int(), b.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return cmp.Compare(a.Uint(), b.Uint())
+	case reflect.Float32, reflect.Float64:
+		return cmp.Compare(a.Float(), b.Float())
+	case reflect.Bool:
+		return cmp.Compare(boolInt(a.Bool()), boolInt(b.Bool()))
+	case reflect.String:
+		return strings.Compare(a.String(), b.String())
+	}
+	return strings.Compare(fmt.Sprint(a.Interface()), fmt.Sprint(b.Interface()))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// format renders a value as JSON (NaN and other values JSON cannot hold
+// with fmt), cut to at most max bytes on a rune boundary.
+func format(v reflect.Value, max int) string {
+	var s string
+	if b, err := json.Marshal(v.Interface()); err == nil {
+		s = string(b)
+	} else {
+		s = fmt.Sprint(v.Interface())
+	}
+	return truncate(s, max)
+}
+
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
+}
