@@ -1,0 +1,181 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+)
+
+// ForkOptions says what Fork creates.
+type ForkOptions struct {
+	// Source is the run to fork from; its rounds 0..Round must be sealed.
+	Source string
+	// Round is the last round the fork shares with Source (>= 0).
+	Round int
+	// Target is the new run's name.
+	Target string
+	// Config is the new run's config, pinned in its _RUN.json; it may
+	// differ from Source's (that is the point of a fork: rounds after Round
+	// run with it).
+	Config config.Config
+	// Now returns created_at times (observations only); nil means time.Now.
+	Now func() time.Time
+}
+
+// ForkResult is what Fork wrote.
+type ForkResult struct {
+	Run *RunFile
+	// Manifests is the number of table manifests the fork holds.
+	Manifests int
+	// Seals are the fork's seals of rounds 0..Round; each has the same
+	// digest (round id) as the source round it shares.
+	Seals []*Seal
+}
+
+// Fork creates run Target whose rounds 0..Round are Source's, by reference
+// (DESIGN.md "spade fork starts a run from another's round r by reference,
+// never by copy"): for every table of every shared round a new manifest in
+// Target lists the source's data files (ReferenceOf names the source
+// manifest), and a seal per round repeats the source's table digests, so
+// the hash chain and round ids are the source's. Target's _RUN.json pins
+// opts.Config and records ForkOf/ForkRound; `spade round Round+1 --run
+// Target` then continues from the shared state with Target's config.
+//
+// Fork is idempotent and resumable: running it again with the same
+// options completes what an interrupted call left and changes nothing else.
+// Errors: an invalid run name or round; ErrNotCommitted when Source or one
+// of its rounds 0..Round is not sealed; ErrConflict when Target exists and
+// is not this fork (another run, source, round or config); ErrIntegrity
+// when a source manifest does not match its round seal.
+func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, error) {
+	for _, name := range []string{o.Source, o.Target} {
+		if err := ValidateRunName(name); err != nil {
+			return nil, err
+		}
+	}
+	if o.Source == o.Target {
+		return nil, fmt.Errorf("fork: source and target are both %q", o.Source)
+	}
+	if o.Round < 0 {
+		return nil, fmt.Errorf("fork: round must be >= 0 (got %d)", o.Round)
+	}
+	now := func() time.Time { return time.Now().UTC() }
+	if o.Now != nil {
+		now = func() time.Time { return o.Now().UTC() }
+	}
+	if _, err := ReadRunFile(ctx, s, o.Source); err != nil {
+		return nil, fmt.Errorf("fork source: %w", err)
+	}
+	// Read every shared seal before writing anything, so a fork of a round
+	// that is not sealed leaves nothing behind.
+	seals := make([]*Seal, o.Round+1)
+	for r := 0; r <= o.Round; r++ {
+		seal, err := ReadSeal(ctx, s, o.Source, r)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s at round %d: %w", o.Source, o.Round, err)
+		}
+		seals[r] = seal
+	}
+	rf, err := claimForkRun(ctx, s, o, now())
+	if err != nil {
+		return nil, err
+	}
+	res := &ForkResult{Run: rf}
+	parent := ""
+	for r, src := range seals {
+		seal := &Seal{FormatVersion: FormatVersion, Run: o.Target, Round: r, Parent: parent, Tables: map[string]string{}, Manifests: map[string]string{}, CreatedAt: now()}
+		for _, table := range sortedKeys(src.Manifests) {
+			key, err := forkManifest(ctx, s, o.Target, src, table, now())
+			if err != nil {
+				return nil, err
+			}
+			seal.Tables[table] = src.Tables[table]
+			seal.Manifests[table] = key
+			res.Manifests++
+		}
+		if seal.Digest() != src.Digest() {
+			return nil, fmt.Errorf("fork round %d: %w: seal of %s does not chain to its parent (round id %.12s, recomputed %.12s)", r, ErrIntegrity, o.Source, src.Digest(), seal.Digest())
+		}
+		b, _ := json.MarshalIndent(seal, "", "  ")
+		err := storage.PutBytesIfAbsent(ctx, s, SealKey(o.Target, r), append(b, '\n'))
+		if err != nil && !isExists(err) {
+			return nil, fmt.Errorf("fork: write %s: %w", SealKey(o.Target, r), err)
+		}
+		have, err := ReadSeal(ctx, s, o.Target, r)
+		if err != nil {
+			return nil, err
+		}
+		if have.Digest() != seal.Digest() {
+			return nil, fmt.Errorf("fork: %s exists with round id %.12s, want %.12s: %w", SealKey(o.Target, r), have.Digest(), seal.Digest(), ErrConflict)
+		}
+		res.Seals = append(res.Seals, have)
+		parent = have.Digest()
+	}
+	return res, nil
+}
+
+// claimForkRun creates the target's _RUN.json, or accepts an existing one
+// written by the same fork (a resumed call).
+func claimForkRun(ctx context.Context, s storage.Store, o ForkOptions, at time.Time) (*RunFile, error) {
+	rf := &RunFile{FormatVersion: FormatVersion, Run: o.Target, ConfigDigest: o.Config.Digest(), Config: o.Config,
+		ForkOf: o.Source, ForkRound: o.Round, CodeVersion: CodeVersion(), CreatedAt: at}
+	b, _ := json.MarshalIndent(rf, "", "  ")
+	err := storage.PutBytesIfAbsent(ctx, s, RunFileKey(o.Target), append(b, '\n'))
+	if err == nil {
+		return rf, nil
+	}
+	if !isExists(err) {
+		return nil, fmt.Errorf("fork: create run %s: %w", o.Target, err)
+	}
+	have, err := ReadRunFile(ctx, s, o.Target)
+	if err != nil {
+		return nil, err
+	}
+	if have.ForkOf != o.Source || have.ForkRound != o.Round || have.ConfigDigest != rf.ConfigDigest {
+		what := fmt.Sprintf("a fork of %s at round %d", have.ForkOf, have.ForkRound)
+		if have.ForkOf == "" {
+			what = "not a fork"
+		}
+		return nil, fmt.Errorf("fork: run %s exists (%s, config digest %.12s; this fork: %s at round %d, config digest %.12s): %w",
+			o.Target, what, have.ConfigDigest, o.Source, o.Round, rf.ConfigDigest, ErrConflict)
+	}
+	return have, nil
+}
+
+// forkManifest writes the target's manifest of one table of a shared round
+// and returns its key.
+func forkManifest(ctx context.Context, s storage.Store, target string, src *Seal, table string, at time.Time) (string, error) {
+	srcKey := src.Manifests[table]
+	m, err := ReadManifest(ctx, s, srcKey)
+	if err != nil {
+		return "", fmt.Errorf("fork: %w", err)
+	}
+	if d := m.ContentDigest(); d != src.Tables[table] {
+		return "", fmt.Errorf("fork: %s: %w: content digest %.12s, round seal says %.12s", srcKey, ErrIntegrity, d, src.Tables[table])
+	}
+	fm := *m
+	fm.Run = target
+	fm.ReferenceOf = srcKey
+	fm.CreatedAt = at
+	key := ManifestKey(target, m.Round, m.Table)
+	err = storage.PutBytesIfAbsent(ctx, s, key, fm.Encode())
+	if err == nil {
+		return key, nil
+	}
+	if !errors.Is(err, storage.ErrExists) {
+		return "", fmt.Errorf("fork: write %s: %w", key, err)
+	}
+	have, err := ReadManifest(ctx, s, key)
+	if err != nil {
+		return "", err
+	}
+	if have.ContentDigest() != fm.ContentDigest() {
+		return "", fmt.Errorf("fork: %s exists with content digest %.12s, want %.12s: %w", key, have.ContentDigest(), fm.ContentDigest(), ErrConflict)
+	}
+	return key, nil
+}
