@@ -63,8 +63,10 @@ func (forkSetup) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Ou
 // as the memory and pool stages do between regenerations.
 type forkCarry struct{}
 
-func (forkCarry) Name() string               { return "carry" }
-func (forkCarry) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "memory_ref", Kind: "corpus"}} }
+func (forkCarry) Name() string { return "carry" }
+func (forkCarry) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "memory_ref", Kind: "corpus"}}
+}
 func (forkCarry) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
 	return []pipeline.Input{{Table: "corpus", Round: 0}}, ri.Round > 0
 }
