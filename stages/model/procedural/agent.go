@@ -22,7 +22,6 @@ import (
 // random.
 
 var (
-	validLineRE  = regexp.MustCompile(`(?m)^\s*Valid actions:\s*(.*)$`)
 	placeholdRE  = regexp.MustCompile(`<[^<>]+>`)
 	rangeRE      = regexp.MustCompile(`\((-?\d+) to (-?\d+)\)`)
 	intRE        = regexp.MustCompile(`-?\d+`)
@@ -56,7 +55,12 @@ var directions = map[string][2]int{
 
 // playStep is one past turn: the observation it was taken in, the action,
 // and the observation that answered it.
-type playStep struct{ before, action, after string }
+type playStep struct {
+	before, action, after string
+	fb                    string // feedback line of after, lower-cased
+	pol                   int    // polarity of fb
+	sig                   string // state signature of before
+}
 
 // candidate is one concrete action with its score.
 type candidate struct {
@@ -82,6 +86,17 @@ type agentCtx struct {
 	window  []playStep // the steps the persona remembers for constraints
 	lo, hi  int
 	bracket bool
+	// Parsed once per turn, shared by every candidate's scoring.
+	curSig     string
+	opts       [][]string // "Name (cost c, value v)" options
+	budgetLeft int        // -1 when not stated
+	goalMet    bool       // "value so far" reached the stated target
+	deadlines  [][]string // "Name takes dh, due by hour t" (depth >= 3)
+	waiting    string     // the current valid actions, space-joined
+	fnTask     bool       // a "report f(x)" task
+	pts        []point
+	fnValue    int
+	fnSure     bool
 }
 
 // textAct chooses the next action of a text play. It is pure: the same
@@ -103,7 +118,9 @@ func textAct(msgs []model.Message, hint string, seed int64, choice int) string {
 	a.rng = turnRand(seed, choice, a.turn)
 	for i, act := range acts {
 		if i+1 < len(obs) {
-			a.steps = append(a.steps, playStep{before: obs[i], action: strings.TrimSpace(act), after: obs[i+1]})
+			fb := feedback(obs[i+1])
+			a.steps = append(a.steps, playStep{before: obs[i], action: strings.TrimSpace(act), after: obs[i+1],
+				fb: fb, pol: polarity(fb), sig: stateSig(obs[i])})
 		}
 	}
 	a.window = a.steps[max(0, len(a.steps)-a.p.window):]
@@ -122,6 +139,7 @@ func textAct(msgs []model.Message, hint string, seed int64, choice int) string {
 	if len(items) == 0 {
 		return "help"
 	}
+	a.parseTurn(items)
 	a.setBracket(items)
 	cands := a.expand(items)
 	if len(cands) == 0 {
@@ -149,17 +167,30 @@ func atoi(s string) int {
 
 // validActions reads the last "Valid actions: a | b" line.
 func validActions(obs string) []string {
-	ms := validLineRE.FindAllStringSubmatch(obs, -1)
-	if len(ms) == 0 {
-		return nil
-	}
-	var out []string
-	for _, it := range strings.Split(ms[len(ms)-1][1], "|") {
-		if t := strings.TrimSpace(it); t != "" {
-			out = append(out, t)
+	const key = "Valid actions:"
+	for end := len(obs); end > 0; {
+		i := strings.LastIndex(obs[:end], key)
+		if i < 0 {
+			return nil
 		}
+		start := strings.LastIndexByte(obs[:i], '\n') + 1
+		if strings.TrimSpace(obs[start:i]) != "" { // not at the start of a line
+			end = i
+			continue
+		}
+		line := obs[i+len(key):]
+		if nl := strings.IndexByte(line, '\n'); nl >= 0 {
+			line = line[:nl]
+		}
+		var out []string
+		for _, it := range strings.Split(line, "|") {
+			if t := strings.TrimSpace(it); t != "" {
+				out = append(out, t)
+			}
+		}
+		return out
 	}
-	return out
+	return nil
 }
 
 func lastInt(s string) (int, bool) {
@@ -366,7 +397,7 @@ func (a *agentCtx) expand(items []string) []candidate {
 // fillNumber picks the number for a placeholder action: a sequence
 // prediction, a function evaluation, or the bracket midpoint.
 func (a *agentCtx) fillNumber(base string) (int, bool) {
-	if m := sequenceRE.FindStringSubmatch(a.cur); m != nil {
+	if m := seqMatch(a.cur); m != nil {
 		var seq []int
 		for _, f := range strings.Split(m[1], ",") {
 			if t := strings.TrimSpace(f); t != "" {
@@ -379,9 +410,8 @@ func (a *agentCtx) fillNumber(base string) (int, bool) {
 		}
 		return v, len(seq) > 0
 	}
-	if reportRE.MatchString(a.first) && firstWord(base) == "answer" {
-		v, _ := a.predictFunction()
-		return v, true
+	if a.fnTask && firstWord(base) == "answer" {
+		return a.fnValue, true
 	}
 	if a.bracket && a.lo <= a.hi && a.hi-a.lo < 1<<30 {
 		frac := 0.5
@@ -395,16 +425,15 @@ func (a *agentCtx) fillNumber(base string) (int, bool) {
 
 func (a *agentCtx) score(c *candidate) {
 	s := 0.05 * a.rng.Float64()
-	sig := stateSig(a.cur)
 	for _, st := range a.steps {
 		if st.action != c.text {
 			continue
 		}
-		same := stateSig(st.before) == sig
+		same := st.sig == a.curSig
 		if same {
 			s -= 1.0
 		}
-		if polarity(feedback(st.after)) < 0 {
+		if st.pol < 0 {
 			if same {
 				s -= 2.0
 			} else {
@@ -414,7 +443,7 @@ func (a *agentCtx) score(c *candidate) {
 	}
 	// Evidence from remembered feedback about what an action's object is.
 	for _, st := range a.window {
-		pol := polarity(feedback(st.after))
+		pol := st.pol
 		if pol == 0 || st.action == c.text {
 			continue
 		}
@@ -466,7 +495,7 @@ func (a *agentCtx) consistency(c *candidate) float64 {
 	pen := 0.0
 	mine := tokensAfterVerb(c.text)
 	for _, st := range a.window {
-		m := exactRE.FindStringSubmatch(feedback(st.after))
+		m := exactRE.FindStringSubmatch(st.fb)
 		if m == nil || firstWord(st.action) != c.verb {
 			continue
 		}
@@ -528,7 +557,7 @@ func (a *agentCtx) navigate(c *candidate) float64 {
 // stated target is met.
 func (a *agentCtx) economics(c *candidate) float64 {
 	s := 0.0
-	opts := optionRE.FindAllStringSubmatch(a.cur, -1)
+	opts := a.opts
 	if len(opts) > 0 {
 		obj := strings.TrimSpace(strings.TrimPrefix(c.text, c.verb))
 		var ranks []float64
@@ -546,7 +575,7 @@ func (a *agentCtx) economics(c *candidate) float64 {
 			}
 		}
 		if mine >= 0 {
-			if m := budgetLeftRE.FindStringSubmatch(a.cur); m != nil && a.p.depth >= 2 && cost > atoi(m[1]) {
+			if a.budgetLeft >= 0 && a.p.depth >= 2 && cost > a.budgetLeft {
 				s -= 2.5
 			}
 			if a.p.depth >= 2 {
@@ -560,18 +589,18 @@ func (a *agentCtx) economics(c *candidate) float64 {
 			}
 		}
 		if c.verb == "finish" {
-			if sf, tg := soFarRE.FindStringSubmatch(a.cur), atLeastRE.FindStringSubmatch(a.first); sf != nil && tg != nil && atoi(sf[1]) >= atoi(tg[1]) {
+			if a.goalMet {
 				s += 3
 			}
 		}
 	}
 	if a.p.depth >= 3 {
-		dls := deadlineRE.FindAllStringSubmatch(a.first, -1)
+		dls := a.deadlines
 		if len(dls) > 0 {
 			obj := strings.TrimSpace(strings.TrimPrefix(c.text, c.verb))
 			var dues []int
 			mine := -1
-			waiting := " " + strings.Join(validActions(a.cur), " ") + " "
+			waiting := a.waiting
 			for _, d := range dls {
 				if !strings.Contains(waiting, " "+d[1]+" ") {
 					continue // already run
@@ -588,4 +617,43 @@ func (a *agentCtx) economics(c *candidate) float64 {
 		}
 	}
 	return s
+}
+
+// parseTurn parses what every candidate's scoring reads from the current
+// and first observations, once per turn.
+func (a *agentCtx) parseTurn(items []string) {
+	a.curSig = stateSig(a.cur)
+	lowCur, lowFirst := strings.ToLower(a.cur), strings.ToLower(a.first)
+	// Substring tests guard the regular expressions: most observations
+	// mention none of these, and the agent answers every turn of every play.
+	if strings.Contains(a.cur, "(cost ") || strings.Contains(a.cur, "(price ") {
+		a.opts = optionRE.FindAllStringSubmatch(a.cur, -1)
+	}
+	a.budgetLeft = -1
+	if strings.Contains(lowCur, "budget left") {
+		if m := budgetLeftRE.FindStringSubmatch(a.cur); m != nil {
+			a.budgetLeft = atoi(m[1])
+		}
+	}
+	if strings.Contains(lowCur, "so far") && strings.Contains(lowFirst, "at least") {
+		if sf, tg := soFarRE.FindStringSubmatch(a.cur), atLeastRE.FindStringSubmatch(a.first); sf != nil && tg != nil {
+			a.goalMet = atoi(sf[1]) >= atoi(tg[1])
+		}
+	}
+	if a.p.depth >= 3 && strings.Contains(a.first, " due by ") {
+		a.deadlines = deadlineRE.FindAllStringSubmatch(a.first, -1)
+	}
+	a.waiting = " " + strings.Join(items, " ") + " "
+	if strings.Contains(lowFirst, "report f(") && reportRE.MatchString(a.first) {
+		a.fnTask = true
+		a.pts = a.functionPoints()
+		a.fnValue, a.fnSure = a.predictFunction()
+	}
+}
+
+func seqMatch(obs string) []string {
+	if !strings.Contains(strings.ToLower(obs), "sequence so far") {
+		return nil
+	}
+	return sequenceRE.FindStringSubmatch(obs)
 }

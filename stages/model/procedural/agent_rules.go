@@ -198,7 +198,7 @@ func (a *agentCtx) predictFunction() (int, bool) {
 	if m := reportRE.FindStringSubmatch(a.first); m != nil {
 		target = atoi(m[1])
 	}
-	pts := a.functionPoints()
+	pts := a.pts
 	hint := strings.ToLower(a.hint)
 	if m := thresholdRE.FindStringSubmatch(a.hint); m != nil {
 		t := atoi(m[1])
@@ -249,13 +249,13 @@ func (a *agentCtx) predictFunction() (int, bool) {
 
 // probeFunction scores query/answer actions of a function-probing task.
 func (a *agentCtx) probeFunction(c *candidate) float64 {
-	if !reportRE.MatchString(a.first) {
+	if !a.fnTask {
 		return 0
 	}
 	lastTurn := a.budget > 0 && a.turn >= a.budget-1
 	switch c.verb {
 	case "answer":
-		if _, sure := a.predictFunction(); sure || lastTurn {
+		if a.fnSure || lastTurn {
 			return 3
 		}
 		return -1
@@ -269,7 +269,7 @@ func (a *agentCtx) probeFunction(c *candidate) float64 {
 			}
 		}
 		gap := 10
-		for _, p := range a.functionPoints() {
+		for _, p := range a.pts {
 			gap = min(gap, abs(p.x-c.num))
 		}
 		return s + 0.3*float64(gap)/10
