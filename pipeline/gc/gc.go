@@ -1,0 +1,283 @@
+// Package gc removes data files no committed manifest references: part
+// files left by failed or superseded stage attempts (a crash before commit,
+// a code change that changed a stage fingerprint) and part records
+// (_pending) that can no longer be committed. It is `spade gc`
+// (docs/operations.md).
+//
+// Safety rules, in order:
+//  1. Only two kinds of keys are ever candidates: part files
+//     (<run>/round=NNNNNN/<table>/part-*.parquet) and part records
+//     (<run>/round=NNNNNN/_pending/<stage>-<fp>/part-*.json). Manifests,
+//     seals, run files, leases and stage artefacts (checkpoint files) are
+//     never touched.
+//  2. References are collected from every manifest of every run in the
+//     store, whatever run is being collected, so files a fork (or any run)
+//     lists in another run's directory stay.
+//  3. A part record of a stage that is neither committed nor in a sealed
+//     round is live: the files it names stay (a sharded stage waiting for
+//     `spade commit`).
+//  4. Nothing younger than the grace period (storage.Info.ModTime) is
+//     deleted: a part being written has no record yet.
+package gc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+)
+
+// DefaultGrace is the default grace period: longer than any stage part
+// runs, so a file being written and not yet recorded is never deleted.
+const DefaultGrace = 24 * time.Hour
+
+// concurrency bounds parallel manifest reads and deletes (S3 latency).
+const concurrency = 16
+
+// Kind says what a garbage object is.
+type Kind string
+
+// Kinds of garbage.
+const (
+	// KindPart is a Parquet part file no manifest or live part record lists.
+	KindPart Kind = "part"
+	// KindPending is a part record of a stage that is committed or of a
+	// sealed round: it can never be committed again.
+	KindPending Kind = "pending"
+)
+
+// Options configures Collect.
+type Options struct {
+	// Run limits deletion to one run's keys; "" collects every run. The
+	// references of every run are honoured either way.
+	Run string
+	// Grace: only garbage whose ModTime is at least this old is deleted.
+	Grace time.Duration
+	// DryRun lists the garbage and deletes nothing.
+	DryRun bool
+	// Now is the clock the grace period is measured against; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Object is one unreferenced object.
+type Object struct {
+	Key     string    `json:"key"`
+	Kind    Kind      `json:"kind"`
+	Bytes   int64     `json:"bytes"`
+	ModTime time.Time `json:"mod_time"`
+	// Why explains why nothing needs the object.
+	Why string `json:"why"`
+	// WithinGrace marks garbage younger than the grace period (kept).
+	WithinGrace bool `json:"within_grace,omitempty"`
+	// Deleted is true when Collect removed the object.
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// Result is what Collect found and did.
+type Result struct {
+	// Manifests is the number of manifests read (every run's).
+	Manifests int `json:"manifests"`
+	// Referenced is the number of distinct data keys that manifests and
+	// live part records list.
+	Referenced int `json:"referenced"`
+	// Garbage lists every unreferenced candidate, sorted by key.
+	Garbage []Object `json:"garbage"`
+	// Deleted and DeletedBytes count what was removed.
+	Deleted      int   `json:"deleted"`
+	DeletedBytes int64 `json:"deleted_bytes"`
+	// Warnings name objects gc could not read and so treated as live.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+var (
+	partRe     = regexp.MustCompile(`^([^/]+)/round=(\d{6})/([^/_][^/]*)/part-\d{5}-of-\d{5}-[0-9a-f]{16}\.parquet$`)
+	pendingRe  = regexp.MustCompile(`^([^/]+)/round=(\d{6})/_pending/([^/]+)-([0-9a-f]{16})/part-\d{5}\.json$`)
+	manifestRe = regexp.MustCompile(`^([^/]+)/round=(\d{6})/([^/_][^/]*)/_manifest\.json$`)
+	sealRe     = regexp.MustCompile(`^([^/]+)/round=(\d{6})/_ROUND\.json$`)
+)
+
+// roundOf names one round of one run ("<run>/round=NNNNNN").
+func roundOf(run, round string) string { return run + "/round=" + round }
+
+// Collect finds the garbage of opts.Run (or of every run) in s and deletes
+// what is older than opts.Grace unless opts.DryRun. It lists the store
+// once and reads every manifest and part record. Errors: a store error,
+// or a manifest that does not decode (ErrUnknownVersion, malformed JSON):
+// gc refuses to guess what an unreadable manifest references.
+func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error) {
+	if opts.Run != "" {
+		if err := pipeline.ValidateRunName(opts.Run); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Grace < 0 {
+		return nil, fmt.Errorf("gc: grace period must be >= 0 (got %s)", opts.Grace)
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	// One listing: a file committed later was recorded by a part record
+	// before this listing, or is younger than the grace period.
+	all, err := s.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("gc: list %s: %w", s.URL(), err)
+	}
+	sealed := map[string]bool{}
+	var manifests []string
+	for _, in := range all {
+		if m := sealRe.FindStringSubmatch(in.Key); m != nil {
+			sealed[roundOf(m[1], m[2])] = true
+		}
+		if manifestRe.MatchString(in.Key) {
+			manifests = append(manifests, in.Key)
+		}
+	}
+	res := &Result{Garbage: []Object{}}
+	referenced := map[string]bool{}
+	committed := map[string]bool{} // "<run>/round=NNNNNN stage"
+	var mu sync.Mutex
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
+	for _, key := range manifests {
+		wp.Go(func(ctx context.Context) error {
+			m, err := pipeline.ReadManifest(ctx, s, key)
+			if errors.Is(err, storage.ErrNotFound) {
+				return nil // removed since the listing: it references nothing now
+			}
+			if err != nil {
+				return fmt.Errorf("gc: %w", err)
+			}
+			sm := manifestRe.FindStringSubmatch(key)
+			mu.Lock()
+			defer mu.Unlock()
+			res.Manifests++
+			committed[roundOf(sm[1], sm[2])+" "+m.Stage] = true
+			for _, f := range m.Files {
+				referenced[f.Key] = true
+			}
+			return nil
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return nil, err
+	}
+
+	prefix := ""
+	if opts.Run != "" {
+		prefix = opts.Run + "/"
+	}
+	var garbage []Object
+	unreadable := map[string]bool{} // rounds with a part record gc could not read
+	for _, in := range all {
+		m := pendingRe.FindStringSubmatch(in.Key)
+		if m == nil {
+			continue
+		}
+		rd, stage := roundOf(m[1], m[2]), m[3]
+		why := ""
+		switch {
+		case sealed[rd]:
+			why = "part record of a sealed round"
+		case committed[rd+" "+stage]:
+			why = "part record of stage " + stage + ", which is committed"
+		}
+		if why != "" {
+			if strings.HasPrefix(in.Key, prefix) {
+				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: why})
+			}
+			continue
+		}
+		files, err := recordFiles(ctx, s, in.Key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%v; keeping every part file of %s", err, rd))
+			unreadable[rd] = true
+			continue
+		}
+		for _, k := range files {
+			referenced[k] = true
+		}
+	}
+	res.Referenced = len(referenced)
+	for _, in := range all {
+		if !strings.HasPrefix(in.Key, prefix) {
+			continue
+		}
+		m := partRe.FindStringSubmatch(in.Key)
+		if m == nil || referenced[in.Key] || unreadable[roundOf(m[1], m[2])] {
+			continue
+		}
+		garbage = append(garbage, Object{Key: in.Key, Kind: KindPart, Bytes: in.Size, ModTime: in.ModTime, Why: "no manifest or live part record lists it"})
+	}
+	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })
+	cutoff := now().Add(-opts.Grace)
+	for i := range garbage {
+		garbage[i].WithinGrace = garbage[i].ModTime.After(cutoff)
+	}
+	if !opts.DryRun {
+		dp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
+		for i := range garbage {
+			g := &garbage[i]
+			if g.WithinGrace {
+				continue
+			}
+			dp.Go(func(ctx context.Context) error {
+				err := s.Delete(ctx, g.Key)
+				if err != nil && !errors.Is(err, storage.ErrNotFound) {
+					return fmt.Errorf("gc: delete %s: %w", g.Key, err)
+				}
+				g.Deleted = true
+				return nil
+			})
+		}
+		err := dp.Wait()
+		for _, g := range garbage {
+			if g.Deleted {
+				res.Deleted++
+				res.DeletedBytes += g.Bytes
+			}
+		}
+		if err != nil {
+			res.Garbage = garbage
+			return res, err
+		}
+	}
+	res.Garbage = garbage
+	return res, nil
+}
+
+// recordFiles returns the data keys a part record lists. The record's
+// layout is the runner's (pipeline.PendingKey); only the file keys are read.
+func recordFiles(ctx context.Context, s storage.Store, key string) ([]string, error) {
+	data, err := storage.ReadAll(ctx, s, key)
+	if err != nil {
+		return nil, err
+	}
+	var rec struct {
+		Files map[string]struct {
+			Key string `json:"key"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("part record %s: malformed JSON: %w", key, err)
+	}
+	out := make([]string, 0, len(rec.Files))
+	for _, f := range rec.Files {
+		out = append(out, f.Key)
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -1,0 +1,221 @@
+package gc_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/diff"
+	"github.com/spade-pipeline/spade/pipeline/gc"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// walk writes three parts of metrics per round, each depending on the
+// previous round's rows.
+type walk struct{}
+
+func (walk) Name() string               { return "walk" }
+func (walk) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "metrics"}} }
+func (walk) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return []pipeline.Input{{Table: "metrics", Round: ri.Round - 1, Optional: ri.Round == 1}}, ri.Round > 0
+}
+func (walk) ConfigSubset(c *config.Config) any                 { return c.Seed }
+func (walk) Parts(context.Context, *pipeline.Env) (int, error) { return 3, nil }
+func (walk) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
+	prev, err := pipeline.ReadAll(ctx, env, schemas.Metrics, "metrics", env.Round.Round-1)
+	if err != nil {
+		return err
+	}
+	for i := part; i < 9; i += 3 {
+		pipeline.Emit(out, schemas.Metrics, "metrics", schemas.Metric{Name: fmt.Sprintf("m%d", i), Value: float64(len(prev)) + float64(env.Round.Seed)*float64(i)})
+	}
+	return nil
+}
+
+// clock is a settable clock for the store's ModTime and gc's Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+func runner(s storage.Store, run string, seed int64) *pipeline.Runner {
+	cfg := config.Default()
+	cfg.Seed, cfg.Workers = seed, 2
+	return &pipeline.Runner{Store: s, Run: run, Config: cfg, Stages: []pipeline.Stage{walk{}}, Log: slog.New(slog.DiscardHandler)}
+}
+
+func keys(objs []gc.Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+// readEverything reads every row of every committed manifest in the store.
+func readEverything(t *testing.T, s storage.Store) int {
+	t.Helper()
+	ctx := context.Background()
+	infos, err := s.List(ctx, "")
+	require.NoError(t, err)
+	n := 0
+	for _, in := range infos {
+		if !strings.HasSuffix(in.Key, "/_manifest.json") {
+			continue
+		}
+		m, err := pipeline.ReadManifest(ctx, s, in.Key)
+		require.NoError(t, err)
+		var rows int64
+		require.NoError(t, diff.ReadRows(ctx, s, m, func(reflect.Value) error { rows++; return nil }), in.Key)
+		require.Equal(t, m.Rows, rows, in.Key)
+		n++
+	}
+	return n
+}
+
+func TestCollect(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.SetClock(clk.now)
+	t0 := clk.now()
+
+	src := runner(s, "src", 3)
+	for r := 0; r <= 2; r++ {
+		_, err := src.RunRound(ctx, r)
+		require.NoError(t, err)
+	}
+	fork := runner(s, "fork", 4)
+	_, err := pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 1, Target: "fork", Config: fork.Config})
+	require.NoError(t, err)
+	_, err = fork.RunRound(ctx, 2)
+	require.NoError(t, err)
+	// A sharded stage half done: shard 0 of 2 of round 3 written, not
+	// committed. Its part record is live, its files must survive.
+	_, err = src.RunStage(ctx, 3, "walk", pipeline.Shard{Index: 0, Count: 2}, false)
+	require.NoError(t, err)
+
+	sha := strings.Repeat("ab", 32)
+	oldOrphan := pipeline.PartKey("src", 1, "metrics", 0, 3, strings.Repeat("0", 64))
+	staleRecord := pipeline.PendingKey("src", 1, "walk", sha, 0)
+	otherRun := pipeline.PartKey("fork", 2, "metrics", 7, 9, sha)
+	for _, k := range []string{oldOrphan, otherRun} {
+		require.NoError(t, storage.PutBytes(ctx, s, k, []byte("orphan parquet")))
+	}
+	require.NoError(t, storage.PutBytes(ctx, s, staleRecord, []byte(`{"files":{"metrics":{"key":"`+oldOrphan+`"}}}`)))
+	// A manifest of a third run lists pointedTo, which lives in src's
+	// directory: it is referenced, whatever run gc collects.
+	m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("src", 2, "metrics"))
+	require.NoError(t, err)
+	data, err := storage.ReadAll(ctx, s, m.Files[0].Key)
+	require.NoError(t, err)
+	copied := m.Files[0]
+	copied.Key = pipeline.PartKey("src", 2, "metrics", 5, 9, copied.SHA256)
+	pointedTo := copied.Key
+	require.NoError(t, storage.PutBytes(ctx, s, pointedTo, data))
+	m.Run = "pointer"
+	m.Files = append(m.Files, copied)
+	m.Bytes += copied.Bytes
+	m.Rows += copied.Rows
+	require.NoError(t, storage.PutBytes(ctx, s, pipeline.ManifestKey("pointer", 2, "metrics"), m.Encode()))
+
+	clk.set(t0.Add(30 * time.Hour))
+	freshOrphan := pipeline.PartKey("src", 2, "metrics", 1, 3, strings.Repeat("1", 64))
+	require.NoError(t, storage.PutBytes(ctx, s, freshOrphan, []byte("fresh")))
+	clk.set(t0.Add(30*time.Hour + 10*time.Minute))
+	before := readEverything(t, s)
+
+	t.Run("dry run lists and deletes nothing", func(t *testing.T) {
+		res, err := gc.Collect(ctx, s, gc.Options{Grace: time.Hour, DryRun: true, Now: clk.now})
+		require.NoError(t, err)
+		require.Equal(t, []string{otherRun, staleRecord, oldOrphan, freshOrphan}, keys(res.Garbage), "sorted by key")
+		require.Zero(t, res.Deleted)
+		for _, g := range res.Garbage {
+			require.Equal(t, g.Key == freshOrphan, g.WithinGrace, g.Key)
+			_, err := s.Stat(ctx, g.Key)
+			require.NoError(t, err)
+		}
+	})
+	t.Run("one run only", func(t *testing.T) {
+		res, err := gc.Collect(ctx, s, gc.Options{Run: "fork", Grace: time.Hour, Now: clk.now})
+		require.NoError(t, err)
+		require.Equal(t, []string{otherRun}, keys(res.Garbage))
+		require.Equal(t, 1, res.Deleted)
+		_, err = s.Stat(ctx, otherRun)
+		require.ErrorIs(t, err, storage.ErrNotFound)
+		_, err = s.Stat(ctx, oldOrphan)
+		require.NoError(t, err)
+	})
+	t.Run("whole store honours grace and every reference", func(t *testing.T) {
+		res, err := gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: clk.now})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deleted)
+		for _, k := range []string{oldOrphan, staleRecord} {
+			_, err := s.Stat(ctx, k)
+			require.ErrorIs(t, err, storage.ErrNotFound, k)
+		}
+		for _, k := range []string{freshOrphan, pointedTo} {
+			_, err := s.Stat(ctx, k)
+			require.NoError(t, err, k)
+		}
+		require.Equal(t, before, readEverything(t, s), "every committed table of every run is still readable")
+		// The half-done sharded stage still commits after gc.
+		_, err = src.RunStage(ctx, 3, "walk", pipeline.Shard{Index: 1, Count: 2}, false)
+		require.NoError(t, err)
+		require.NoError(t, src.CommitStage(ctx, 3, "walk"))
+		_, err = src.RunRound(ctx, 3)
+		require.NoError(t, err)
+		// A second collection past the grace period takes the fresh orphan.
+		clk.set(t0.Add(40 * time.Hour))
+		res, err = gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: clk.now})
+		require.NoError(t, err)
+		require.Equal(t, []string{freshOrphan}, keys(res.Garbage))
+		readEverything(t, s)
+	})
+	t.Run("unreadable inputs", func(t *testing.T) {
+		// A malformed live part record protects its round's parts.
+		bad := pipeline.PendingKey("src", 9, "walk", sha, 0)
+		orphan := pipeline.PartKey("src", 9, "metrics", 0, 1, sha)
+		require.NoError(t, storage.PutBytes(ctx, s, bad, []byte("{not json")))
+		require.NoError(t, storage.PutBytes(ctx, s, orphan, []byte("x")))
+		clk.set(t0.Add(80 * time.Hour))
+		res, err := gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: clk.now})
+		require.NoError(t, err)
+		require.Len(t, res.Warnings, 1)
+		require.Contains(t, res.Warnings[0], bad)
+		_, err = s.Stat(ctx, orphan)
+		require.NoError(t, err)
+		// A manifest gc cannot decode stops it: it cannot know what it lists.
+		require.NoError(t, storage.PutBytes(ctx, s, pipeline.ManifestKey("src", 9, "metrics"), []byte(`{"format_version": 99}`)))
+		_, err = gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: clk.now})
+		require.ErrorIs(t, err, pipeline.ErrUnknownVersion)
+	})
+	t.Run("bad options", func(t *testing.T) {
+		_, err := gc.Collect(ctx, s, gc.Options{Grace: -time.Second})
+		require.Error(t, err)
+		_, err = gc.Collect(ctx, s, gc.Options{Run: "../x"})
+		require.Error(t, err)
+	})
+}
