@@ -331,7 +331,8 @@ func rowDiff(ctx context.Context, a storage.Store, ma *pipeline.Manifest, b stor
 		for _, i := range diffs {
 			c := cols[i]
 			changedCols[c.name] = true
-			ch.cols = append(ch.cols, ColumnChange{Column: c.name, Old: format(old.row.Elem().Field(c.field), opts.maxValue()), New: format(row.Elem().Field(c.field), opts.maxValue())})
+			o, n := formatPair(old.row.Elem().Field(c.field), row.Elem().Field(c.field), opts.maxValue())
+			ch.cols = append(ch.cols, ColumnChange{Column: c.name, Old: o, New: n})
 		}
 		changes = append(changes, ch)
 		return nil
@@ -439,6 +440,39 @@ func format(v reflect.Value, max int) string {
 		s = fmt.Sprint(v.Interface())
 	}
 	return truncate(s, max)
+}
+
+// formatPair renders an old and a new value. When both are long and share
+// a prefix, both are shown from a little before their first difference,
+// so a change deep inside a long text is visible after truncation.
+func formatPair(a, b reflect.Value, max int) (string, string) {
+	sa, sb := format(a, math.MaxInt), format(b, math.MaxInt)
+	if len(sa) <= max && len(sb) <= max {
+		return sa, sb
+	}
+	d := 0
+	for d < len(sa) && d < len(sb) && sa[d] == sb[d] {
+		d++
+	}
+	const context = 16
+	if d <= max-context {
+		return truncate(sa, max), truncate(sb, max)
+	}
+	start := d - context
+	for start > 0 && !utf8.RuneStart(sa[start]) {
+		start--
+	}
+	return window(sa, start, max), window(sb, start, max)
+}
+
+// window shows s from byte start, marking the cut prefix with its length.
+func window(s string, start, max int) string {
+	rest := s[start:]
+	out := fmt.Sprintf("(%d bytes)…", start)
+	if len(rest) <= max {
+		return out + rest
+	}
+	return out + truncate(rest, max)
 }
 
 func truncate(s string, max int) string {

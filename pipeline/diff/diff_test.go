@@ -221,3 +221,26 @@ func TestRunsText(t *testing.T) {
 	_, err = Runs(ctx, Side{s, "base"}, Side{s, "missing"}, Options{Tables: []string{"metrics"}})
 	require.True(t, errors.Is(err, pipeline.ErrNotCommitted), "%v", err)
 }
+
+func TestFormatPair(t *testing.T) {
+	long := func(tail string) reflect.Value { return reflect.ValueOf(string(bytes.Repeat([]byte("a"), 200)) + tail) }
+	cases := []struct {
+		name       string
+		a, b       reflect.Value
+		max        int
+		wantA, wantB string
+	}{
+		{"short", reflect.ValueOf(1.5), reflect.ValueOf(2), 10, "1.5", "2"},
+		{"early difference", reflect.ValueOf("xbcdefghijklmnopqrstuvwxyz"), reflect.ValueOf("ybcdefghijklmnopqrstuvwxyz"), 20 + 16, `"xbcdefghijklmnopqrstuvwxyz"`, `"ybcdefghijklmnopqrstuvwxyz"`},
+		{"late difference", long("OLD"), long("NEW"), 30, `(185 bytes)…aaaaaaaaaaaaaaaaOLD"`, `(185 bytes)…aaaaaaaaaaaaaaaaNEW"`},
+		{"late difference, long tails", long("OLD" + string(bytes.Repeat([]byte("z"), 50))), long("NEW"), 30,
+			`(185 bytes)…aaaaaaaaaaaaaaaaOLDzzzzzzzzzzz…(70 bytes)`, `(185 bytes)…aaaaaaaaaaaaaaaaNEW"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := formatPair(c.a, c.b, c.max)
+			require.Equal(t, c.wantA, a)
+			require.Equal(t, c.wantB, b)
+		})
+	}
+}
