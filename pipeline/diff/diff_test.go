@@ -225,9 +225,9 @@ func TestRunsText(t *testing.T) {
 func TestFormatPair(t *testing.T) {
 	long := func(tail string) reflect.Value { return reflect.ValueOf(string(bytes.Repeat([]byte("a"), 200)) + tail) }
 	cases := []struct {
-		name       string
-		a, b       reflect.Value
-		max        int
+		name         string
+		a, b         reflect.Value
+		max          int
 		wantA, wantB string
 	}{
 		{"short", reflect.ValueOf(1.5), reflect.ValueOf(2), 10, "1.5", "2"},
