@@ -128,7 +128,10 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 			v.Rounds = append(v.Rounds, r)
 			v.Files += len(m.Files)
 			v.Rows += m.Rows
-			selects = append(selects, fmt.Sprintf("SELECT %d::INTEGER AS round, * FROM read_parquet([%s])", r, strings.Join(paths, ", ")))
+			// hive_partitioning = false: the file keys contain "round=NNNNNN",
+			// which DuckDB would otherwise add as a second "round" column
+			// (and UNION ALL BY NAME over two rounds then fails).
+			selects = append(selects, fmt.Sprintf("SELECT %d::INTEGER AS round, * FROM read_parquet([%s], hive_partitioning = false)", r, strings.Join(paths, ", ")))
 		}
 		if len(selects) == 0 {
 			continue
