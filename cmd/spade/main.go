@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,7 @@ func (e exitError) Error() string { return e.msg }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
+	stopProfile()
 	stop()
 	os.Exit(code)
 }
@@ -93,6 +95,7 @@ type globals struct {
 	runName    string
 	logFormat  string
 	logLevel   string
+	cpuProfile string
 }
 
 func envOr(name, def string) string {
@@ -117,6 +120,25 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&g.runName, "run", envOr("SPADE_RUN", "default"), "run name (env SPADE_RUN)")
 	pf.StringVar(&g.logFormat, "log-format", envOr("SPADE_LOG_FORMAT", "text"), "log format: text or json (env SPADE_LOG_FORMAT)")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SPADE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env SPADE_LOG_LEVEL)")
+	pf.StringVar(&g.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this invocation to FILE (for docs/benchmarks.md)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(g.cpuProfile)
+		if err != nil {
+			return usagef("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		stopProfile = func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+		return nil
+	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newRoundCmd(g), newStageCmd(g), newCommitCmd(g), newStatusCmd(g), newSQLCmd(g),
@@ -127,6 +149,9 @@ func newRootCmd() *cobra.Command {
 	}
 	return root
 }
+
+// stopProfile ends a --cpuprofile profile (a no-op without one).
+var stopProfile = func() {}
 
 // extraCommands lets command files register themselves (one file per
 // subcommand) without editing the root.

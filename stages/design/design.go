@@ -133,8 +133,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	for _, r := range results {
 		pipeline.Emit(out, schemas.Designs, "designs", r...)
 	}
-	engine.EmitCalls(out, env.Config, "design", rec)
-	return nil
+	return rec.Emit(out, env.Config)
 }
 
 // generate runs the attempts of one slot.

@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -100,17 +101,64 @@ func (e *Engines) Backend() (model.Backend, error) {
 // CallsTable returns the llm_calls table name of a stage.
 func CallsTable(stage string) string { return stage + "_calls" }
 
-// ForStage returns the backend a stage of round r uses, wrapped in a
-// recorder: the configured backend, or with model.replay set, a replayer
-// over the replayed run's recorded calls of the same stage and round
-// (a miss is an error wrapping replay.ErrMiss).
-func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*replay.Recorder, error) {
+// StageModel is the backend one stage part uses: every call is recorded,
+// and with replay a miss is remembered so the stage fails instead of
+// recording it as a row error (a replay must reproduce, not improvise).
+type StageModel struct {
+	*replay.Recorder
+	stage string
+	mu    sync.Mutex
+	miss  error
+}
+
+// Chat implements model.Backend.
+func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Response, error) {
+	resp, err := m.Recorder.Chat(ctx, req)
+	if errors.Is(err, replay.ErrMiss) {
+		m.mu.Lock()
+		if m.miss == nil {
+			m.miss = err
+		}
+		m.mu.Unlock()
+	}
+	return resp, err
+}
+
+// Emit writes the recorded calls as rows of the stage's llm_calls table
+// (latency only when the run records timings). It returns the first replay
+// miss instead, so that the stage fails and commits nothing.
+func (m *StageModel) Emit(out *pipeline.Out, cfg *config.Config) error {
+	m.mu.Lock()
+	miss := m.miss
+	m.mu.Unlock()
+	if miss != nil {
+		return fmt.Errorf("stage %s: %w", m.stage, miss)
+	}
+	calls := m.Calls()
+	rows := make([]schemas.LLMCall, 0, len(calls))
+	for _, c := range calls {
+		row := schemas.LLMCall{RequestHash: c.RequestHash, Occurrence: c.Occurrence, Stage: m.stage, Backend: c.Backend, Request: c.Request, Response: c.Response, Error: c.Error}
+		if cfg.Observe.Timings {
+			ms := c.LatencyMS
+			row.LatencyMS = &ms
+		}
+		rows = append(rows, row)
+	}
+	pipeline.Emit(out, schemas.LLMCalls, CallsTable(m.stage), rows...)
+	return nil
+}
+
+// ForStage returns the backend a stage of round r uses, recording every
+// call: the configured backend, or with model.replay set, a replayer over
+// the replayed run's recorded calls of the same stage and round (a miss
+// fails the stage with an error wrapping replay.ErrMiss).
+func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*StageModel, error) {
 	if e.Config.Model.Replay == "" {
 		b, err := e.Backend()
 		if err != nil {
 			return nil, err
 		}
-		return replay.NewRecorder(b), nil
+		return &StageModel{Recorder: replay.NewRecorder(b), stage: stage}, nil
 	}
 	key := fmt.Sprintf("%s@%d", stage, round)
 	e.mu.Lock()
@@ -141,23 +189,7 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*repla
 		e.replays[key] = rp
 		e.mu.Unlock()
 	}
-	return replay.NewRecorder(rp), nil
-}
-
-// EmitCalls writes a recorder's calls as rows of the stage's llm_calls
-// table. Latency is kept only when the run records timings.
-func EmitCalls(out *pipeline.Out, cfg *config.Config, stage string, rec *replay.Recorder) {
-	calls := rec.Calls()
-	rows := make([]schemas.LLMCall, 0, len(calls))
-	for _, c := range calls {
-		row := schemas.LLMCall{RequestHash: c.RequestHash, Occurrence: c.Occurrence, Stage: stage, Backend: c.Backend, Request: c.Request, Response: c.Response, Error: c.Error}
-		if cfg.Observe.Timings {
-			ms := c.LatencyMS
-			row.LatencyMS = &ms
-		}
-		rows = append(rows, row)
-	}
-	pipeline.Emit(out, schemas.LLMCalls, CallsTable(stage), rows...)
+	return &StageModel{Recorder: replay.NewRecorder(rp), stage: stage}, nil
 }
 
 // MetaJSON encodes v for a model.Request.Meta value.

@@ -79,8 +79,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 			pipeline.Emit(out, schemas.Hints, "hints", *h)
 		}
 	}
-	engine.EmitCalls(out, env.Config, "hint", rec)
-	return nil
+	return rec.Emit(out, env.Config)
 }
 
 func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e schemas.Environment) *schemas.Hint {

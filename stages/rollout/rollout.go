@@ -139,8 +139,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	if err := wp.Wait(); err != nil {
 		return err
 	}
-	engine.EmitCalls(out, env.Config, "rollout", rec)
-	return nil
+	return rec.Emit(out, env.Config)
 }
 
 // PlaySeed derives the reset seed of one play from (run seed, round, env,
