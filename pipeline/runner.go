@@ -131,6 +131,7 @@ func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
 
 func configDiff(a, b config.Config) string {
 	var diff []string
+	a, b = a.Pinned(), b.Pinned()
 	for _, k := range config.Keys() {
 		if a.Get(k) != b.Get(k) {
 			diff = append(diff, fmt.Sprintf("%s %s -> %s", k, a.Get(k), b.Get(k)))

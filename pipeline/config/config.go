@@ -294,10 +294,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Digest is the hex sha256 of the canonical JSON of the config; it pins a
-// run's configuration.
+// Operational lists the settings that change how a run executes but not
+// what it computes; they are left out of Digest, so a run can be resumed
+// with more workers or a longer timeout (docs/config.md).
+var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.api_key_env", "grpo.timeout_s"}
+
+// Pinned returns c with the Operational settings zeroed.
+func (c Config) Pinned() Config {
+	c.Workers = 0
+	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.APIKeyEnv = 0, 0, 0, ""
+	c.GRPO.TimeoutS = 0
+	return c
+}
+
+// Digest is the hex sha256 of the canonical JSON of the pinned config
+// (Operational settings excluded); it pins a run's configuration.
 func (c Config) Digest() string {
-	return DigestOf(c)
+	return DigestOf(c.Pinned())
 }
 
 // DigestOf is the hex sha256 of the canonical JSON encoding of v (Go's

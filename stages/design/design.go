@@ -60,14 +60,7 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 		Design  config.Design
 		Model   config.Model
 		Sandbox config.Sandbox
-	}{c.Design, modelSubset(c.Model), c.Sandbox}
-}
-
-// modelSubset drops settings that do not change answers (concurrency,
-// timeouts, retries).
-func modelSubset(m config.Model) config.Model {
-	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
-	return m
+	}{c.Design, c.Pinned().Model, c.Sandbox}
 }
 
 // Parts implements pipeline.Stage.

@@ -40,12 +40,7 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 }
 
 // ConfigSubset implements pipeline.Stage.
-func (*Stage) ConfigSubset(c *config.Config) any { return modelSubset(c.Model) }
-
-func modelSubset(m config.Model) config.Model {
-	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
-	return m
-}
+func (*Stage) ConfigSubset(c *config.Config) any { return c.Pinned().Model }
 
 // Parts implements pipeline.Stage.
 func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }

@@ -53,8 +53,7 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any {
-	m := c.Model
-	m.Concurrency, m.TimeoutS, m.MaxRetries = 0, 0, 0
+	m := c.Pinned().Model
 	return struct {
 		Rollout config.Rollout
 		Model   config.Model
