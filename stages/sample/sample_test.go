@@ -1,0 +1,248 @@
+package sample
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+)
+
+var sixSkills = config.Default().Sample.Skills
+
+// TestActiveSkills checks the round-robin curriculum (SPADE.md step 2):
+// over a full cycle of regenerations every skill is active equally often,
+// each window has distinct skills, and consecutive windows differ.
+func TestActiveSkills(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		active, regen int
+		// perSkill is how often each skill must be active over regen
+		// regenerations 0..regen-1.
+		perSkill int
+	}{
+		{"3 of 6 over 2 regenerations", 3, 2, 1},
+		{"3 of 6 over 4 regenerations", 3, 4, 2},
+		{"2 of 6 over 3 regenerations", 2, 3, 1},
+		{"4 of 6 over 3 regenerations", 4, 3, 2},
+		{"6 of 6 over 1 regeneration", 6, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := map[string]int{}
+			var prev []string
+			for g := 0; g < tc.regen; g++ {
+				w := ActiveSkills(sixSkills, tc.active, g)
+				require.Len(t, w, tc.active)
+				seen := map[string]bool{}
+				for _, s := range w {
+					require.False(t, seen[s], "regeneration %d activates %s twice: %v", g, s, w)
+					seen[s] = true
+					count[s]++
+				}
+				if prev != nil && tc.active < len(sixSkills) {
+					require.NotEqual(t, prev, w, "regenerations %d and %d have the same active skills", g-1, g)
+				}
+				prev = w
+			}
+			for _, s := range sixSkills {
+				require.Equal(t, tc.perSkill, count[s], "skill %s active %d times over %d regenerations", s, count[s], tc.regen)
+			}
+		})
+	}
+	// The first two regenerations of the default curriculum split the six
+	// skills in two halves, in configured order.
+	require.Equal(t, sixSkills[:3], ActiveSkills(sixSkills, 3, 0))
+	require.Equal(t, sixSkills[3:], ActiveSkills(sixSkills, 3, 1))
+	require.Equal(t, sixSkills[:3], ActiveSkills(sixSkills, 3, 2), "the window wraps around")
+}
+
+// TestSlotLayout checks that slots cycle through the active skills, that
+// the game kinds cycle per pass over the skills, and that with setting
+// mixed every tool_use_every-th slot is tool use.
+func TestSlotLayout(t *testing.T) {
+	active := []string{"a", "b", "c"}
+	type slot struct{ skill, setting, kind string }
+	for _, tc := range []struct {
+		name    string
+		setting string
+		every   int
+		want    []slot
+	}{
+		{"game", "game", 4, []slot{
+			{"a", "game", "game"}, {"b", "game", "game"}, {"c", "game", "game"},
+			{"a", "game", "grounded"}, {"b", "game", "grounded"}, {"c", "game", "grounded"},
+			{"a", "game", "reasoning"}, {"b", "game", "reasoning"}, {"c", "game", "reasoning"},
+			{"a", "game", "game"},
+		}},
+		{"mixed every 4th", "mixed", 4, []slot{
+			{"a", "game", "game"}, {"b", "game", "game"}, {"c", "game", "game"},
+			{"a", "tool_use", "tooluse"}, {"b", "game", "grounded"}, {"c", "game", "grounded"},
+			{"a", "game", "reasoning"}, {"b", "tool_use", "tooluse"}, {"c", "game", "reasoning"},
+			{"a", "game", "game"},
+		}},
+		{"mixed every 2nd", "mixed", 2, []slot{
+			{"a", "game", "game"}, {"b", "tool_use", "tooluse"}, {"c", "game", "game"},
+			{"a", "tool_use", "tooluse"},
+		}},
+		{"tool use only", "tool_use", 4, []slot{
+			{"a", "tool_use", "tooluse"}, {"b", "tool_use", "tooluse"}, {"c", "tool_use", "tooluse"},
+			{"a", "tool_use", "tooluse"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Sample{Setting: tc.setting, ToolUseEvery: tc.every}
+			for i, w := range tc.want {
+				skill, setting, kind := SlotLayout(&c, active, i)
+				require.Equal(t, w, slot{skill, setting, kind}, "slot %d", i)
+			}
+		})
+	}
+}
+
+// TestSlotLayoutSkillBalance: over a regeneration of 24 slots (the paper's
+// batch) every active skill gets the same number of slots.
+func TestSlotLayoutSkillBalance(t *testing.T) {
+	c := config.Default().Sample
+	active := ActiveSkills(c.Skills, c.ActiveSkills, 0)
+	count := map[string]int{}
+	tool := 0
+	for i := 0; i < c.Slots; i++ {
+		skill, setting, _ := SlotLayout(&c, active, i)
+		count[skill]++
+		if setting == "tool_use" {
+			tool++
+		}
+	}
+	for _, s := range active {
+		require.Equal(t, c.Slots/len(active), count[s], "skill %s", s)
+	}
+	require.Equal(t, c.Slots/c.ToolUseEvery, tool)
+}
+
+// TestDrawRows checks that documents are drawn without replacement while
+// there are enough, that every index is in range, that the draw is a pure
+// function of the generator's seed, and that k > n cycles through a full
+// permutation.
+func TestDrawRows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n, k int64
+	}{
+		{"few of many", 1000, 6},
+		{"half", 20, 10},
+		{"all", 7, 7},
+		{"one", 1, 1},
+		{"more than the corpus", 5, 12},
+		{"none", 9, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := func() *rand.Rand { return rand.New(rand.NewPCG(42, 7)) }
+			got := drawRows(rng(), tc.n, tc.k)
+			require.Len(t, got, int(tc.k))
+			require.Equal(t, got, drawRows(rng(), tc.n, tc.k), "same seed, same draw")
+			m := min(tc.n, tc.k)
+			seen := map[int64]bool{}
+			for j, v := range got {
+				require.True(t, v >= 0 && v < tc.n, "index %d = %d outside [0, %d)", j, v, tc.n)
+				if int64(j) < m {
+					require.False(t, seen[v], "index %d repeats row %d before the corpus is exhausted", j, v)
+					seen[v] = true
+				} else {
+					require.Equal(t, got[int64(j)%m], v, "past n the draw cycles")
+				}
+			}
+			if tc.k >= tc.n {
+				require.Len(t, seen, int(tc.n), "k >= n must use every row")
+			}
+		})
+	}
+	a := drawRows(rand.New(rand.NewPCG(1, 2)), 1000, 20)
+	b := drawRows(rand.New(rand.NewPCG(3, 4)), 1000, 20)
+	require.NotEqual(t, a, b, "different seeds should draw different rows")
+}
+
+// TestDrawRowsUniform: Floyd's algorithm picks every row with the same
+// probability; over many seeds each of 10 rows is drawn about k/n of the
+// time (binomial, 5000 draws of 3 of 10: mean 1500, sd ~32).
+func TestDrawRowsUniform(t *testing.T) {
+	const n, k, trials = 10, 3, 5000
+	count := make([]int, n)
+	for s := uint64(0); s < trials; s++ {
+		for _, v := range drawRows(rand.New(rand.NewPCG(s, 99)), n, k) {
+			count[v]++
+		}
+	}
+	for i, c := range count {
+		require.InDelta(t, trials*k/n, c, 200, "row %d drawn %d times", i, c)
+	}
+}
+
+// TestSeed pins Seed's values: every stored seed of every run derives from
+// it, so a change would silently make old runs irreproducible.
+func TestSeed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		seed   int64
+		labels []any
+		want   int64
+	}{
+		{"slot", 7, []any{"slot", 1, 0}, pinned["slot"]},
+		{"sample", 7, []any{"sample", 1}, pinned["sample"]},
+		{"play", 1, []any{"play", 3, "0123456789abcdef", true, 5}, pinned["play"]},
+		{"no labels", 42, nil, pinned["none"]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Seed(tc.seed, tc.labels...)
+			require.Equal(t, tc.want, got)
+			require.GreaterOrEqual(t, got, int64(0), "seeds are non-negative")
+			require.Equal(t, got, Seed(tc.seed, tc.labels...))
+		})
+	}
+	// Every label and the run seed matter; label boundaries matter.
+	base := Seed(7, "slot", 1, 0)
+	for i, other := range []int64{Seed(8, "slot", 1, 0), Seed(7, "slot", 1, 1), Seed(7, "slot", 2, 0), Seed(7, "slo", 1, 0), Seed(7, "slot", 10), Seed(7, "slot1", 0)} {
+		require.NotEqual(t, base, other, "variant %d", i)
+	}
+	distinct := map[int64]bool{}
+	for r := 1; r <= 50; r++ {
+		for i := 0; i < 24; i++ {
+			distinct[Seed(1, "slot", r, i)] = true
+		}
+	}
+	require.Len(t, distinct, 50*24, "slot seeds collide")
+}
+
+// pinned holds Seed values computed when the derivation was fixed
+// (FNV-1a 64 over "<seed>" then "\x00<label>" per label, top bit cleared).
+var pinned = map[string]int64{
+	"slot":   fnvRef("7", "slot", "1", "0"),
+	"sample": fnvRef("7", "sample", "1"),
+	"play":   fnvRef("1", "play", "3", "0123456789abcdef", "true", "5"),
+	"none":   fnvRef("42"),
+}
+
+// fnvRef is an independent FNV-1a 64 (offset basis and prime from the FNV
+// specification, draft-eastlake-fnv) over the seed text and "\x00"-prefixed
+// labels, so the test does not share code with Seed.
+func fnvRef(seed string, labels ...string) int64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	feed := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= prime
+		}
+	}
+	feed(seed)
+	for _, l := range labels {
+		feed("\x00" + l)
+	}
+	return int64(h & (1<<63 - 1))
+}
+
+func TestFnvRefKnownVector(t *testing.T) {
+	// FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (FNV reference test vectors).
+	require.Equal(t, int64(0xaf63dc4c8601ec8c&(1<<63-1)), fnvRef("a"))
+	require.Equal(t, int64(0x2f63dc4c8601ec8c), fnvRef("a"))
+}
