@@ -1,0 +1,449 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newDagCmd)
+}
+
+// exitSkip is what `spade dag runs-at` returns for a stage that does not
+// run at a round: Airflow's BashOperator marks a task that exits 99 as
+// skipped (its skip_on_exit_code default).
+const exitSkip = 99
+
+// defaultSharded are the stages whose work is split into parts meant for
+// separate workers (DESIGN.md "Shardable stages").
+var defaultSharded = []string{"design", "validate", "rollout"}
+
+// dagNode is one stage of the task graph of a round.
+type dagNode struct {
+	Stage string
+	// Round0 marks a stage of the run's setup round (the corpus), which a
+	// DAG run makes sure is committed and sealed before round N.
+	Round0 bool
+	// Sharded stages become a mapped task over shards plus a commit task.
+	Sharded bool
+	// Every is true when the stage also runs at non-regeneration rounds.
+	Every bool
+	// After lists the stages whose tables this one reads, sorted.
+	After []string
+}
+
+// stageGraph derives the task graph of one round from the stages' Plan
+// inputs and Outputs at a regeneration round (1 + regenerate_every, so
+// that no first-round special case shows): stage s follows stage t when s
+// reads a table t writes at the same round, or at round 0. Inputs of
+// earlier rounds are the previous DAG run's. Nodes come in an order where
+// every stage follows the stages it reads (registration order otherwise).
+func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) ([]dagNode, error) {
+	regen := 1 + cfg.RegenerateEvery
+	ri0 := pipeline.NewRoundInfo("dag", 0, cfg)
+	ri := pipeline.NewRoundInfo("dag", regen, cfg)
+	// A round that does not regenerate, when the schedule has one.
+	riPlain := pipeline.NewRoundInfo("dag", regen+1, cfg)
+	producer0, producer := map[string]string{}, map[string]string{}
+	var nodes []dagNode
+	index := map[string]int{}
+	for _, s := range stages {
+		_, at0 := s.Plan(ri0, cfg)
+		_, atR := s.Plan(ri, cfg)
+		if at0 && atR {
+			return nil, fmt.Errorf("stage %s runs at round 0 and at round %d: a DAG task per stage cannot express that", s.Name(), regen)
+		}
+		if !at0 && !atR {
+			continue
+		}
+		for _, o := range s.Outputs() {
+			if at0 {
+				producer0[o.Table] = s.Name()
+			} else {
+				producer[o.Table] = s.Name()
+			}
+		}
+		index[s.Name()] = len(nodes)
+		_, plain := s.Plan(riPlain, cfg)
+		nodes = append(nodes, dagNode{Stage: s.Name(), Round0: at0, Sharded: atR && slices.Contains(sharded, s.Name()), Every: atR && (plain || riPlain.Regeneration)})
+	}
+	for _, name := range sharded {
+		if i, ok := index[name]; !ok || nodes[i].Round0 {
+			return nil, fmt.Errorf("sharded stage %q is not a stage of round %d", name, regen)
+		}
+	}
+	for _, s := range stages {
+		i, ok := index[s.Name()]
+		if !ok || nodes[i].Round0 {
+			continue
+		}
+		ins, _ := s.Plan(ri, cfg)
+		seen := map[string]bool{}
+		for _, in := range ins {
+			var from string
+			switch in.Round {
+			case regen:
+				from = producer[in.Table]
+			case 0:
+				from = producer0[in.Table]
+			}
+			if from != "" && from != s.Name() && !seen[from] {
+				seen[from] = true
+				nodes[i].After = append(nodes[i].After, from)
+			}
+		}
+		slices.Sort(nodes[i].After)
+	}
+	// Order topologically, keeping registration order among ready stages.
+	var ordered []dagNode
+	done := map[string]bool{}
+	for len(ordered) < len(nodes) {
+		progress := false
+		for _, n := range nodes {
+			if done[n.Stage] {
+				continue
+			}
+			ready := true
+			for _, a := range n.After {
+				ready = ready && done[a]
+			}
+			if ready {
+				done[n.Stage] = true
+				ordered = append(ordered, n)
+				progress = true
+			}
+		}
+		if !progress {
+			return nil, fmt.Errorf("the stage graph of round %d has a cycle", regen)
+		}
+	}
+	if !slices.ContainsFunc(ordered, func(n dagNode) bool { return n.Every }) {
+		return nil, fmt.Errorf("no stage runs at every round, so no task can seal a round")
+	}
+	return ordered, nil
+}
+
+func newDagCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dag",
+		Short: "Generate workflow definitions (Airflow) that run rounds as one task per stage and shard",
+	}
+	cmd.AddCommand(newDagAirflowCmd(g), newDagRunsAtCmd(g))
+	return cmd
+}
+
+// airflowOpts are the knobs of the generated Airflow DAG.
+type airflowOpts struct {
+	DagID      string
+	Spade      string
+	Shards     int
+	Retries    int
+	RetryDelay int // seconds
+	Sharded    []string
+	// Env is exported to every task (SPADE_STORE, SPADE_RUN, SPADE_CONFIG).
+	Env map[string]string
+}
+
+func newDagAirflowCmd(g *globals) *cobra.Command {
+	o := airflowOpts{}
+	var out string
+	cmd := &cobra.Command{
+		Use:   "airflow [--out FILE]",
+		Short: "Write an Airflow 2 DAG file running one round: a task per stage, shards mapped over a param, a seal at the end",
+		Long: `Write an Airflow 2 (>= 2.4) DAG as Python: one BashOperator per stage
+calling "spade stage NAME --round {{ params.round }}", the sharded stages
+(design, validate, rollout) as dynamic task mapping over the param
+"shards" followed by "spade commit", and a final seal. The task
+dependencies are the stage DAG, derived from the stages' declared inputs
+and outputs. The store, run and config of this invocation are exported
+to every task. Trigger one DAG run per round, in order:
+  airflow dags trigger spade_round --conf '{"round": 3, "shards": 8}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Shards < 1 || o.Retries < 0 || o.RetryDelay < 0 {
+				return usagef("--shards must be >= 1, --retries and --retry-delay >= 0")
+			}
+			if !isIdentifier(o.DagID) {
+				return usagef("--dag-id %q: use letters, digits and '_'", o.DagID)
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			r, eng := a.runner()
+			defer eng.Close()
+			nodes, err := stageGraph(r.Stages, &a.cfg, o.Sharded)
+			if err != nil {
+				return usageError{err}
+			}
+			o.Env = map[string]string{"SPADE_STORE": g.storeURL, "SPADE_RUN": g.runName}
+			if g.configPath != "" {
+				o.Env["SPADE_CONFIG"] = g.configPath
+			}
+			src := airflowDAG(nodes, o)
+			if out == "" || out == "-" {
+				_, err = os.Stdout.WriteString(src)
+				return err
+			}
+			if err := os.WriteFile(out, []byte(src), 0o644); err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s: %d stages, %d sharded\n", out, len(nodes), len(o.Sharded))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "write the DAG to FILE (default stdout)")
+	f.StringVar(&o.DagID, "dag-id", "spade_round", "Airflow dag_id")
+	f.StringVar(&o.Spade, "spade", "spade", "path of the spade binary on the Airflow workers")
+	f.IntVar(&o.Shards, "shards", 4, "default of the DAG param shards (shards per sharded stage)")
+	f.IntVar(&o.Retries, "retries", 2, "task retries")
+	f.IntVar(&o.RetryDelay, "retry-delay", 300, "seconds between task retries")
+	f.StringSliceVar(&o.Sharded, "sharded", defaultSharded, "stages run as mapped shard tasks")
+	return cmd
+}
+
+func newDagRunsAtCmd(g *globals) *cobra.Command {
+	var round int
+	cmd := &cobra.Command{
+		Use:   "runs-at STAGE --round N",
+		Short: "Exit 0 when STAGE runs at round N, 99 when it does not (Airflow marks the task skipped)",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("runs-at needs one stage name")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if round < 0 {
+				return usagef("--round is required (>= 0)")
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			r, eng := a.runner()
+			defer eng.Close()
+			s, err := r.StageByName(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			if _, runs := s.Plan(pipeline.NewRoundInfo(g.runName, round, &a.cfg), &a.cfg); !runs {
+				fmt.Printf("stage %s does not run at round %d: skipped\n", args[0], round)
+				return exitError{code: exitSkip}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&round, "round", -1, "round number")
+	return cmd
+}
+
+func isIdentifier(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// pyStr renders s as a Python string literal (JSON string syntax is a
+// subset of Python's).
+func pyStr(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// shQuote quotes s for a POSIX shell.
+func shQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:=@%+,", c))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
+}
+
+// taskVar is the Python variable of a task.
+func taskVar(task string) string { return "t_" + task }
+
+// airflowDAG renders the DAG file. Task names: a stage's task is named
+// after it; a sharded stage S has S_shards (the shard list), S (mapped)
+// and S_commit; round0_seal seals the setup round; seal seals round N.
+// The "# spade-dag" comment block states the stage graph for tools and
+// tests; the ">>" lines are what Airflow executes.
+func airflowDAG(nodes []dagNode, o airflowOpts) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	spade := shQuote(o.Spade)
+	roundArg := "--round {{ params.round }}"
+	// The seal task commits (a no-op) and seals through the last stage
+	// that runs at every round.
+	var lastStage string
+	for _, n := range nodes {
+		if n.Every {
+			lastStage = n.Stage
+		}
+	}
+
+	w(`"""Airflow 2 DAG running one SPADE round with spade (generated by "spade dag airflow"; do not edit).
+
+Trigger one DAG run per round, in order (max_active_runs is 1):
+
+    airflow dags trigger %s --conf '{"round": 3, "shards": 8}'
+
+Every task runs one spade command. A stage that does not run at the round
+(the generation stages on non-regeneration rounds) exits 99 from
+"spade dag runs-at" and is marked skipped; tasks run when no upstream task
+failed. Sharded stages are mapped over the shard list "i/n" built from the
+param shards, then committed by "spade commit". The last task seals the
+round. Exit codes of spade: 0 ok, 1 failure, 2 usage, 3 conflict, 4 busy.
+"""
+`, o.DagID)
+	w("# spade-dag-begin: the stage graph of a regeneration round, one line per stage\n")
+	for _, n := range nodes {
+		kind := "stage"
+		switch {
+		case n.Round0:
+			kind = "round0"
+		case n.Sharded:
+			kind = "sharded"
+		}
+		w("# %s %s <-%s\n", kind, n.Stage, strings.Join(append([]string{""}, n.After...), " "))
+	}
+	w("# spade-dag-end\n\n")
+	w(`from datetime import datetime, timedelta, timezone
+
+from airflow import DAG
+from airflow.decorators import task
+from airflow.models.param import Param
+from airflow.operators.bash import BashOperator
+
+SPADE_ENV = {
+`)
+	envKeys := make([]string, 0, len(o.Env))
+	for k := range o.Env {
+		envKeys = append(envKeys, k)
+	}
+	slices.Sort(envKeys)
+	for _, k := range envKeys {
+		w("    %s: %s,\n", pyStr(k), pyStr(o.Env[k]))
+	}
+	w(`}
+
+
+def shard_envs(params):
+    """Task environments of the shards "0/n" .. "n-1/n" (n = params.shards)."""
+    n = int(params["shards"])
+    if n < 1:
+        raise ValueError("param shards must be >= 1, got %%d" %% n)
+    return [dict(SPADE_ENV, SPADE_SHARD="%%d/%%d" %% (i, n)) for i in range(n)]
+
+
+with DAG(
+    dag_id=%s,
+    description="One SPADE round: a task per stage, sharded stages mapped over shards",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    params={
+        "round": Param(1, type="integer", minimum=1, description="round to run; round N-1 must be sealed"),
+        "shards": Param(%d, type="integer", minimum=1, description="shards per sharded stage"),
+    },
+    default_args={
+        "retries": %d,
+        "retry_delay": timedelta(seconds=%d),
+        "trigger_rule": "none_failed",
+    },
+    tags=["spade"],
+) as dag:
+`, pyStr(o.DagID), o.Shards, o.Retries, o.RetryDelay)
+
+	var edges [][2]string
+	var round0 []string
+	for _, n := range nodes {
+		v := taskVar(n.Stage)
+		switch {
+		case n.Round0:
+			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+				v, pyStr(n.Stage), pyStr(fmt.Sprintf("%s stage %s --round 0", spade, n.Stage)))
+			round0 = append(round0, n.Stage)
+		case n.Sharded:
+			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
+			w("\n    @task(task_id=%s)\n    def %s_shards(**context):\n        return shard_envs(context[\"params\"])\n\n", pyStr(n.Stage+"_shards"), n.Stage)
+			w("    %s = %s_shards()\n", taskVar(n.Stage+"_shards"), n.Stage)
+			w("    %s = BashOperator.partial(task_id=%s, bash_command=%s, append_env=True).expand(env=%s)\n",
+				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s --shard \"$SPADE_SHARD\"", spade, n.Stage, roundArg)), taskVar(n.Stage+"_shards"))
+			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+				taskVar(n.Stage+"_commit"), pyStr(n.Stage+"_commit"), pyStr(check+fmt.Sprintf("%s commit %s --stage %s", spade, roundArg, n.Stage)))
+			edges = append(edges, [2]string{n.Stage, n.Stage + "_commit"})
+		default:
+			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
+			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s", spade, n.Stage, roundArg)))
+		}
+	}
+	if len(round0) > 0 {
+		w("    %s = BashOperator(task_id=\"round0_seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+			taskVar("round0_seal"), pyStr(fmt.Sprintf("%s commit --round 0 --stage %s --seal", spade, round0[len(round0)-1])))
+	}
+	w("    %s = BashOperator(task_id=\"seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n\n",
+		taskVar("seal"), pyStr(fmt.Sprintf("%s commit %s --stage %s --seal", spade, roundArg, lastStage)))
+
+	// Stage edges: from a stage's last task to the next stage's first task.
+	first := func(n string, sharded bool) string {
+		if sharded {
+			return n + "_shards"
+		}
+		return n
+	}
+	sharded := map[string]bool{}
+	downstream := map[string]bool{}
+	for _, n := range nodes {
+		sharded[n.Stage] = n.Sharded
+	}
+	last := func(n string) string {
+		if sharded[n] {
+			return n + "_commit"
+		}
+		return n
+	}
+	for _, n := range nodes {
+		for _, a := range n.After {
+			edges = append(edges, [2]string{last(a), first(n.Stage, n.Sharded)})
+			downstream[a] = true
+		}
+	}
+	for _, s := range round0 {
+		edges = append(edges, [2]string{s, "round0_seal"})
+	}
+	if len(round0) > 0 {
+		edges = append(edges, [2]string{"round0_seal", "seal"})
+	}
+	for _, n := range nodes {
+		if !n.Round0 && !downstream[n.Stage] {
+			edges = append(edges, [2]string{last(n.Stage), "seal"})
+		}
+	}
+	for _, e := range edges {
+		w("    %s >> %s\n", taskVar(e[0]), taskVar(e[1]))
+	}
+	return b.String()
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/pipeline"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newForkCmd)
+}
+
+func newForkCmd(g *globals) *cobra.Command {
+	var (
+		round      int
+		fromSource bool
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "fork SRC_RUN --round N NEW_RUN [--config-from-source]",
+		Short: "Start NEW_RUN from SRC_RUN's round N by reference (nothing is copied); later rounds use NEW_RUN's config",
+		Long: `Create NEW_RUN whose rounds 0..N are SRC_RUN's: for each table a new
+manifest in NEW_RUN lists SRC_RUN's data files, and each round's seal keeps
+its round id. NEW_RUN's _RUN.json pins the config this command loads
+(--config, SPADE_* variables), or SRC_RUN's own with --config-from-source,
+and records fork_of and fork_round. Continue with
+  spade round N+1 --run NEW_RUN
+using the same config. Running fork again with the same arguments is a
+no-op; a NEW_RUN that exists as something else is a conflict (exit 3).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usagef("fork needs SRC_RUN and NEW_RUN, got %d arguments", len(args))
+			}
+			for _, a := range args {
+				if err := pipeline.ValidateRunName(a); err != nil {
+					return usageError{err}
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if round < 0 {
+				return usagef("--round is required (a sealed round of %s, >= 0)", args[0])
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			cfg := a.cfg
+			if fromSource {
+				src, err := pipeline.ReadRunFile(ctx, a.store, args[0])
+				if err != nil {
+					return err
+				}
+				cfg = src.Config
+			}
+			res, err := pipeline.Fork(ctx, a.store, pipeline.ForkOptions{Source: args[0], Round: round, Target: args[1], Config: cfg})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{
+					"run": res.Run.Run, "fork_of": res.Run.ForkOf, "fork_round": res.Run.ForkRound,
+					"config_digest": res.Run.ConfigDigest, "manifests": res.Manifests, "round_id": res.Seals[len(res.Seals)-1].Digest(),
+				})
+			}
+			fmt.Printf("run %s forked from %s at round %d (%d manifests by reference, round id %.16s); continue with: spade round %d --run %s\n",
+				args[1], args[0], round, res.Manifests, res.Seals[len(res.Seals)-1].Digest(), round+1, args[1])
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&round, "round", -1, "last round of SRC_RUN the fork shares (required)")
+	cmd.Flags().BoolVar(&fromSource, "config-from-source", false, "pin SRC_RUN's config instead of the loaded one")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/pipeline/gc"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newGCCmd)
+}
+
+func newGCCmd(g *globals) *cobra.Command {
+	var (
+		grace   time.Duration
+		dryRun  bool
+		allRuns bool
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gc [--grace 24h] [--dry-run] [--all-runs] [--json]",
+		Short: "Delete part files and part records that no manifest of any run references, past a grace period",
+		Long: `Find the part files (<run>/round=N/<table>/part-*.parquet) that no
+committed manifest of any run in the store lists and no live part record
+(a sharded stage awaiting spade commit) names, and the part records of
+stages already committed or of sealed rounds; delete those older than
+--grace (by the store's modification time). Manifests, seals, run files
+and checkpoint files are never touched, and files a fork lists in this
+run are kept. Collects the run given by --run, or every run with
+--all-runs. --dry-run only lists.
+
+The grace period must exceed the longest time one stage part runs: a part
+file is written before the record that names it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if grace < 0 {
+				return usagef("--grace must be >= 0 (got %s)", grace)
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			opts := gc.Options{Run: g.runName, Grace: grace, DryRun: dryRun}
+			if allRuns {
+				opts.Run = ""
+			}
+			res, err := gc.Collect(ctx, a.store, opts)
+			if res != nil && asJSON {
+				if jerr := json.NewEncoder(os.Stdout).Encode(res); jerr != nil && err == nil {
+					err = jerr
+				}
+			} else if res != nil {
+				printGC(res, dryRun)
+			}
+			if err != nil {
+				return err
+			}
+			for _, w := range res.Warnings {
+				a.log.Warn("gc kept objects it could not read", "detail", w)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&grace, "grace", gc.DefaultGrace, "delete only garbage at least this old")
+	f.BoolVar(&dryRun, "dry-run", false, "list what would be deleted, delete nothing")
+	f.BoolVar(&allRuns, "all-runs", false, "collect every run in the store, not only --run")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func printGC(res *gc.Result, dryRun bool) {
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	if len(res.Garbage) > 0 {
+		fmt.Fprintln(tw, "ACTION\tKIND\tBYTES\tMODIFIED\tKEY\tWHY")
+	}
+	kept := 0
+	for _, o := range res.Garbage {
+		action := "deleted"
+		switch {
+		case o.WithinGrace:
+			action = "kept (grace)"
+			kept++
+		case dryRun:
+			action = "would delete"
+		case !o.Deleted:
+			action = "not deleted"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", action, o.Kind, o.Bytes, o.ModTime.UTC().Format(time.RFC3339), o.Key, o.Why)
+	}
+	_ = tw.Flush()
+	fmt.Printf("%d manifests read, %d files referenced; %d unreferenced, %d deleted (%d bytes), %d within the grace period\n",
+		res.Manifests, res.Referenced, len(res.Garbage), res.Deleted, res.DeletedBytes, kept)
+}

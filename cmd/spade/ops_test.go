@@ -1,0 +1,559 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/internal/testutil/s3server"
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/diff"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/stages/all"
+	"github.com/spade-pipeline/spade/stages/engine"
+)
+
+var opsUpdate = flag.Bool("update", false, "rewrite golden files (testdata/ops/golden_digests.json)")
+
+const opsGoldenPath = "testdata/ops/golden_digests.json"
+
+// opsGolden is the golden digest file: every table's content digest of
+// rounds 0..2 of the fixed-seed run of testdata/ops/small.yaml.
+type opsGolden struct {
+	Comment string            `json:"comment"`
+	Config  string            `json:"config"`
+	Rounds  int               `json:"rounds"`
+	Digests map[string]string `json:"digests"`
+}
+
+// opsEnv is one store directory with the small ops config.
+type opsEnv struct {
+	dir   string
+	store string
+	cfg   string
+}
+
+func newOpsEnv(t *testing.T) *opsEnv {
+	t.Helper()
+	cfg, err := filepath.Abs("testdata/ops/small.yaml")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	return &opsEnv{dir: dir, store: "file://" + filepath.Join(dir, "runs"), cfg: cfg}
+}
+
+func (o *opsEnv) args(store string, args []string) []string {
+	return append([]string{"--store", store, "--config", o.cfg, "--log-level", "warn"}, args...)
+}
+
+// spade runs the binary against the env's store with extra environment.
+func (o *opsEnv) spade(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	return spade(t, o.dir, env, o.args(o.store, args)...)
+}
+
+// must runs spade and requires exit code 0.
+func (o *opsEnv) must(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	r := o.spade(t, env, args...)
+	require.Equal(t, 0, r.code, "spade %v\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
+	return r.stdout
+}
+
+func openStore(t *testing.T, url string) storage.Store {
+	t.Helper()
+	s, err := storage.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// sealDigests returns "round=NNNNNN/table" -> content digest for every
+// table of rounds 0..last of run, from the round seals.
+func sealDigests(t *testing.T, s storage.Store, run string, last int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for r := 0; r <= last; r++ {
+		seal, err := pipeline.ReadSeal(context.Background(), s, run, r)
+		require.NoError(t, err, "run %s round %d", run, r)
+		for table, d := range seal.Tables {
+			m, err := pipeline.ReadManifest(context.Background(), s, seal.Manifests[table])
+			require.NoError(t, err)
+			require.Equal(t, d, m.ContentDigest(), "seal and manifest of %s", seal.Manifests[table])
+			out[fmt.Sprintf("round=%06d/%s", r, table)] = d
+		}
+	}
+	return out
+}
+
+// compareDigests lists every table whose digest differs, is missing or is
+// extra, sorted, in words a failing test prints.
+func compareDigests(want, got map[string]string) []string {
+	var out []string
+	for k, w := range want {
+		switch g, ok := got[k]; {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s: missing (golden %.12s)", k, w))
+		case g != w:
+			out = append(out, fmt.Sprintf("%s: content digest %.12s, golden %.12s", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: not in the golden file (digest %.12s)", k, g))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readAllTables reads every row of every table of rounds 0..last of run
+// through the manifests (sizes and sha256 verified) and returns the number
+// of tables read.
+func readAllTables(t *testing.T, s storage.Store, run string, last int) int {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	for r := 0; r <= last; r++ {
+		seal, err := pipeline.ReadSeal(ctx, s, run, r)
+		require.NoError(t, err)
+		for _, key := range seal.Manifests {
+			m, err := pipeline.ReadManifest(ctx, s, key)
+			require.NoError(t, err)
+			var rows int64
+			require.NoError(t, diff.ReadRows(ctx, s, m, func(reflect.Value) error { rows++; return nil }), key)
+			require.Equal(t, m.Rows, rows, key)
+			n++
+		}
+	}
+	return n
+}
+
+func onlyRounds(d map[string]string, last int) map[string]string {
+	out := map[string]string{}
+	for k, v := range d {
+		var r int
+		if _, err := fmt.Sscanf(k, "round=%06d/", &r); err == nil && r <= last {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestOps runs a fixed-seed two-round base run once and checks, against
+// it: the golden digests, diff, fork + gc, sharded stages in separate
+// processes, the lease of `round next`, and a whole round on S3.
+func TestOps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs full rounds in subprocesses")
+	}
+	o := newOpsEnv(t)
+	o.must(t, nil, "round", "1", "--run", "base")
+	o.must(t, nil, "round", "2", "--run", "base")
+	local := openStore(t, o.store)
+	base := sealDigests(t, local, "base", 2)
+
+	t.Run("golden digests", func(t *testing.T) {
+		if *opsUpdate {
+			g := opsGolden{
+				Comment: "content digests of every table of rounds 0..2 of the fixed-seed run; rewrite with go test ./cmd/spade -run TestOps -update (docs/operations.md)",
+				Config:  "testdata/ops/small.yaml", Rounds: 2, Digests: base,
+			}
+			b, err := json.MarshalIndent(g, "", "  ")
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(opsGoldenPath, append(b, '\n'), 0o644))
+		}
+		golden := readGolden(t)
+		require.Greater(t, len(golden.Digests), 20)
+		diffs := compareDigests(golden.Digests, base)
+		require.Empty(t, diffs, "tables whose output changed; if the change is intended, run go test ./cmd/spade -run TestOps -update and commit testdata/ops/golden_digests.json:\n%s", strings.Join(diffs, "\n"))
+	})
+
+	// A fork with another seed re-runs round 2 only: the comparison with
+	// the golden file must name exactly round 2's changed tables.
+	reseed := []string{"SPADE_SEED=12"}
+	o.must(t, reseed, "fork", "base", "--round", "1", "reseeded")
+	o.must(t, reseed, "round", "2", "--run", "reseeded")
+
+	t.Run("golden comparison names the changed tables", func(t *testing.T) {
+		golden := readGolden(t)
+		diffs := compareDigests(golden.Digests, sealDigests(t, local, "reseeded", 2))
+		require.NotEmpty(t, diffs)
+		joined := strings.Join(diffs, "\n")
+		require.Contains(t, joined, "round=000002/rollouts: content digest")
+		for _, d := range diffs {
+			require.True(t, strings.HasPrefix(d, "round=000002/"), "only round 2 differs: %s", d)
+		}
+		require.NotContains(t, joined, "round=000002/memory", "memory is carried by reference from round 1")
+	})
+
+	t.Run("diff", func(t *testing.T) {
+		r := o.spade(t, nil, "diff", "base", "base")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "runs are equal")
+		r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "1")
+		require.Equal(t, 0, r.code, "round 1 is shared by the fork: %s%s", r.stdout, r.stderr)
+		r = o.spade(t, nil, "diff", "base", "reseeded")
+		require.Equal(t, 1, r.code, r.stderr)
+		require.Contains(t, r.stdout, "round 2 rollouts: different")
+		r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "2", "--table", "rollouts", "--json")
+		require.Equal(t, 1, r.code, r.stderr)
+		var rep diff.Report
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+		require.Len(t, rep.Tables, 1)
+		td := rep.Tables[0]
+		require.Equal(t, diff.StatusDifferent, td.Status)
+		require.Positive(t, td.Changed)
+		require.Contains(t, td.ChangedColumns, "seed")
+		require.Equal(t, []string{"env_id", "hinted", "sample"}, []string{td.Rows[0].Key[0].Column, td.Rows[0].Key[1].Column, td.Rows[0].Key[2].Column})
+		for _, c := range []struct {
+			name string
+			args []string
+			code int
+		}{
+			{"one run", []string{"diff", "base"}, exitUsage},
+			{"unknown table", []string{"diff", "base", "base", "--table", "nope"}, exitUsage},
+			{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
+			{"missing run", []string{"diff", "base", "absent"}, exitFailure},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := o.spade(t, nil, c.args...)
+				require.Equal(t, c.code, r.code, "%s%s", r.stdout, r.stderr)
+				require.Contains(t, r.stderr, "spade:")
+			})
+		}
+	})
+
+	t.Run("fork continues identically and gc keeps every table readable", func(t *testing.T) {
+		out := o.must(t, nil, "fork", "base", "--round", "1", "branch")
+		require.Contains(t, out, "spade round 2 --run branch")
+		rf, err := pipeline.ReadRunFile(context.Background(), local, "branch")
+		require.NoError(t, err)
+		require.Equal(t, "base", rf.ForkOf)
+		require.Equal(t, 1, rf.ForkRound)
+		o.must(t, nil, "round", "2", "--run", "branch")
+		require.Equal(t, base, sealDigests(t, local, "branch", 2), "same config from the same round 1 gives the same round 2")
+		r := o.spade(t, reseed, "fork", "base", "--round", "1", "branch")
+		require.Equal(t, exitConflict, r.code, "fork onto an existing run with another config: %s", r.stderr)
+
+		root := filepath.Join(o.dir, "runs")
+		old := time.Now().Add(-48 * time.Hour)
+		orphan := filepath.Join(root, "base/round=000001/designs/part-00099-of-00100-00000000deadbeef.parquet")
+		stale := filepath.Join(root, "base/round=000001/_pending/design-00000000deadbeef/part-00000.json")
+		fresh := filepath.Join(root, "branch/round=000002/rollouts/part-00099-of-00100-00000000cafebabe.parquet")
+		for _, p := range []string{orphan, stale, fresh} {
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(t, os.WriteFile(p, []byte("left behind by a crash"), 0o644))
+		}
+		require.NoError(t, os.Chtimes(orphan, old, old))
+		require.NoError(t, os.Chtimes(stale, old, old))
+
+		out = o.must(t, nil, "gc", "--all-runs", "--dry-run")
+		require.Contains(t, out, "would delete")
+		require.Contains(t, out, "3 unreferenced, 0 deleted")
+		for _, p := range []string{orphan, stale, fresh} {
+			require.FileExists(t, p)
+		}
+		out = o.must(t, nil, "gc", "--run", "branch", "--grace", "24h")
+		require.Contains(t, out, "1 unreferenced, 0 deleted (0 bytes), 1 within the grace period")
+		out = o.must(t, nil, "gc", "--all-runs", "--grace", "24h", "--json")
+		var res struct {
+			Deleted int `json:"deleted"`
+			Garbage []struct {
+				Key     string `json:"key"`
+				Deleted bool   `json:"deleted"`
+			} `json:"garbage"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Equal(t, 2, res.Deleted, out)
+		require.NoFileExists(t, orphan)
+		require.NoFileExists(t, stale)
+		require.FileExists(t, fresh)
+		for _, run := range []string{"base", "reseeded", "branch"} {
+			require.Equal(t, len(sealDigests(t, local, run, 2)), readAllTables(t, local, run, 2), run)
+		}
+		r = o.spade(t, nil, "gc", "--grace", "-1h")
+		require.Equal(t, exitUsage, r.code)
+	})
+
+	t.Run("sharded stages in separate processes", func(t *testing.T) {
+		for _, n := range []int{1, 3, 8} {
+			t.Run(fmt.Sprint(n), func(t *testing.T) {
+				run := fmt.Sprintf("shard%d", n)
+				o.must(t, nil, "stage", "corpus", "--round", "0", "--run", run)
+				o.must(t, nil, "stage", "sample", "--round", "1", "--run", run)
+				for _, stage := range []string{"design", "validate", "hint", "rollout"} {
+					if stage == "hint" {
+						o.must(t, nil, "stage", "hint", "--round", "1", "--run", run)
+						continue
+					}
+					var wg sync.WaitGroup
+					results := make([]result, n)
+					errs := make([]error, n)
+					for i := 0; i < n; i++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							results[i], errs[i] = opsExec(o.dir, o.args(o.store, []string{"stage", stage, "--round", "1", "--run", run, "--shard", fmt.Sprintf("%d/%d", i, n)}))
+						}()
+					}
+					wg.Wait()
+					for i, r := range results {
+						require.NoError(t, errs[i])
+						require.Equal(t, 0, r.code, "%s shard %d/%d: %s", stage, i, n, r.stderr)
+					}
+					o.must(t, nil, "commit", "--round", "1", "--stage", stage, "--run", run)
+				}
+				o.must(t, nil, "round", "1", "--run", run)
+				require.Equal(t, onlyRounds(base, 1), sealDigests(t, local, run, 1))
+			})
+		}
+	})
+
+	t.Run("round next holds the lease", func(t *testing.T) {
+		o.must(t, nil, "fork", "base", "--round", "1", "sched")
+		lease := filepath.Join(o.dir, "runs", pipeline.LeaseKey("sched"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		first := exec.CommandContext(ctx, spadeBin, o.args(o.store, []string{"round", "next", "--run", "sched"})...)
+		var firstOut bytes.Buffer
+		first.Stdout, first.Stderr = &firstOut, &firstOut
+		require.NoError(t, first.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- first.Wait() }()
+		held := false
+		for !held {
+			select {
+			case err := <-exited:
+				exited <- err
+				held = true
+			case <-time.After(5 * time.Millisecond):
+				_, err := os.Stat(lease)
+				held = err == nil
+			}
+		}
+		second := o.spade(t, nil, "round", "next", "--run", "sched")
+		require.NoError(t, <-exited, firstOut.String())
+		require.Contains(t, firstOut.String(), "round 2 of run sched committed")
+		seal3, _ := pipeline.ReadSeal(context.Background(), local, "sched", 3)
+		if second.code == 0 {
+			// The first finished before the second read the lease: the
+			// second ran the next round, never the same one again.
+			require.Contains(t, second.stdout, "round 3 of run sched committed")
+			require.NotNil(t, seal3)
+		} else {
+			require.Equal(t, exitBusy, second.code, second.stderr)
+			require.Contains(t, second.stderr, "busy")
+			require.Nil(t, seal3, "the busy invocation ran nothing")
+		}
+		require.NoFileExists(t, lease, "the lease is released")
+		next, err := pipeline.NextRound(context.Background(), local, "sched")
+		require.NoError(t, err)
+		require.Equal(t, sealDigests(t, local, "base", 2), onlyRounds(sealDigests(t, local, "sched", next-1), 2))
+
+		// A live lease of another host: busy, with the holder named.
+		live, err := json.Marshal(pipeline.Lease{Holder: "cron-host-a", Host: "a", PID: 1, Expires: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(lease, live, 0o644))
+		r := o.spade(t, nil, "round", "next", "--run", "sched")
+		require.Equal(t, exitBusy, r.code)
+		require.Contains(t, r.stderr, "cron-host-a")
+		after, err := pipeline.NextRound(context.Background(), local, "sched")
+		require.NoError(t, err)
+		require.Equal(t, next, after)
+		require.NoError(t, os.Remove(lease))
+	})
+
+	t.Run("whole round on S3 equals the local round", func(t *testing.T) {
+		srv := s3server.Start(t)
+		s3url := srv.StoreURL("spade/ops", nil)
+		r := spade(t, o.dir, nil, o.args(s3url, []string{"round", "1", "--run", "base"})...)
+		require.Equal(t, 0, r.code, r.stderr)
+		remote := openStore(t, s3url)
+		require.Equal(t, onlyRounds(base, 1), sealDigests(t, remote, "base", 1))
+		require.Equal(t, len(onlyRounds(base, 1)), readAllTables(t, remote, "base", 1))
+		r = spade(t, o.dir, nil, o.args(s3url, []string{"diff", "base", "base", "--round", "1", "--store-b", o.store})...)
+		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+		require.Contains(t, r.stdout, "runs are equal")
+	})
+}
+
+func readGolden(t *testing.T) opsGolden {
+	t.Helper()
+	b, err := os.ReadFile(opsGoldenPath)
+	require.NoError(t, err, "golden file missing: run go test ./cmd/spade -run TestOps -update")
+	var g opsGolden
+	require.NoError(t, json.Unmarshal(b, &g))
+	return g
+}
+
+var dagEdgeRe = regexp.MustCompile(`^    t_(\w+) >> t_(\w+)$`)
+
+// TestDagAirflow generates the Airflow DAG, compiles it with Debian's
+// Python, and checks that both its dependency lines and its stage-graph
+// comment block equal the stage DAG derived from the stages' plans.
+func TestDagAirflow(t *testing.T) {
+	o := newOpsEnv(t)
+	file := filepath.Join(o.dir, "spade_round.py")
+	o.must(t, nil, "dag", "airflow", "--out", file, "--shards", "6", "--spade", "/opt/spade bin/spade")
+	out, err := exec.Command("/usr/bin/python3", "-m", "py_compile", file).CombinedOutput()
+	require.NoError(t, err, "py_compile: %s", out)
+	src, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Contains(t, string(src), `'/opt/spade bin/spade' stage design --round {{ params.round }} --shard \"$SPADE_SHARD\"`)
+	require.Contains(t, string(src), `"shards": Param(6,`)
+
+	// The expected graph, straight from the stages: stage s follows t when
+	// s reads a table t writes at the same regeneration round, or at round 0.
+	cfg, _, err := config.Load(o.cfg, nil)
+	require.NoError(t, err)
+	stages := all.Stages(&engine.Engines{Config: &cfg})
+	regen := 1 + cfg.RegenerateEvery
+	writer := map[string]string{}
+	runsAt := func(s pipeline.Stage, r int) bool {
+		_, ok := s.Plan(pipeline.NewRoundInfo("x", r, &cfg), &cfg)
+		return ok
+	}
+	want := map[string][]string{}
+	for _, s := range stages {
+		for _, r := range []int{0, regen} {
+			if runsAt(s, r) {
+				want[s.Name()] = []string{}
+				for _, out := range s.Outputs() {
+					writer[fmt.Sprintf("%s@%d", out.Table, r)] = s.Name()
+				}
+			}
+		}
+	}
+	for _, s := range stages {
+		if !runsAt(s, regen) {
+			continue
+		}
+		ins, _ := s.Plan(pipeline.NewRoundInfo("x", regen, &cfg), &cfg)
+		for _, in := range ins {
+			if w, ok := writer[fmt.Sprintf("%s@%d", in.Table, in.Round)]; ok && w != s.Name() && !slices.Contains(want[s.Name()], w) {
+				want[s.Name()] = append(want[s.Name()], w)
+			}
+		}
+		sort.Strings(want[s.Name()])
+	}
+	// Sanity against DESIGN.md's DAG.
+	require.Contains(t, want["design"], "sample")
+	require.Contains(t, want["rollout"], "hint")
+	require.Contains(t, want["label"], "rollout")
+	require.Contains(t, want["grpo"], "rollout")
+
+	// The comment block.
+	block := map[string][]string{}
+	kinds := map[string]string{}
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "# spade-dag-begin"):
+			in = true
+		case strings.HasPrefix(line, "# spade-dag-end"):
+			in = false
+		case in:
+			f := strings.Fields(strings.TrimPrefix(line, "# "))
+			require.GreaterOrEqual(t, len(f), 3, line)
+			require.Equal(t, "<-", f[2], line)
+			kinds[f[1]] = f[0]
+			block[f[1]] = append([]string{}, f[3:]...)
+		}
+	}
+	require.Equal(t, want, block)
+	require.Equal(t, "round0", kinds["corpus"])
+	for _, s := range defaultSharded {
+		require.Equal(t, "sharded", kinds[s], s)
+	}
+
+	// The dependency lines Airflow executes, mapped back to stages: a
+	// sharded stage S is S_shards -> S (mapped) -> S_commit.
+	got := map[string][]string{}
+	for s := range want {
+		got[s] = []string{}
+	}
+	stageOf := func(task string) string {
+		for _, suffix := range []string{"_shards", "_commit"} {
+			if s, ok := strings.CutSuffix(task, suffix); ok && kinds[s] == "sharded" {
+				return s
+			}
+		}
+		return task
+	}
+	var sealed []string
+	sc = bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		m := dagEdgeRe.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		from, to := stageOf(m[1]), stageOf(m[2])
+		switch {
+		case to == "seal" || to == "round0_seal":
+			sealed = append(sealed, from)
+		case from == to:
+			require.Equal(t, m[1], from, "within a sharded stage only S -> S_commit")
+			require.Equal(t, m[2], from+"_commit")
+		default:
+			require.Contains(t, want, to, "edge %s >> %s", m[1], m[2])
+			if strings.HasSuffix(m[1], "_shards") || (kinds[from] == "sharded" && !strings.HasSuffix(m[1], "_commit")) {
+				t.Fatalf("edge %s >> %s leaves a sharded stage before its commit", m[1], m[2])
+			}
+			got[to] = append(got[to], from)
+		}
+	}
+	for s := range got {
+		sort.Strings(got[s])
+	}
+	require.Equal(t, want, got)
+	require.Contains(t, sealed, "metrics")
+	require.Contains(t, sealed, "corpus")
+
+	// runs-at: the skip signal the DAG's tasks use (regenerate_every 2).
+	for _, c := range []struct {
+		stage string
+		round string
+		code  int
+	}{
+		{"design", "3", 0}, {"design", "2", exitSkip}, {"rollout", "2", 0}, {"corpus", "0", 0}, {"corpus", "1", exitSkip}, {"nope", "1", exitUsage},
+	} {
+		r := o.spade(t, nil, "dag", "runs-at", c.stage, "--round", c.round)
+		require.Equal(t, c.code, r.code, "runs-at %s %s: %s%s", c.stage, c.round, r.stdout, r.stderr)
+	}
+	r := o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
+	require.Equal(t, exitUsage, r.code)
+}
+
+// opsExec runs spade without touching t, for use from goroutines.
+func opsExec(dir string, args []string) (result, error) {
+	cmd := exec.Command(spadeBin, args...)
+	cmd.Dir = dir
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return result{code: ee.ExitCode(), stdout: so.String(), stderr: se.String()}, nil
+	}
+	return result{stdout: so.String(), stderr: se.String()}, err
+}
