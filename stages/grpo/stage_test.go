@@ -1,0 +1,218 @@
+package grpo
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+func rollout(env string, hinted bool, sample int, ret float64) schemas.Rollout {
+	return schemas.Rollout{EnvID: env, Hinted: hinted, Sample: int64(sample), Return: ret,
+		Messages: []schemas.Message{{Role: "user", Content: "obs " + env}, {Role: "assistant", Content: fmt.Sprintf("act %d", sample)}}}
+}
+
+func fp(v float64) *float64 { return &v }
+
+func design(slot, skill string, attempt int, final bool, errText, response string) schemas.Design {
+	prompt, _ := json.Marshal([]schemas.Message{{Role: "system", Content: "design"}, {Role: "user", Content: "slot " + slot}})
+	return schemas.Design{SlotID: slot, Attempt: int64(attempt), Skill: skill, Final: final, Error: errText, Response: response, Prompt: string(prompt)}
+}
+
+// batchFixture is a regeneration round: three admitted environments (one
+// all-won: zero variance), one not admitted, one invalid; four slots with
+// retries.
+func batchFixture() ([]schemas.Rollout, []schemas.Label, []schemas.Design) {
+	var plays []schemas.Rollout
+	returns := map[string][]float64{
+		"envA": {1, 0, 0.5, 1},
+		"envB": {1, 1, 1, 1}, // zero variance
+		"envC": {0, 0.25, 0, 0.75},
+		"envX": {1, 0, 1, 0}, // not admitted
+	}
+	for _, env := range []string{"envA", "envB", "envC", "envX"} {
+		for i, r := range returns[env] {
+			plays = append(plays, rollout(env, false, i, r))
+			plays = append(plays, rollout(env, true, i, 1)) // hinted plays never train
+		}
+	}
+	labels := []schemas.Label{
+		{EnvID: "envA", SlotID: "s0", Skill: "planning", Valid: true, Admitted: true, DesignerReward: fp(0.5)},
+		{EnvID: "envB", SlotID: "s1", Skill: "planning", Valid: true, Admitted: true, DesignerReward: fp(0)},
+		{EnvID: "envC", SlotID: "s2", Skill: "spatial", Valid: true, Admitted: true, DesignerReward: fp(0.25)},
+		{EnvID: "envX", SlotID: "s3", Skill: "spatial", Valid: true, Admitted: false, DesignerReward: fp(-0.1)},
+		{EnvID: "envI", SlotID: "s4", Skill: "spatial", Valid: false, Admitted: false, DesignerReward: fp(-1)},
+	}
+	designs := []schemas.Design{
+		design("s0", "planning", 0, false, "no code block", "prose"),
+		design("s0", "planning", 1, true, "", "code A"),
+		design("s1", "planning", 0, true, "", "code B"),
+		design("s2", "spatial", 0, false, "quick check: reset failed", "bad code"),
+		design("s2", "spatial", 1, false, "model: timeout", ""), // no response: not a sample
+		design("s2", "spatial", 2, true, "", "code C"),
+		design("s3", "spatial", 0, true, "", "code X"),
+		design("s4", "spatial", 0, true, "", "code I"),
+		// A final attempt that failed its quick checks: -1 even though no
+		// label names the slot.
+		design("s5", "planning", 0, true, "no code block", "still prose"),
+	}
+	return plays, labels, designs
+}
+
+func TestBuildBatch(t *testing.T) {
+	cfg := config.Default()
+	plays, labels, designs := batchFixture()
+	batch, stats, err := BuildBatch(&cfg, plays, labels, designs)
+	require.NoError(t, err)
+
+	byID := map[string]schemas.TrainSample{}
+	groups := map[string][]schemas.TrainSample{}
+	for _, s := range batch {
+		require.NotContains(t, byID, s.SampleID, "duplicate sample id")
+		byID[s.SampleID] = s
+		groups[s.Role+"/"+s.Group] = append(groups[s.Role+"/"+s.Group], s)
+	}
+
+	t.Run("agent samples are unhinted plays of admitted environments", func(t *testing.T) {
+		for _, env := range []string{"envA", "envB", "envC"} {
+			g := groups["agent/"+env]
+			require.Len(t, g, 4, env)
+			for i, s := range g {
+				require.Equal(t, fmt.Sprintf("agent-%s-%04d", env, i), s.SampleID)
+				require.Equal(t, "assistant_turns", s.MaskSource)
+				require.EqualValues(t, 1, s.Weight)
+				require.Equal(t, "obs "+env, s.Messages[0].Content)
+			}
+		}
+		require.Empty(t, groups["agent/envX"], "not admitted: no agent samples")
+		require.EqualValues(t, 12, stats["agent_samples"])
+		require.EqualValues(t, 3, stats["agent_groups"])
+		require.EqualValues(t, 1, stats["zero_variance_groups"])
+		require.Equal(t, 1.0, byID["agent-envA-0000"].Reward)
+		require.Equal(t, 0.5, byID["agent-envA-0002"].Reward, "reward is the play's return")
+	})
+
+	t.Run("agent advantages have mean 0 per group, zero-variance groups 0", func(t *testing.T) {
+		for _, env := range []string{"envA", "envC"} {
+			var sum, sq float64
+			for _, s := range groups["agent/"+env] {
+				sum += s.Advantage
+				sq += s.Advantage * s.Advantage
+			}
+			require.InDelta(t, 0, sum/4, 1e-9, env)
+			require.InDelta(t, 1, sq/4, 1e-5, "%s: unit population variance", env)
+		}
+		for _, s := range groups["agent/envB"] {
+			require.Zero(t, s.Advantage, "zero-variance group must get advantage exactly 0")
+		}
+		// envA returns 1, 0, 0.5, 1: mean 0.625, population std sqrt(0.171875).
+		std := math.Sqrt(0.171875)
+		require.InDelta(t, (1-0.625)/(std+cfg.GRPO.Eps), byID["agent-envA-0000"].Advantage, 1e-12)
+		require.InDelta(t, (0-0.625)/(std+cfg.GRPO.Eps), byID["agent-envA-0001"].Advantage, 1e-12)
+	})
+
+	t.Run("designer rewards: final attempt gets the label, earlier ones -1", func(t *testing.T) {
+		want := map[string]float64{
+			"designer-s0-0": -1, "designer-s0-1": 0.5,
+			"designer-s1-0": 0,
+			"designer-s2-0": -1, "designer-s2-2": 0.25,
+			"designer-s3-0": -0.1,
+			"designer-s4-0": -1,
+			"designer-s5-0": -1,
+		}
+		got := map[string]float64{}
+		for _, s := range batch {
+			if s.Role == "designer" {
+				got[s.SampleID] = s.Reward
+				require.Equal(t, "last_assistant", s.MaskSource)
+				last := s.Messages[len(s.Messages)-1]
+				require.Equal(t, "assistant", last.Role)
+				require.NotEmpty(t, last.Content)
+				require.Equal(t, "system", s.Messages[0].Role, "the prompt's messages come first")
+			}
+		}
+		require.Equal(t, want, got)
+		require.NotContains(t, byID, "designer-s2-1", "an attempt without a response is not a sample")
+		require.EqualValues(t, 8, stats["designer_samples"])
+	})
+
+	t.Run("designer advantages centred per skill, one weight", func(t *testing.T) {
+		for _, skill := range []string{"planning", "spatial"} {
+			g := groups["designer/"+skill]
+			require.NotEmpty(t, g)
+			var sum float64
+			for _, s := range g {
+				sum += s.Advantage
+				require.Equal(t, g[0].Weight, s.Weight)
+			}
+			require.InDelta(t, 0, sum, 1e-9, skill)
+		}
+		// ratio rule: 12 agent / 8 designer x k=4 = 6.
+		require.InDelta(t, 6, byID["designer-s0-1"].Weight, 1e-12)
+		require.InDelta(t, 6, stats["designer_weight"], 1e-12)
+		// planning rewards -1, 0.5, 0, -1: mean -0.375.
+		require.InDelta(t, 0.5+0.375, byID["designer-s0-1"].Advantage, 1e-12)
+	})
+
+	t.Run("deterministic and order-independent", func(t *testing.T) {
+		p2, l2, d2 := batchFixture()
+		reverse(p2)
+		reverse(l2)
+		again, _, err := BuildBatch(&cfg, p2, l2, d2)
+		require.NoError(t, err)
+		require.Equal(t, batch[:12], again[:12], "agent samples do not depend on input order")
+	})
+}
+
+func reverse[T any](s []T) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}
+
+// TestBuildBatchOffRegeneration: between regenerations there are no
+// designs and no hinted plays; only agent samples.
+func TestBuildBatchOffRegeneration(t *testing.T) {
+	cfg := config.Default()
+	plays := []schemas.Rollout{rollout("e1", false, 0, 1), rollout("e1", false, 1, 0), rollout("e2", false, 0, 0)}
+	labels := []schemas.Label{{EnvID: "e1", Valid: true, Admitted: true}, {EnvID: "e2", Valid: true, Admitted: true}}
+	batch, stats, err := BuildBatch(&cfg, plays, labels, nil)
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	for _, s := range batch {
+		require.Equal(t, "agent", s.Role)
+	}
+	require.EqualValues(t, 0, stats["designer_samples"])
+	require.EqualValues(t, 1, stats["singleton_groups"])
+	require.Zero(t, batch[2].Advantage, "a singleton group gets advantage 0")
+	require.InDelta(t, 1, batch[0].Advantage, 1e-5)
+	require.InDelta(t, -1, batch[1].Advantage, 1e-5)
+}
+
+func TestBuildBatchErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*config.Config, []schemas.Rollout, []schemas.Design)
+		want   string
+	}{
+		{"non-finite return", func(_ *config.Config, p []schemas.Rollout, _ []schemas.Design) { p[0].Return = math.NaN() }, "agent advantages"},
+		{"malformed design prompt", func(_ *config.Config, _ []schemas.Rollout, d []schemas.Design) { d[1].Prompt = "{not json" }, "designs row s0 attempt 1: field prompt"},
+		{"bad weight rule", func(c *config.Config, _ []schemas.Rollout, _ []schemas.Design) { c.GRPO.WeightRule = "fixed:-2" }, "fixed:-2"},
+		{"bad eps", func(c *config.Config, _ []schemas.Rollout, _ []schemas.Design) { c.GRPO.Eps = -1 }, "eps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			plays, labels, designs := batchFixture()
+			tc.mutate(&cfg, plays, designs)
+			_, _, err := BuildBatch(&cfg, plays, labels, designs)
+			require.Error(t, err)
+			require.True(t, strings.Contains(err.Error(), tc.want), "error %q should mention %q", err, tc.want)
+		})
+	}
+}
