@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spade-pipeline/spade/pipeline"
@@ -258,7 +259,13 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	for i, b := range batch {
 		msgs := make([]Message, len(b.Messages))
 		for j, m := range b.Messages {
-			msgs[j] = Message{Role: m.Role, Content: m.Content}
+			content := m.Content
+			if m.ToolCalls != "" {
+				// The agent's turn in a tool-use play is its tool call: the
+				// trainer sees it as the JSON the model emitted.
+				content = strings.TrimSpace(content + "\n" + m.ToolCalls)
+			}
+			msgs[j] = Message{Role: m.Role, Content: content}
 		}
 		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
 	}
