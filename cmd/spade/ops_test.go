@@ -323,6 +323,11 @@ func TestOps(t *testing.T) {
 				}
 				o.must(t, nil, "round", "1", "--run", run)
 				require.Equal(t, onlyRounds(base, 1), sealDigests(t, local, run, 1))
+				for _, table := range []string{"designs", "rollouts"} {
+					m, err := pipeline.ReadManifest(context.Background(), local, pipeline.ManifestKey(run, 1, table))
+					require.NoError(t, err)
+					require.GreaterOrEqual(t, len(m.Files), 3, "%s has parts for several shards", table)
+				}
 			})
 		}
 	})
@@ -353,6 +358,7 @@ func TestOps(t *testing.T) {
 		require.NoError(t, <-exited, firstOut.String())
 		require.Contains(t, firstOut.String(), "round 2 of run sched committed")
 		seal3, _ := pipeline.ReadSeal(context.Background(), local, "sched", 3)
+		t.Logf("second invocation: exit %d: %s%s", second.code, second.stdout, second.stderr)
 		if second.code == 0 {
 			// The first finished before the second read the lease: the
 			// second ran the next round, never the same one again.
