@@ -352,7 +352,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.fail("get", key, err)
 	}
-	return streams.ReadCloserWithContext(ctx, out.Body), nil
+	return streams.ReadCloserWithContext(ctx, s.resuming(ctx, key, out, 0)), nil
 }
 
 // GetRange returns length bytes from offset with one ranged GET (RFC 9110
@@ -387,8 +387,64 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		}
 		return nil, s.fail("get range", key, err)
 	}
-	return streams.ReadCloserWithContext(ctx, out.Body), nil
+	return streams.ReadCloserWithContext(ctx, s.resuming(ctx, key, out, offset)), nil
 }
+
+// resuming wraps a GetObject body that starts at byte offset of the
+// object so that a body broken off mid-transfer (connection reset, closed
+// early) is resumed with a ranged GET from the first missing byte, up to
+// MaxAttempts times. The SDK's retryer covers requests, not the reading of
+// a response body, so without this one dropped connection fails the whole
+// read. If-Match pins the ETag: a replaced object is never spliced onto
+// the old one's prefix (the resume then fails with 412). Bodies without a
+// known length or ETag are returned as they are.
+func (s *Store) resuming(ctx context.Context, key string, out *s3.GetObjectOutput, offset int64) io.ReadCloser {
+	if out.ContentLength == nil || out.ETag == nil || *out.ContentLength <= 0 {
+		return out.Body
+	}
+	return &resumingBody{ctx: ctx, s: s, key: key, etag: *out.ETag, body: out.Body, next: offset, end: offset + *out.ContentLength}
+}
+
+type resumingBody struct {
+	ctx     context.Context
+	s       *Store
+	key     string
+	etag    string
+	body    io.ReadCloser
+	next    int64 // object offset of the next byte to read
+	end     int64 // object offset one past the last byte wanted
+	resumes int
+}
+
+func (b *resumingBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.next += int64(n)
+	if err == nil || (errors.Is(err, io.EOF) && b.next >= b.end) {
+		return n, err
+	}
+	if b.next >= b.end || b.ctx.Err() != nil || b.resumes+1 >= b.s.opts.MaxAttempts {
+		return n, err
+	}
+	b.resumes++
+	_ = b.body.Close()
+	out, gerr := b.s.client.GetObject(b.ctx, &s3.GetObjectInput{
+		Bucket: &b.s.opts.Bucket, Key: aws.String(b.s.objectKey(b.key)),
+		Range:   aws.String(fmt.Sprintf("bytes=%d-%d", b.next, b.end-1)),
+		IfMatch: aws.String(b.etag),
+	})
+	if gerr != nil {
+		b.body = io.NopCloser(bytes.NewReader(nil))
+		b.end = b.next // no further resumes
+		return n, fmt.Errorf("get %s in %s: body broke off at byte %d (%v) and resuming failed: %w", b.key, b.s.url, b.next, err, gerr)
+	}
+	b.body = out.Body
+	if n > 0 {
+		return n, nil
+	}
+	return b.Read(p)
+}
+
+func (b *resumingBody) Close() error { return b.body.Close() }
 
 // Put uploads the object: a single PutObject when size is known and at
 // most the part size, else a multipart upload through the SDK's upload
