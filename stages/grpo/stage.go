@@ -276,7 +276,13 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	if cfg.Trainer == "command" {
 		spec.Command = cfg.Command
 	} else if cfg.Python != "" {
-		spec.Command = []string{cfg.Python, "-m", "spade_trainer"}
+		// A custom interpreter still runs the embedded trainer: extract it
+		// (RunTrainer does so only for its default command).
+		spec.Command = []string{cfg.Python, "-m", trainer.Package}
+		spec.PythonPath = filepath.Join(dir, "python")
+		if err := trainer.WriteTo(spec.PythonPath); err != nil {
+			return schemas.Checkpoint{}, nil, err
+		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.TimeoutS*float64(time.Second)))
 	defer cancel()
