@@ -26,7 +26,7 @@ test-go:
 	$(GO) test -count=1 -timeout 40m ./...
 
 test-python:
-	$(PYTHON) -m unittest discover -s trainer/tests -t . -v 2>&1 | tail -n 25
+	$(PYTHON) -m unittest discover -s trainer/tests
 
 test-race:
 	$(GO) test -race -count=1 -timeout 40m ./pipeline/... ./stages/sandbox/... ./stages/model/...
