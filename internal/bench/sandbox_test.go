@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/spade-pipeline/spade/stages/envcheck"
+	"github.com/spade-pipeline/spade/stages/sandbox"
+)
+
+// processPerCallScript is the naive executor the sandbox is measured
+// against (as in stages/sandbox's BenchmarkStep): a fresh interpreter per
+// call that loads the program, resets and takes one step, without bwrap,
+// which flatters the baseline.
+const processPerCallScript = `
+import json, sys
+sys.path.insert(0, sys.argv[1])
+ns = {"__name__": "spade_program"}
+exec(compile(open(sys.argv[2]).read(), "<env>", "exec"), ns)
+env = ns["Counter"]()
+env.reset(seed=1)
+obs, r, term, trunc, info = env.step("add1")
+print(json.dumps([obs, r, term, trunc, info]))
+`
+
+const sandboxReps = 5
+
+// BenchmarkSandbox measures, in one run: step() throughput of a trivial
+// environment (stages/sandbox/testdata/counter.py) on two sandboxed
+// programs; a process-per-call executor on the same environment; and full
+// validations (envcheck.Check of docs/examples/guess_game.py), two at a
+// time. Besides wall-clock rates it reports CPU per operation including
+// the sandboxed Python processes (CPUMeter) and the rate that cost allows
+// on all of the machine's cores. Targets (issue "Benchmarks and scale"):
+// >= 20,000 steps/s, >= 100x process-per-call, >= 50 validations/s.
+func BenchmarkSandbox(b *testing.B) {
+	root := repoRoot(b)
+	counterPath := filepath.Join(root, "stages/sandbox/testdata/counter.py")
+	counter, err := os.ReadFile(counterPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	guess, err := os.ReadFile(filepath.Join(root, "docs/examples/guess_game.py"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const python = "/usr/bin/python3"
+	sb, err := sandbox.New(sandbox.Config{Workers: 2, Python: python})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := context.Background()
+	cores := float64(ReadMachine().NumCPU)
+	for range b.N {
+		const steps, workers = 20000, 2
+		var rate, cpuStep, perCallRate, cpuCall, vRate, cpuVal []float64
+		for range sandboxReps {
+			eps := make([]*sandbox.Episode, workers)
+			progs := make([]*sandbox.Program, workers)
+			for i := range workers {
+				if progs[i], err = sb.Load(ctx, string(counter)); err != nil {
+					b.Fatal(err)
+				}
+				if eps[i], err = progs[i].Reset(ctx, int64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wall, c := measure(b, func() {
+				var wg sync.WaitGroup
+				for i := range workers {
+					wg.Go(func() {
+						for range steps / workers {
+							if _, err := eps[i].Step(ctx, "add1"); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			})
+			for i := range workers {
+				eps[i].Close()
+				progs[i].Close()
+			}
+			rate = append(rate, steps/wall.Seconds())
+			cpuStep = append(cpuStep, float64(c.Microseconds())/steps)
+
+			const calls = 10
+			wall, c = measure(b, func() {
+				p := pool.New().WithMaxGoroutines(workers)
+				for range calls {
+					p.Go(func() {
+						out, err := exec.Command(python, "-S", "-c", processPerCallScript, filepath.Join(root, "stages/sandbox/python"), counterPath).Output()
+						var res []any
+						if err != nil || json.Unmarshal(out, &res) != nil || len(res) != 5 {
+							b.Errorf("process-per-call: output %q: %v", out, err)
+						}
+					})
+				}
+				p.Wait()
+			})
+			perCallRate = append(perCallRate, calls/wall.Seconds())
+			cpuCall = append(cpuCall, float64(c.Microseconds())/calls)
+
+			const validations = 10
+			wall, c = measure(b, func() {
+				p := pool.New().WithMaxGoroutines(workers)
+				for range validations {
+					p.Go(func() {
+						if rep := envcheck.Check(ctx, sb, string(guess), envcheck.Options{}); !rep.Valid {
+							b.Errorf("guess_game.py invalid: %s", rep.Reason)
+						}
+					})
+				}
+				p.Wait()
+			})
+			vRate = append(vRate, validations/wall.Seconds())
+			cpuVal = append(cpuVal, float64(c.Microseconds())/1000/validations)
+		}
+		ratio := make([]float64, len(rate))
+		cpuRatio := make([]float64, len(rate))
+		bound := make([]float64, len(rate))
+		vBound := make([]float64, len(rate))
+		for i := range rate {
+			ratio[i] = rate[i] / perCallRate[i]
+			cpuRatio[i] = cpuCall[i] / cpuStep[i]
+			bound[i] = cores * 1e6 / cpuStep[i]
+			vBound[i] = cores * 1e3 / cpuVal[i]
+		}
+		const s = "1. sandbox"
+		rec.Add(s, "step() of counter.py, 2 programs, wall clock", "steps/s", rate, AtLeast(20000), "20,000 steps per repetition")
+		rec.Add(s, "step() CPU cost (Go + sandboxed Python)", "µs/step", cpuStep, Target{}, "")
+		rec.Add(s, "step() rate the CPU cost allows on all cores", "steps/s", bound, AtLeast(20000), "cores / CPU per step")
+		rec.Add(s, "process-per-call executor (fresh python3 -S, no bwrap), wall clock", "calls/s", perCallRate, Target{}, "10 calls, 2 at a time")
+		rec.Add(s, "process-per-call CPU cost", "µs/call", cpuCall, Target{}, "")
+		rec.Add(s, "sandbox vs process-per-call, wall clock, same repetition", "x", ratio, AtLeast(100), "")
+		rec.Add(s, "sandbox vs process-per-call, CPU per operation", "x", cpuRatio, AtLeast(100), "")
+		rec.Add(s, "validations of guess_game.py, 2 at a time, wall clock", "validations/s", vRate, AtLeast(50), "10 per repetition")
+		rec.Add(s, "validation CPU cost", "ms/validation", cpuVal, Target{}, "")
+		rec.Add(s, "validation rate the CPU cost allows on all cores", "validations/s", vBound, AtLeast(50), "cores / CPU per validation")
+	}
+}
