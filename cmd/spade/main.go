@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/datasets"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -82,7 +83,8 @@ func exitCode(ctx context.Context, err error) int {
 		return exitBusy
 	case errors.Is(err, pipeline.ErrConflict):
 		return exitConflict
-	case errors.As(err, &ue), errors.Is(err, config.ErrInvalid), errors.Is(err, storage.ErrUnknownScheme), errors.Is(err, storage.ErrInvalidKey):
+	case errors.As(err, &ue), errors.Is(err, config.ErrInvalid), errors.Is(err, storage.ErrUnknownScheme), errors.Is(err, storage.ErrInvalidKey),
+		errors.Is(err, storage.ErrBadURL), errors.Is(err, datasets.ErrBadOptions):
 		return exitUsage
 	}
 	return exitFailure

@@ -5,9 +5,12 @@ package sqlview
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,8 +65,12 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 	}
 	local := func(f pipeline.FileEntry) (string, error) { return "", nil }
 	if fs, ok := s.(*filestore.Store); ok {
+		// Read in place, but only after checking size and sha256 against
+		// the manifest, as every other reader does (pipeline.ReadVerified):
+		// DuckDB would otherwise return rows from a damaged file silently.
 		local = func(f pipeline.FileEntry) (string, error) {
-			return filepath.Join(fs.Root(), filepath.FromSlash(f.Key)), nil
+			p := filepath.Join(fs.Root(), filepath.FromSlash(f.Key))
+			return p, verifyFile(p, f)
 		}
 	} else {
 		dir := opts.CacheDir
@@ -143,6 +150,28 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 		views = append(views, v)
 	}
 	return views, nil
+}
+
+// verifyFile streams the local file p through sha256 and compares size
+// and digest with the manifest's entry (pipeline.ErrIntegrity on mismatch).
+func verifyFile(p string, f pipeline.FileEntry) error {
+	fh, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", f.Key, err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, fh)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", f.Key, err)
+	}
+	if n != f.Bytes {
+		return fmt.Errorf("%s: %w: %d bytes, manifest says %d", f.Key, pipeline.ErrIntegrity, n, f.Bytes)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("%s: %w: sha256 %s, manifest says %s", f.Key, pipeline.ErrIntegrity, got[:12], f.SHA256[:12])
+	}
+	return nil
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -33,7 +33,19 @@ var (
 	// ErrUnknownScheme is returned by Open for a URL scheme no backend
 	// registered.
 	ErrUnknownScheme = errors.New("unknown store URL scheme")
+	// ErrBadURL is wrapped (see BadURL) by a backend's error for a store
+	// URL it cannot use: an unknown or malformed parameter, a missing
+	// bucket, a non-local host. The CLI maps it to exit code 2 (usage).
+	ErrBadURL = errors.New("invalid store URL")
 )
+
+// BadURL marks err as a bad store URL (errors.Is(err, ErrBadURL)) without
+// changing its message, which already names the URL and the parameter.
+func BadURL(err error) error { return badURL{err} }
+
+type badURL struct{ error }
+
+func (b badURL) Unwrap() []error { return []error{b.error, ErrBadURL} }
 
 // Info describes one stored object.
 type Info struct {

@@ -71,10 +71,10 @@ var _ storage.Store = (*Store)(nil)
 func RootFromURL(u *url.URL) (string, error) {
 	raw := storage.Redact(u.String())
 	if u.Scheme != "file" {
-		return "", fmt.Errorf("file store URL %q: scheme is not file", raw)
+		return "", storage.BadURL(fmt.Errorf("file store URL %q: scheme is not file", raw))
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("file store URL %q: user info, query and fragment are not supported", raw)
+		return "", storage.BadURL(fmt.Errorf("file store URL %q: user info, query and fragment are not supported", raw))
 	}
 	var p string
 	switch {
@@ -85,10 +85,10 @@ func RootFromURL(u *url.URL) (string, error) {
 	case u.Host == "." || u.Host == "..":
 		p = u.Host + u.Path
 	default:
-		return "", fmt.Errorf("file store URL %q: host %q is not local (use file:///abs/dir or file://./rel/dir)", raw, u.Host)
+		return "", storage.BadURL(fmt.Errorf("file store URL %q: host %q is not local (use file:///abs/dir or file://./rel/dir)", raw, u.Host))
 	}
 	if p == "" {
-		return "", fmt.Errorf("file store URL %q: empty path", raw)
+		return "", storage.BadURL(fmt.Errorf("file store URL %q: empty path", raw))
 	}
 	abs, err := filepath.Abs(filepath.FromSlash(p))
 	if err != nil {

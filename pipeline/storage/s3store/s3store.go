@@ -105,7 +105,7 @@ type Options struct {
 func ParseURL(u *url.URL) (Options, error) {
 	raw := storage.Redact(u.String())
 	bad := func(format string, a ...any) (Options, error) {
-		return Options{}, fmt.Errorf("s3 store URL %s: %s", raw, fmt.Sprintf(format, a...))
+		return Options{}, storage.BadURL(fmt.Errorf("s3 store URL %s: %s", raw, fmt.Sprintf(format, a...)))
 	}
 	if u.Scheme != "s3" {
 		return bad("scheme is not s3")
