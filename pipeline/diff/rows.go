@@ -3,6 +3,7 @@ package diff
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +94,21 @@ func infoOf(m *pipeline.Manifest) (schemas.Info, error) {
 	return info, nil
 }
 
+// checkFrame checks the Parquet framing ("PAR1", data, footer, footer
+// length, "PAR1") before parquet-go sees the bytes: a corrupt footer
+// length would otherwise make it allocate up to 4 GiB for the footer.
+func checkFrame(data []byte) error {
+	const magic = "PAR1"
+	if len(data) < 12 || string(data[:4]) != magic || string(data[len(data)-4:]) != magic {
+		return fmt.Errorf("not a Parquet file (%d bytes, no PAR1 header and footer)", len(data))
+	}
+	footer := int64(binary.LittleEndian.Uint32(data[len(data)-8:]))
+	if footer > int64(len(data))-12 {
+		return fmt.Errorf("footer length %d exceeds the file (%d bytes)", footer, len(data))
+	}
+	return nil
+}
+
 func decodeFile(info schemas.Info, key string, data []byte, fn RowFunc) (err error) {
 	defer func() {
 		// parquet-go can panic on malformed input; a corrupt file is an
@@ -101,6 +117,9 @@ func decodeFile(info schemas.Info, key string, data []byte, fn RowFunc) (err err
 			err = fmt.Errorf("%s: corrupt parquet: %v", key, p)
 		}
 	}()
+	if err := checkFrame(data); err != nil {
+		return fmt.Errorf("%s: corrupt parquet: %w", key, err)
+	}
 	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return fmt.Errorf("%s: corrupt parquet: %w", key, err)
