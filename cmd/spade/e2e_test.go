@@ -251,3 +251,35 @@ func TestRecordReplay(t *testing.T) {
 	require.Equal(t, 1, miss.code, miss.stderr)
 	require.Contains(t, miss.stderr, "no recorded call")
 }
+
+// TestEnvCheckCLI: `spade env check` exits 0 on the two documented
+// examples and 1, naming the failed check, on every hostile or broken
+// program of the sandbox suite (its first line says which check rejects it).
+func TestEnvCheckCLI(t *testing.T) {
+	for _, ex := range []string{"../../docs/examples/guess_game.py", "../../docs/examples/bank_tooluse.py"} {
+		r := spade(t, ".", nil, "env", "check", ex)
+		require.Equal(t, 0, r.code, "%s: %s%s", ex, r.stdout, r.stderr)
+	}
+	files, err := filepath.Glob("../../stages/envcheck/testdata/hostile/*.py")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 15)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			first, _, _ := strings.Cut(string(src), "\n")
+			fields := strings.Fields(strings.TrimPrefix(first, "# expect:"))
+			require.NotEmpty(t, fields, "%s: first line must be '# expect: CHECK ...'", f)
+			r := spade(t, ".", nil, "env", "check", "--json", f)
+			require.Equal(t, 1, r.code, "%s%s", r.stdout, r.stderr)
+			var rep struct {
+				Valid  bool   `json:"valid"`
+				Reason string `json:"reason"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+			require.False(t, rep.Valid)
+			require.Equal(t, fields[0], rep.Reason)
+		})
+	}
+}
