@@ -12,7 +12,6 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/diff"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	// --store and --store-b may name any backend, s3:// included.
-	_ "github.com/spade-pipeline/spade/pipeline/storage/backends"
 )
 
 func init() {
