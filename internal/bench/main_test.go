@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,4 +116,10 @@ func measure(tb testing.TB, f func()) (wall, cpuTime time.Duration) {
 	f()
 	wall = time.Since(start)
 	return wall, cpu(tb) - c0
+}
+
+// execCommand is exec.Command with the test's name in failures.
+func execCommand(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	return exec.Command(name, args...)
 }
