@@ -34,9 +34,15 @@ test-race:
 lint:
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 
-## bench: the benchmarks behind docs/benchmarks.md
+## bench: the benchmarks behind docs/benchmarks.md (internal/bench); results in
+## .cache/bench/bench.{md,json}. BENCH_FULL=1 adds the 2,400-environment round;
+## BENCH=Regexp selects benchmarks, e.g. make bench BENCH=Parquet
+BENCH ?= .
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./... | tee bench.out
+	mkdir -p .cache/bench
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 180m ./internal/bench \
+		-args -bench.spade=$(abspath $(SPADE)) -bench.json=$(abspath .cache/bench/bench.json) \
+		-bench.md=$(abspath .cache/bench/bench.md) | tee bench.out
 
 fuzz:
 	./scripts/fuzz.sh

@@ -156,7 +156,7 @@ func BenchmarkCorpusSample(b *testing.B) {
 
 		// ReadRowsAt alone, repeated with different draws.
 		for _, k := range []int{24, 2400} {
-			var secs, client, server []float64
+			var secs, client, server, reqs []float64
 			for rep := range 3 {
 				rng := rand.New(rand.NewPCG(uint64(k), uint64(rep)))
 				idx := make([]int64, k)
@@ -178,6 +178,7 @@ func BenchmarkCorpusSample(b *testing.B) {
 				}
 				secs = append(secs, wall.Seconds())
 				client = append(client, 100*float64(cs.Counts().BytesRead)/float64(m.Bytes))
+				reqs = append(reqs, float64(cs.Counts().Requests()))
 				server = append(server, 100*float64(proxy.bytes.Load())/float64(m.Bytes))
 			}
 			name := fmt.Sprintf("ReadRowsAt of %d random rows (doc_id, domain)", k)
@@ -188,6 +189,7 @@ func BenchmarkCorpusSample(b *testing.B) {
 			rec.Add(s, name+": wall clock", "s", secs, tgt, "")
 			rec.Add(s, name+": client bytes / corpus bytes", "%", client, AtMost(5), "")
 			rec.Add(s, name+": server bytes / corpus bytes", "%", server, AtMost(5), "")
+			rec.Add(s, name+": store requests", "requests", reqs, Target{}, "Stat + GetRange calls through storage.Counting")
 		}
 	}
 }

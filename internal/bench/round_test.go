@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,12 +72,22 @@ func runSpade(b *testing.B, bin, store string, env []string, args ...string) rou
 // BENCH_FULL=1 at 2,400 (target: cost linear in environments, peak RSS of
 // the spade process < 1 GiB). CPU includes every sandbox process. A
 // stage-by-stage run (`spade stage NAME`) at paper scale attributes CPU to
-// stages.
+// stages. BENCH_ROUND_SLOTS=24,240 (a comma list) overrides the scales.
 func BenchmarkRound(b *testing.B) {
 	bin := spadeBinary(b)
 	scales := []int{24, 240}
 	if full() {
 		scales = append(scales, 2400)
+	}
+	if v := os.Getenv("BENCH_ROUND_SLOTS"); v != "" {
+		scales = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("BENCH_ROUND_SLOTS=%q: %q is not a positive integer", v, f)
+			}
+			scales = append(scales, n)
+		}
 	}
 	const s = "4. round scaling"
 	for range b.N {
