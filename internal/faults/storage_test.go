@@ -183,17 +183,32 @@ func TestStorageFaultsRound(t *testing.T) {
 	u, err := url.Parse(storeURLFor(p.URL, "faulty", url.Values{"max_attempts": {"12"}}))
 	require.NoError(t, err)
 	args := []string{"--config", cfg, "--store", u.String()}
-	for _, round := range []string{"1", "2"} {
-		r := spade(t, dir, nil, append(args, "round", round)...)
-		require.Equal(t, 0, r.code, "round %s through the faulty proxy: %s", round, tail(r.stderr, 4000))
+	last := 2
+	if testing.Short() {
+		last = 1
+	}
+	for round := 1; round <= last; round++ {
+		r := spade(t, dir, nil, append(args, "round", fmt.Sprint(round))...)
+		require.Equal(t, 0, r.code, "round %d through the faulty proxy: %s", round, tail(r.stderr, 4000))
 	}
 	for a := Unavailable; a < numActions; a++ {
 		require.Positive(t, p.Count(a), "fault %s was injected", a)
 		t.Logf("%s: %d of %d requests", a, p.Count(a), p.Requests())
 	}
+	wantTables, wantSeals := map[tableKey]string{}, map[int]string{}
+	for k, d := range refRun.tables {
+		if k.Round <= last {
+			wantTables[k] = d
+		}
+	}
+	for r, d := range refRun.seals {
+		if r <= last {
+			wantSeals[r] = d
+		}
+	}
 	tables, seals := statusDigests(t, dir, args...)
-	require.Equal(t, refRun.tables, tables)
-	require.Equal(t, refRun.seals, seals)
+	require.Equal(t, wantTables, tables)
+	require.Equal(t, wantSeals, seals)
 
 	// Read everything back directly from the server, around the proxy.
 	ctx := context.Background()
@@ -201,7 +216,7 @@ func TestStorageFaultsRound(t *testing.T) {
 	require.NoError(t, err)
 	defer direct.Close()
 	v := audit(t, ctx, direct, "default", refRun.tables, refRun.seals, nil)
-	require.Len(t, v.seals, 3)
+	require.Len(t, v.seals, last+1)
 }
 
 // bigCorpus writes a JSONL corpus of docs documents of docBytes random
