@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if ref.dir != "" {
+		os.RemoveAll(ref.dir)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
