@@ -105,3 +105,19 @@ func ParseLoadAvg(s string) (LoadAvg, error) {
 	}
 	return l, nil
 }
+
+// parseVmHWM reads the VmHWM line of /proc/PID/status, in bytes.
+func parseVmHWM(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 3 && f[0] == "VmHWM:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("VmHWM %q: %w", f[1], err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM line in /proc/PID/status")
+}

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -36,8 +35,11 @@ func spadeBinary(b *testing.B) string {
 // roundRun is one `spade round 1` (or one `spade stage`) process.
 type roundRun struct {
 	wall, cpu time.Duration
-	// maxRSS is the spade process's peak resident set in bytes (wait4's
-	// ru_maxrss of the direct child; sandboxes are separate processes).
+	// maxRSS is the spade process's peak resident set in bytes: the
+	// largest VmHWM read from /proc/PID/status while it ran (polled every
+	// 50 ms; sandboxes are separate processes). wait4's ru_maxrss is no
+	// use here: Linux carries the parent's RSS into a vforked child's
+	// maxrss at exec, so it reports the benchmark process's own peak.
 	maxRSS int64
 	stages []StageTime
 }
@@ -52,12 +54,34 @@ func runSpade(b *testing.B, bin, store string, env []string, args ...string) rou
 	cmd.Stderr = &stderr
 	var run roundRun
 	var err error
-	run.wall, run.cpu = measure(b, func() { err = cmd.Run() })
+	run.wall, run.cpu = measure(b, func() {
+		if err = cmd.Start(); err != nil {
+			return
+		}
+		done := make(chan struct{})
+		polled := make(chan int64)
+		go func() {
+			var peak int64
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				if hwm, err := vmHWM(cmd.Process.Pid); err == nil {
+					peak = max(peak, hwm)
+				}
+				select {
+				case <-done:
+					polled <- peak
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		err = cmd.Wait()
+		close(done)
+		run.maxRSS = <-polled
+	})
 	if err != nil {
 		b.Fatalf("spade %v: %v\n%s", args, err, stderr.String())
-	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		run.maxRSS = ru.Maxrss << 10 // Linux reports kilobytes
 	}
 	if run.stages, err = ParseStageLog(&stderr); err != nil {
 		b.Fatal(err)
@@ -152,4 +176,14 @@ func BenchmarkRound(b *testing.B) {
 			rec.Add(s, "24 environments, spade stage "+st+": CPU incl. sandboxes", "CPU-s", []float64{r.cpu.Seconds()}, Target{}, fmt.Sprintf("wall %.2f s, one process per stage", r.wall.Seconds()))
 		}
 	}
+}
+
+// vmHWM returns a process's peak resident set size in bytes from
+// /proc/PID/status (proc(5): "VmHWM:    1234 kB").
+func vmHWM(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(b)
 }
