@@ -249,11 +249,15 @@ func ValidateRunName(run string) error {
 		return fmt.Errorf("invalid run name %q: use letters, digits, '-', '_' and '.', not starting with '.' or '_'", run)
 	}
 	for _, c := range run {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !validRunChar(c) {
 			return fmt.Errorf("invalid run name %q: character %q not allowed", run, c)
 		}
 	}
 	return nil
+}
+
+func validRunChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
 }
 
 func sortedKeys[V any](m map[string]V) []string {

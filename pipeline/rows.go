@@ -53,7 +53,7 @@ func ReadRowsAt[P any](ctx context.Context, s storage.Store, m *Manifest, idx []
 	)
 	defer func() {
 		if rd != nil {
-			rd.Close()
+			_ = rd.Close()
 		}
 	}()
 	buf := make([]P, 1)
@@ -61,7 +61,7 @@ func ReadRowsAt[P any](ctx context.Context, s storage.Store, m *Manifest, idx []
 		fe := m.Files[l.file]
 		if l.file != curFile {
 			if rd != nil {
-				rd.Close()
+				_ = rd.Close()
 			}
 			ra, err := storage.NewReaderAt(ctx, s, fe.Key)
 			if err != nil {

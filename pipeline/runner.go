@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -691,15 +689,6 @@ func (r *Runner) TableManifests(ctx context.Context, round int) (map[string]*Man
 	}
 	return out, nil
 }
-
-// sortedStrings is a small helper for deterministic output.
-func sortedStrings(in []string) []string {
-	out := append([]string(nil), in...)
-	sort.Strings(out)
-	return out
-}
-
-var _ = bytes.NewReader
 
 // FingerprintOf computes the stage fingerprint s would have at round r now
 // (inputs resolved from the store).

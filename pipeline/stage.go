@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/spade-pipeline/spade/pipeline/config"
@@ -265,5 +264,3 @@ func putFile(ctx context.Context, s storage.Store, run string, round int, tableN
 	}
 	return FileEntry{Key: key, SHA256: sha, Bytes: int64(len(data)), Rows: rows, RowGroups: groups, Part: part}, nil
 }
-
-var _ io.Reader = (*bytes.Reader)(nil)

@@ -256,7 +256,7 @@ func isIdentifier(s string) bool {
 		return false
 	}
 	for _, c := range s {
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		if c != '_' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
 			return false
 		}
 	}
@@ -273,7 +273,8 @@ func pyStr(s string) string {
 // shQuote quotes s for a POSIX shell.
 func shQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(c rune) bool {
-		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:=@%+,", c))
+		safe := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:=@%+,", c)
+		return !safe
 	}) < 0 {
 		return s
 	}

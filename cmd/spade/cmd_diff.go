@@ -74,7 +74,7 @@ Exit codes: 0 the runs are equal, 1 they differ, 2 usage error.`,
 				if sb, err = storage.Open(ctx, storeB); err != nil {
 					return err
 				}
-				defer sb.Close()
+				defer func() { _ = sb.Close() }()
 			}
 			rep, err := diff.Runs(ctx, diff.Side{Store: a.store, Run: args[0]}, diff.Side{Store: sb, Run: args[1]}, opts)
 			if err != nil {

@@ -91,6 +91,8 @@ func TestParseLoadAvg(t *testing.T) {
 		{"short", "0.52 0.58", LoadAvg{}, true},
 		{"word", "x 0.58 0.59", LoadAvg{}, true},
 		{"negative", "1 -2 3", LoadAvg{}, true},
+		{"nan", "NaN 1 2", LoadAvg{}, true},
+		{"inf", "1 +Inf 2", LoadAvg{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseLoadAvg(tc.in)
@@ -208,6 +210,7 @@ time=x level=WARN msg="sandbox \"isolation\" weak" detail="a b"
 		{"no stage", `msg="stage committed" round=1 seconds=1`, "stage"},
 		{"bad round", `msg="stage committed" round=x stage=a seconds=1`, "round"},
 		{"bad seconds", `msg="stage committed" round=1 stage=a seconds=-1`, "seconds"},
+		{"nan seconds", `msg="stage committed" round=1 stage=a seconds=NaN`, "seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseStageLog(strings.NewReader("ok=1\n" + tc.line + "\n"))
@@ -246,7 +249,7 @@ func FuzzParseLoadAvg(f *testing.F) {
 			return
 		}
 		for _, v := range l {
-			if v < 0 || math.IsNaN(v) {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Fatalf("ParseLoadAvg(%q) accepted %v", s, l)
 			}
 		}

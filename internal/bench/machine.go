@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -98,7 +99,7 @@ func ParseLoadAvg(s string) (LoadAvg, error) {
 	var l LoadAvg
 	for i := range 3 {
 		v, err := strconv.ParseFloat(f[i], 64)
-		if err != nil || v < 0 {
+		if err != nil || !(v >= 0) || math.IsInf(v, 0) { // !(v >= 0) also rejects NaN
 			return LoadAvg{}, fmt.Errorf("/proc/loadavg field %d %q: not a non-negative number", i+1, f[i])
 		}
 		l[i] = v

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -43,7 +44,7 @@ func ParseStageLog(r io.Reader) ([]StageTime, error) {
 		if st.Round, err = strconv.Atoi(kv["round"]); err != nil {
 			return nil, fmt.Errorf("log line %d: field round %q: not an integer", line, kv["round"])
 		}
-		if st.Seconds, err = strconv.ParseFloat(kv["seconds"], 64); err != nil || st.Seconds < 0 {
+		if st.Seconds, err = strconv.ParseFloat(kv["seconds"], 64); err != nil || !(st.Seconds >= 0) || math.IsInf(st.Seconds, 0) {
 			return nil, fmt.Errorf("log line %d: field seconds %q: not a non-negative number", line, kv["seconds"])
 		}
 		out = append(out, st)

@@ -95,7 +95,7 @@ func (g *gateway) launch() error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("versitygw on %s exited: %v", addr, err)
+			return fmt.Errorf("versitygw on %s exited: %w", addr, err)
 		default:
 		}
 		if resp, err := hc.Get(g.endpoint + "/"); err == nil {

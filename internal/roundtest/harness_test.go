@@ -230,7 +230,7 @@ func spadeBin(t *testing.T) string {
 		binPath = filepath.Join(workDir, "spade")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/spade-pipeline/spade/cmd/spade").CombinedOutput()
 		if err != nil {
-			binErr = fmt.Errorf("build spade: %v\n%s", err, out)
+			binErr = fmt.Errorf("build spade: %w\n%s", err, out)
 		}
 	})
 	if binErr != nil {

@@ -190,12 +190,12 @@ func Load(path string, environ []string) (Config, Source, error) {
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return cfg, src, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return cfg, src, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, src, fmt.Errorf("%w: %s: %v", ErrInvalid, path, err)
+			return cfg, src, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 		}
 		var node yaml.Node
 		if err := yaml.Unmarshal(data, &node); err == nil {
@@ -215,7 +215,7 @@ func Load(path string, environ []string) (Config, Source, error) {
 			continue
 		}
 		if err := setPath(&cfg, key, val); err != nil {
-			return cfg, src, fmt.Errorf("%w: environment variable %s: %v", ErrInvalid, name, err)
+			return cfg, src, fmt.Errorf("%w: environment variable %s: %w", ErrInvalid, name, err)
 		}
 		src[key] = name
 	}

@@ -125,7 +125,7 @@ func decodeFile(info schemas.Info, key string, data []byte, fn RowFunc) (err err
 		return fmt.Errorf("%s: corrupt parquet: %w", key, err)
 	}
 	rd := parquet.NewReader(f, info.Schema)
-	defer rd.Close()
+	defer func() { _ = rd.Close() }()
 	buf := make([]parquet.Row, 256)
 	var n int64
 	for {

@@ -63,7 +63,7 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 	if _, err := pipeline.ReadRunFile(ctx, s, run); err != nil {
 		return nil, err
 	}
-	local := func(f pipeline.FileEntry) (string, error) { return "", nil }
+	var local func(f pipeline.FileEntry) (string, error)
 	if fs, ok := s.(*filestore.Store); ok {
 		// Read in place, but only after checking size and sha256 against
 		// the manifest, as every other reader does (pipeline.ReadVerified):

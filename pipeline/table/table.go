@@ -75,7 +75,7 @@ type FileInfo struct {
 func Open[T any](t schemas.Table[T], name string, r io.ReaderAt, size int64) (*parquet.File, error) {
 	f, err := parquet.OpenFile(r, size, parquet.SkipBloomFilters(true))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", name, ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: %w: %w", name, ErrCorrupt, err)
 	}
 	return f, nil
 }
@@ -99,7 +99,7 @@ func ReadRowGroup[T any](t schemas.Table[T], name string, f *parquet.File, i int
 	rows = make([]T, rg.NumRows())
 	n, err := rd.Read(rows)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: row group %d: %w: %v", name, i, ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: row group %d: %w: %w", name, i, ErrCorrupt, err)
 	}
 	if int64(n) != rg.NumRows() {
 		return nil, fmt.Errorf("%s: row group %d: %w: read %d of %d rows", name, i, ErrCorrupt, n, rg.NumRows())

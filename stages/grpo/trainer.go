@@ -169,8 +169,13 @@ type TrainerConfig struct {
 	AdamBeta1   float64 `json:"adam_beta1"`
 	AdamBeta2   float64 `json:"adam_beta2"`
 	AdamEps     float64 `json:"adam_eps"`
-	// MaxSeqLen is the longest sample in tokens; longer is an input error.
+	// MaxSeqLen is the longest sample in tokens.
 	MaxSeqLen int `json:"max_seq_len"`
+	// Overlong says what happens to a longer sample: "truncate_left" (the
+	// default: keep its last MaxSeqLen tokens, dropping it if no trained
+	// token remains), "drop", or "error". Counts come in the trainer's
+	// "encode" event.
+	Overlong string `json:"overlong"`
 	// SaveDtype is the saved weights' dtype: float32, bfloat16, float16.
 	SaveDtype string `json:"save_dtype"`
 	// ReferenceCheckpoint is the KL reference; "" = the input checkpoint.
@@ -189,7 +194,7 @@ func DefaultTrainerConfig() TrainerConfig {
 	return TrainerConfig{
 		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 4,
 		Dtype: "auto", Device: "auto", AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
-		MaxSeqLen: 8192, SaveDtype: "float32", Backend: "auto", ResumeOptimizer: true,
+		MaxSeqLen: 8192, Overlong: "truncate_left", SaveDtype: "float32", Backend: "auto", ResumeOptimizer: true,
 	}
 }
 
@@ -197,10 +202,10 @@ func DefaultTrainerConfig() TrainerConfig {
 type MetricsSource string
 
 const (
-	// MetricsFile: RunTrainer passes --metrics WORKDIR/metrics.jsonl and
+	// MetricsFile means RunTrainer passes --metrics WORKDIR/metrics.jsonl and
 	// reads it after exit (the default; stdout stays free for logs).
 	MetricsFile MetricsSource = "file"
-	// MetricsStdout: lines of stdout that start with '{' are metrics; other
+	// MetricsStdout means lines of stdout that start with '{' are metrics; other
 	// lines are logs. For user commands that cannot take --metrics.
 	MetricsStdout MetricsSource = "stdout"
 )
@@ -296,7 +301,7 @@ func ParseMetricsLine(line []byte) (StepMetrics, bool, error) {
 	}
 	var m StepMetrics
 	if err := json.Unmarshal(line, &m); err != nil {
-		return StepMetrics{}, false, fmt.Errorf("%w: %v: %.80q", ErrBadMetrics, err, line)
+		return StepMetrics{}, false, fmt.Errorf("%w: %w: %.80q", ErrBadMetrics, err, line)
 	}
 	m.Raw = append(json.RawMessage(nil), line...)
 	return m, false, nil
@@ -388,9 +393,9 @@ func RunTrainer(ctx context.Context, spec TrainerSpec) (TrainResult, error) {
 	if runErr != nil {
 		var ee *exec.ExitError
 		if errors.As(runErr, &ee) && ee.ExitCode() == 2 {
-			return TrainResult{}, fmt.Errorf("%w: %s: %v; output tail:\n%s", ErrTrainerInput, desc, runErr, tail.String())
+			return TrainResult{}, fmt.Errorf("%w: %s: %w; output tail:\n%s", ErrTrainerInput, desc, runErr, tail.String())
 		}
-		return TrainResult{}, fmt.Errorf("%w: %s: %v; output tail:\n%s", ErrTrainerFailed, desc, runErr, tail.String())
+		return TrainResult{}, fmt.Errorf("%w: %s: %w; output tail:\n%s", ErrTrainerFailed, desc, runErr, tail.String())
 	}
 
 	res := TrainResult{OutputTail: tail.String()}
@@ -399,7 +404,7 @@ func RunTrainer(ctx context.Context, spec TrainerSpec) (TrainResult, error) {
 	if source == MetricsFile {
 		b, err := os.ReadFile(metricsPath)
 		if err != nil {
-			return TrainResult{}, fmt.Errorf("%w: read %s: %v", ErrBadMetrics, metricsPath, err)
+			return TrainResult{}, fmt.Errorf("%w: read %s: %w", ErrBadMetrics, metricsPath, err)
 		}
 		lines = bytes.Split(b, []byte("\n"))
 	} else {

@@ -160,7 +160,7 @@ func isArxivCategory(s string) bool {
 		return false
 	}
 	for _, r := range subject {
-		if !(r >= 'a' && r <= 'z' || r == '-') {
+		if (r < 'a' || r > 'z') && r != '-' {
 			return false
 		}
 	}

@@ -145,10 +145,10 @@ func lsaExact(x *csr, k int) (*mat.Dense, error) {
 // l×l eigenproblem exactly. Cost O((2q+2)·nnz·l + min(n,V)·l²), memory
 // O(max(n,V)·l) with l = k + oversample.
 func lsaRandomized(x *csr, k int, opt vendiOptions) (*mat.Dense, error) {
-	a, at := x, x.transpose()
+	a := x
 	rowsSide := x.rows <= x.cols
 	if !rowsSide {
-		a, at = at, a
+		a = x.transpose()
 	}
 	l := min(k+opt.oversample, a.rows)
 	rng := rand.New(rand.NewPCG(opt.seed, uint64(k)))

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"flag"
 	"io"
 	"math"
@@ -224,7 +225,7 @@ func wellFormed(s string) error {
 	d := xml.NewDecoder(strings.NewReader(s))
 	for {
 		_, err := d.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

@@ -70,7 +70,11 @@ def run(argv: List[str]) -> int:
             policy = ck.load_policy(args.checkpoint, cfg.backend)
         except ValueError as e:
             raise InputError(str(e)) from None
-        enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch)
+        enc_stats: dict = {}
+        enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats)
+        emit({"event": "encode", "samples": len(samples), "kept": len(enc), **enc_stats})
+        if not enc:
+            raise InputError(f"{args.batch}: every sample is longer than max_seq_len {cfg.max_seq_len} tokens")
         model = policy.model.to(device)
         model.train()
         if cfg.gradient_checkpointing:

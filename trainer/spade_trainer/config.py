@@ -27,8 +27,10 @@ class TrainConfig:
     "bfloat16", "float16"; master weights and AdamW state stay float32.
     device: "auto" (cuda if available), "cpu", "cuda", "cuda:N".
     weight_decay: AdamW decoupled decay; 0 by default so a zero-advantage
-    batch leaves weights unchanged. max_seq_len: longer samples are an
-    error (never silently truncated). save_dtype: dtype of saved weights.
+    batch leaves weights unchanged. max_seq_len: the longest sample in
+    tokens; overlong: what happens to a longer one: "truncate_left" (keep
+    its last max_seq_len tokens if any trained token remains, else drop
+    it; counted in the "encode" event), "drop", or "error". save_dtype: dtype of saved weights.
     reference_checkpoint: KL reference ("" = the input checkpoint, whose
     log-probs equal the pre-step policy's, so no extra forward is needed).
     backend: "auto" | "builtin" | "transformers" model implementation.
@@ -50,6 +52,7 @@ class TrainConfig:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     max_seq_len: int = 8192
+    overlong: str = "truncate_left"
     save_dtype: str = "float32"
     reference_checkpoint: str = ""
     backend: str = "auto"

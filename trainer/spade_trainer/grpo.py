@@ -43,15 +43,32 @@ class Encoded:
     weight: float
 
 
-def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str) -> List[Encoded]:
+def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None) -> List[Encoded]:
     """Tokenise every sample with its role's token mask. A sample longer
-    than max_seq_len tokens is an error naming its line (truncating would
-    silently drop the tokens the reward was earned with)."""
+    than max_seq_len tokens is handled by ``overlong``: "error" names its
+    line; "truncate_left" keeps its last max_seq_len tokens (the context is
+    cut from the start, as TRL/verl do with truncation_side="left", so the
+    role's own final tokens, which earned the reward, are kept) when at
+    least one trained token remains, and otherwise drops the sample;
+    "drop" drops it. Truncated and dropped samples are counted in
+    ``stats`` ("truncated_samples", "dropped_samples")."""
+    if overlong not in ("error", "truncate_left", "drop"):
+        raise InputError(f"overlong {overlong!r}: want error, truncate_left or drop")
+    if stats is None:
+        stats = {}
+    stats.setdefault("truncated_samples", 0)
+    stats.setdefault("dropped_samples", 0)
     out = []
     for s in samples:
         ids, mask = encoder.encode_chat(s.messages, s.trained_messages())
         if len(ids) > max_seq_len:
-            raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
+            if overlong == "error":
+                raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
+            if overlong == "drop" or sum(mask[len(ids) - max_seq_len + 1 :]) == 0:
+                stats["dropped_samples"] += 1
+                continue
+            ids, mask = ids[len(ids) - max_seq_len :], mask[len(mask) - max_seq_len :]
+            stats["truncated_samples"] += 1
         if sum(mask[1:]) == 0:
             raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
         out.append(Encoded(ids, mask, s.advantage, s.weight))

@@ -459,3 +459,30 @@ class CLITest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OverlongTest(unittest.TestCase):
+    """Samples longer than max_seq_len: left truncation keeps the role's
+    final tokens; a sample whose trained tokens all fall outside is dropped;
+    "error" refuses."""
+
+    def test_truncate_left_drop_and_error(self):
+        tok = ByteTokenizer()
+        long_prompt = {"role": "user", "content": "x" * 500}
+        rows = [
+            sample("d1", "designer", "s", [long_prompt, {"role": "assistant", "content": "short answer"}], 1.0),
+            sample("a1", "agent", "e", [{"role": "user", "content": "o"}, {"role": "assistant", "content": "y" * 400}, long_prompt], 1.0),
+            sample("ok", "agent", "e", [{"role": "user", "content": "o"}, {"role": "assistant", "content": "go"}], 0.5),
+        ]
+        stats = {}
+        enc = encode_batch(to_samples(rows), tok, 300, "mem", "truncate_left", stats)
+        self.assertEqual(stats, {"truncated_samples": 1, "dropped_samples": 1})
+        self.assertEqual(len(enc), 2)
+        self.assertEqual(len(enc[0].ids), 300)
+        trained = bytes(i for i, m in zip(enc[0].ids, enc[0].mask) if m and i < 256)
+        self.assertIn(b"short answer", trained)
+        stats = {}
+        self.assertEqual(len(encode_batch(to_samples(rows), tok, 300, "mem", "drop", stats)), 1)
+        self.assertEqual(stats["dropped_samples"], 2)
+        with self.assertRaises(InputError):
+            encode_batch(to_samples(rows), tok, 300, "mem", "error")

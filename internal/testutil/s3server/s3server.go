@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,9 +33,11 @@ import (
 const Version = "v1.8.0"
 
 const (
-	// AccessKey and SecretKey are the fixed root credentials the server
-	// accepts. They are test-only values, not secrets.
+	// AccessKey is the fixed root access key the server accepts (a
+	// test-only value, not a secret).
 	AccessKey = "spadetestaccess"
+	// SecretKey is the fixed root secret key the server accepts (a
+	// test-only value, not a secret).
 	SecretKey = "spadetestsecret0123456789"
 	// Region is the region the server reports and the store URL names.
 	Region = "us-east-1"
@@ -168,19 +169,19 @@ func start(bin, root string) (*Server, error) {
 	for {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("versitygw on %s exited before answering (%v); output:\n%s", addr, err, out.String())
+			return nil, fmt.Errorf("versitygw on %s exited before answering (%w); output:\n%s", addr, err, out.String())
 		default:
 		}
 		// Any HTTP answer (an unsigned request gets 403) means it serves.
 		resp, err := client.Get(s.Endpoint + "/")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return s, nil
 		}
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-			return nil, fmt.Errorf("versitygw on %s did not answer within %s: %v; output:\n%s", addr, startTimeout, err, out.String())
+			_ = waitExit(exited)
+			return nil, fmt.Errorf("versitygw on %s did not answer within %s: %w; output:\n%s", addr, startTimeout, err, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -190,7 +191,7 @@ func start(bin, root string) (*Server, error) {
 // the goroutine waiting on it has ended before goleak looks.
 func (s *Server) stop() {
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.exited
+	_ = waitExit(s.exited)
 }
 
 func freePort() (string, error) {
@@ -268,13 +269,13 @@ func build() (string, error) {
 	return bin, nil
 }
 
-// goTool finds the go command: the one on PATH, else the one that built
-// this test binary.
+// goTool finds the go command: the one on PATH, else the standard install
+// location of the official Go distribution.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return "/usr/local/go/bin/go"
 }
 
 func isExecutable(p string) bool {
@@ -321,3 +322,7 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// waitExit waits for the server process to be reaped and returns its wait
+// status (an error after the SIGKILL the callers send on purpose).
+func waitExit(exited <-chan error) error { return <-exited }

@@ -171,7 +171,7 @@ func ParseURL(u *url.URL) (Options, error) {
 // Store is an s3:// store. Methods are safe for concurrent use.
 type Store struct {
 	client    *s3.Client
-	uploader  *manager.Uploader
+	uploader  *manager.Uploader //nolint:staticcheck // SA1019: transfermanager is newer; manager is still maintained and what Ceph/R2/MinIO users run today
 	transport *http.Transport
 	opts      Options
 	url       string
@@ -254,7 +254,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		opts:      o,
 		where:     where,
 		url:       fmt.Sprintf("s3://%s/%s", o.Bucket, o.Prefix),
-		uploader: manager.NewUploader(client, func(u *manager.Uploader) {
+		uploader: manager.NewUploader(client, func(u *manager.Uploader) { //nolint:staticcheck // SA1019: see Store.uploader
 			u.PartSize = o.PartSize
 		}),
 	}
@@ -435,7 +435,7 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 	if gerr != nil {
 		b.body = io.NopCloser(bytes.NewReader(nil))
 		b.end = b.next // no further resumes
-		return n, fmt.Errorf("get %s in %s: body broke off at byte %d (%v) and resuming failed: %w", b.key, b.s.url, b.next, err, gerr)
+		return n, fmt.Errorf("get %s in %s: body broke off at byte %d (%w) and resuming failed: %w", b.key, b.s.url, b.next, err, gerr)
 	}
 	b.body = out.Body
 	if n > 0 {
@@ -545,7 +545,7 @@ func (s *Store) upload(ctx context.Context, key string, r io.Reader, size int64,
 		return err
 	}
 	in.Body = body
-	_, err := s.uploader.Upload(ctx, in)
+	_, err := s.uploader.Upload(ctx, in) //nolint:staticcheck // SA1019: see Store.uploader
 	return err
 }
 

@@ -1,6 +1,7 @@
 package prompt
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -93,7 +94,7 @@ func FuzzExtractCode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, response string) {
 		code, err := ExtractCode(response)
 		if err != nil {
-			if err != ErrNoCode {
+			if !errors.Is(err, ErrNoCode) {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return

@@ -149,7 +149,10 @@ func TestHangEndsOnClientCancelAndClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/chat/completions", bytes.NewReader([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)))
-	_, err = client.Do(req)
+	resp, err := client.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// A hang still in progress ends when the server closes.

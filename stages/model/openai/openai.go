@@ -416,7 +416,7 @@ func toParams(modelName string, req model.Request) (oa.ChatCompletionNewParams, 
 	for i, m := range req.Messages {
 		u, err := toMessage(m)
 		if err != nil {
-			return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: message %d: %v", model.ErrBadRequest, i, err)
+			return oa.ChatCompletionNewParams{}, fmt.Errorf("%w: message %d: %w", model.ErrBadRequest, i, err)
 		}
 		p.Messages = append(p.Messages, u)
 	}

@@ -275,7 +275,7 @@ func containsPhrase(s, phrase string) bool {
 // tokens splits text into lower-case alphanumeric words.
 func tokens(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_'
 	})
 }
 

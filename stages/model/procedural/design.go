@@ -80,12 +80,12 @@ func parseDesignSpec(meta map[string]string, seed int64) (designSpec, error) {
 	}
 	if d := strings.TrimSpace(meta[MetaDoc]); d != "" {
 		if err := json.Unmarshal([]byte(d), &s.docs); err != nil {
-			return s, fmt.Errorf("%w: Meta %s: %v", ErrBadRequest, MetaDoc, err)
+			return s, fmt.Errorf("%w: Meta %s: %w", ErrBadRequest, MetaDoc, err)
 		}
 	}
 	if m := strings.TrimSpace(meta[MetaMemory]); m != "" {
 		if err := json.Unmarshal([]byte(m), &s.memory); err != nil {
-			return s, fmt.Errorf("%w: Meta %s: %v", ErrBadRequest, MetaMemory, err)
+			return s, fmt.Errorf("%w: Meta %s: %w", ErrBadRequest, MetaMemory, err)
 		}
 	}
 	return s, nil

@@ -3,7 +3,6 @@ package procedural
 import (
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 )
 
@@ -56,13 +55,6 @@ func (g *gen) intn(lo, hi int) int { return lo + g.rng.IntN(hi-lo+1) }
 
 // pick returns the value for the current difficulty from a 5-entry table.
 func pick[T any](g *gen, table [5]T) T { return table[g.difficulty-1] }
-
-// sortedCopy returns s sorted, for deterministic output of set-like lists.
-func sortedCopy(s []string) []string {
-	c := append([]string(nil), s...)
-	sort.Strings(c)
-	return c
-}
 
 // lowerWords is the lower-case form used in story phrases.
 func lowerWords(s string) string { return strings.ToLower(s) }
