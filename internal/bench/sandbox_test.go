@@ -61,8 +61,47 @@ func BenchmarkSandbox(b *testing.B) {
 	cores := float64(ReadMachine().NumCPU)
 	for range b.N {
 		const steps, workers = 20000, 2
-		var rate, cpuStep, perCallRate, cpuCall, vRate, cpuVal []float64
+		var rate, cpuStep, perCallRate, cpuCall, vRate, cpuVal, cpuProg, cpuEp []float64
 		for range sandboxReps {
+			// The two fixed costs a validation or a play pays: a fresh
+			// program (sandbox start, interpreter, load, one episode,
+			// close) and one more episode of a loaded program (fork,
+			// reset, one step, close).
+			const programs, episodes = 10, 50
+			_, c := measure(b, func() {
+				for range programs {
+					p, err := sb.Load(ctx, string(counter))
+					if err != nil {
+						b.Fatal(err)
+					}
+					e, err := p.Reset(ctx, 1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					e.Close()
+					p.Close()
+				}
+			})
+			cpuProg = append(cpuProg, float64(c.Microseconds())/1000/programs)
+			p, err := sb.Load(ctx, string(counter))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, c = measure(b, func() {
+				for i := range episodes {
+					e, err := p.Reset(ctx, int64(i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := e.Step(ctx, "add1"); err != nil {
+						b.Fatal(err)
+					}
+					e.Close()
+				}
+			})
+			p.Close()
+			cpuEp = append(cpuEp, float64(c.Microseconds())/1000/episodes)
+
 			eps := make([]*sandbox.Episode, workers)
 			progs := make([]*sandbox.Program, workers)
 			for i := range workers {
@@ -144,6 +183,8 @@ func BenchmarkSandbox(b *testing.B) {
 		rec.Add(s, "process-per-call CPU cost", "µs/call", cpuCall, Target{}, "")
 		rec.Add(s, "sandbox vs process-per-call, wall clock, same repetition", "x", ratio, AtLeast(100), "")
 		rec.Add(s, "sandbox vs process-per-call, CPU per operation", "x", cpuRatio, AtLeast(100), "")
+		rec.Add(s, "fresh program (sandbox start, load, one episode, close) CPU cost", "ms/program", cpuProg, Target{}, "10 per repetition")
+		rec.Add(s, "one more episode of a loaded program (fork, reset, step, close) CPU cost", "ms/episode", cpuEp, Target{}, "50 per repetition")
 		rec.Add(s, "validations of guess_game.py, 2 at a time, wall clock", "validations/s", vRate, AtLeast(50), "10 per repetition")
 		rec.Add(s, "validation CPU cost", "ms/validation", cpuVal, Target{}, "")
 		rec.Add(s, "validation rate the CPU cost allows on all cores", "validations/s", vBound, AtLeast(50), "cores / CPU per validation")
