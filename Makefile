@@ -1,5 +1,6 @@
 # spade: see README.md. Every target works on a fresh Debian 12 machine after
 # .ci/run's apt step (bubblewrap, python3-torch, chromium).
+SHELL   := /bin/bash
 GO      ?= go
 N       ?= 1
 SPADE   := bin/spade
@@ -40,7 +41,7 @@ lint:
 BENCH ?= .
 bench: build
 	mkdir -p .cache/bench
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 180m ./internal/bench \
+	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 180m ./internal/bench \
 		-args -bench.spade=$(abspath $(SPADE)) -bench.json=$(abspath .cache/bench/bench.json) \
 		-bench.md=$(abspath .cache/bench/bench.md) | tee bench.out
 

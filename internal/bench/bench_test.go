@@ -115,11 +115,11 @@ func TestMachineParsers(t *testing.T) {
 	if got := memTotal([]byte("MemTotal:       24576000 kB\nMemFree: 1 kB\n")); got != 24576000<<10 {
 		t.Errorf("memTotal = %d", got)
 	}
-	if got, err := parseVmHWM([]byte("Name:\tspade\nVmPeak:\t 9 kB\nVmHWM:\t  167520 kB\n")); err != nil || got != 167520<<10 {
-		t.Errorf("parseVmHWM = %d, %v", got, err)
+	if got, err := parseVMHWM([]byte("Name:\tspade\nVmPeak:\t 9 kB\nVmHWM:\t  167520 kB\n")); err != nil || got != 167520<<10 {
+		t.Errorf("parseVMHWM = %d, %v", got, err)
 	}
-	if _, err := parseVmHWM([]byte("Name:\tzombie\n")); err == nil {
-		t.Error("parseVmHWM accepted a status without VmHWM")
+	if _, err := parseVMHWM([]byte("Name:\tzombie\n")); err == nil {
+		t.Error("parseVMHWM accepted a status without VmHWM")
 	}
 	if m := ReadMachine(); m.NumCPU < 1 || m.GoVersion == "" {
 		t.Errorf("ReadMachine = %+v", m)

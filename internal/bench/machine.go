@@ -107,8 +107,8 @@ func ParseLoadAvg(s string) (LoadAvg, error) {
 	return l, nil
 }
 
-// parseVmHWM reads the VmHWM line of /proc/PID/status, in bytes.
-func parseVmHWM(status []byte) (int64, error) {
+// parseVMHWM reads the VmHWM line of /proc/PID/status, in bytes.
+func parseVMHWM(status []byte) (int64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())

@@ -185,5 +185,5 @@ func vmHWM(pid int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseVmHWM(b)
+	return parseVMHWM(b)
 }
