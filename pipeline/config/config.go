@@ -139,11 +139,14 @@ type GRPO struct {
 	// (docs/training.md).
 	WeightRule string `yaml:"weight_rule" json:"weight_rule"`
 	// DesignerNorm is none (public code) or std (divide by the role std).
-	DesignerNorm string  `yaml:"designer_norm" json:"designer_norm"`
-	LR           float64 `yaml:"lr" json:"lr"`
-	ClipEps      float64 `yaml:"clip_eps" json:"clip_eps"`
-	KLBeta       float64 `yaml:"kl_beta" json:"kl_beta"`
-	TimeoutS     float64 `yaml:"timeout_s" json:"timeout_s"`
+	DesignerNorm string `yaml:"designer_norm" json:"designer_norm"`
+	// MaxSeqLen is the longest trained sample in tokens; longer samples
+	// are truncated from the left (the role's own final tokens are kept).
+	MaxSeqLen int     `yaml:"max_seq_len" json:"max_seq_len"`
+	LR        float64 `yaml:"lr" json:"lr"`
+	ClipEps   float64 `yaml:"clip_eps" json:"clip_eps"`
+	KLBeta    float64 `yaml:"kl_beta" json:"kl_beta"`
+	TimeoutS  float64 `yaml:"timeout_s" json:"timeout_s"`
 }
 
 // Observe configures what is measured besides data.
@@ -170,7 +173,7 @@ func Default() Config {
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
 		Memory:  Memory{Capacity: 200},
-		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
+		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
 	}
 }
 
@@ -251,6 +254,7 @@ func (c Config) Validate() error {
 	pos("memory.capacity", c.Memory.Capacity)
 	pos("model.concurrency", c.Model.Concurrency)
 	pos("sandbox.memory_mb", c.Sandbox.MemoryMB)
+	pos("grpo.max_seq_len", c.GRPO.MaxSeqLen)
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Sprintf("workers must be >= 0 (got %d)", c.Workers))
 	}

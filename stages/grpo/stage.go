@@ -270,7 +270,7 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
 	}
 	tc := DefaultTrainerConfig()
-	tc.LR, tc.ClipEpsilon, tc.KLBeta = cfg.LR, cfg.ClipEps, cfg.KLBeta
+	tc.LR, tc.ClipEpsilon, tc.KLBeta, tc.MaxSeqLen = cfg.LR, cfg.ClipEps, cfg.KLBeta, cfg.MaxSeqLen
 	tc.Seed = sample.Seed(env.Round.Seed, "grpo", env.Round.Round)
 	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}
 	if cfg.Trainer == "command" {
