@@ -73,7 +73,9 @@ func TestRunTrainerEndToEnd(t *testing.T) {
 	if res.Steps[0].TrainedTokens != int64(T) || res.Steps[0].GradNorm <= 0 || res.Steps[0].Tokens <= int64(T) {
 		t.Errorf("step 1 metrics = %+v", res.Steps[0])
 	}
-	if len(res.Events) != 1 || !bytes.Contains(res.Events[0], []byte(`"done"`)) {
+	// The trainer reports how it encoded the batch, then that it is done.
+	if len(res.Events) != 2 || !bytes.Contains(res.Events[0], []byte(`"event":"encode"`)) || !bytes.Contains(res.Events[0], []byte(`"kept":3`)) ||
+		!bytes.Contains(res.Events[1], []byte(`"done"`)) {
 		t.Errorf("events = %s", res.Events)
 	}
 	names := map[string]CheckpointFile{}
@@ -148,7 +150,8 @@ func TestRunTrainerRealInputError(t *testing.T) {
 	python3HasTorch(t)
 	dir := t.TempDir()
 	cfg := DefaultTrainerConfig()
-	cfg.MaxSeqLen = 8 // every sample is longer: the trainer exits 2
+	cfg.MaxSeqLen = 8 // every sample is longer: with "error" the trainer exits 2
+	cfg.Overlong = "error"
 	_, err := RunTrainer(context.Background(), TrainerSpec{
 		Checkpoint: "tiny:1", OutputDir: filepath.Join(dir, "out"), WorkDir: dir, Samples: testSamples(), Config: cfg,
 	})
