@@ -418,6 +418,9 @@ class CLITest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(met1) as f:
                 lines = [json.loads(line) for line in f]
+            self.assertEqual(lines[0]["event"], "encode")
+            self.assertEqual(lines[0]["kept"], lines[0]["samples"])
+            lines = lines[1:]
             self.assertEqual([m.get("step") for m in lines[:2]], [1, 2])
             for key in ("loss", "kl", "clip_fraction", "grad_norm", "tokens", "tokens_per_s", "peak_memory_bytes", "step", "lr"):
                 self.assertIn(key, lines[0])
