@@ -54,7 +54,7 @@ func readFrame(r io.Reader, buf []byte, limit int) ([]byte, []byte, error) {
 // depends on the request (see python/spade_harness.py).
 type reply struct {
 	OK        bool   `json:"ok"`
-	Op        string `json:"op"` // "ended" after an episode process exits
+	Op        string `json:"op"` // "ended" after an episode process exits, "program_ended" after a program process exits
 	Kind      Kind   `json:"kind"`
 	Detail    string `json:"detail"`
 	Traceback string `json:"traceback"`
@@ -74,6 +74,11 @@ type reply struct {
 	Exit   *int `json:"exit"`
 	Signal *int `json:"signal"`
 	Strays bool `json:"strays"`
+
+	// Clean and Unclean answer a zygote's reap: whether the sandbox was
+	// restored (no process left, /tmp and /dev/shm empty, /dev unchanged).
+	Clean   bool     `json:"clean"`
+	Unclean []string `json:"unclean"`
 
 	ToolStatus
 }

@@ -83,12 +83,13 @@ func (p *Program) Meta() Meta { return p.meta }
 func (p *Program) Alive() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closed && !p.w.isKilled()
+	return !p.closed && !p.w.isKilled() && p.w.progErr == nil
 }
 
-// Reset starts an episode: it forks a child of the loaded program, seeds
-// Python's global random from seed, builds a fresh instance and calls
-// reset(seed=seed) (Gymnasium). The episode must be closed before the next
+// Reset starts an episode: in the program's process (or, with
+// Config.ForkEpisodes, in a forked child of it) it seeds Python's global
+// random from seed, builds a fresh instance and calls reset(seed=seed)
+// (Gymnasium). The episode must be closed before the next
 // Reset. Errors: *Error (KindException, KindContract, KindTimeout, ...);
 // ErrEpisodeOpen; ErrClosed.
 func (p *Program) Reset(ctx context.Context, seed int64) (*Episode, error) {
@@ -100,7 +101,7 @@ func (p *Program) Reset(ctx context.Context, seed int64) (*Episode, error) {
 	if p.episode != nil {
 		return nil, ErrEpisodeOpen
 	}
-	r, err := p.w.call(ctx, "reset", map[string]any{"op": "reset", "seed": seed}, p.sb.cfg.CallTimeout)
+	r, err := p.w.call(ctx, "reset", map[string]any{"op": "reset", "seed": seed, "fork": p.sb.cfg.ForkEpisodes}, p.sb.cfg.CallTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +138,7 @@ func (p *Program) Close() error {
 		p.episode.over, p.episode.ended = true, true
 		p.episode = nil
 	}
-	p.w.close()
-	p.sb.slots <- p.slot
+	p.sb.release(p.w, p.slot)
 	return nil
 }
 

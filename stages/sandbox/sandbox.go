@@ -83,6 +83,25 @@ type Config struct {
 	// ReplyBytes caps one reply frame (observation + info), in bytes; a
 	// larger reply is refused (KindReplyLimit). Default 1 MiB.
 	ReplyBytes int
+	// ForkEpisodes runs every episode in a forked child of the loaded
+	// program (the strictest isolation between episodes: nothing an episode
+	// does outlives it) instead of in the program's process with a fresh
+	// instance. Forking costs ~400 copy-on-write page faults per episode,
+	// 15-30 ms of CPU on a paravirtualised VM (docs/benchmarks.md); in
+	// process an episode costs well under 1 ms, but state a program keeps
+	// outside its instances (class attributes, module globals, threads)
+	// carries over between its episodes, which the validator's
+	// determinism check screens for. Default false.
+	ForkEpisodes bool
+	// ProgramsPerSandbox is how many programs one bubblewrap sandbox serves
+	// one after another before it is replaced. Each program runs in a fresh
+	// process forked from the sandbox's zygote, which never runs untrusted
+	// code; between programs every other process of the sandbox is killed,
+	// /tmp and /dev/shm are emptied and /dev is checked, and a sandbox that
+	// cannot be restored is replaced at once (docs/sandbox.md, "Sandbox
+	// reuse"). 1 starts a fresh bubblewrap for every program. Default 256.
+	// Without bubblewrap every program gets a fresh harness process.
+	ProgramsPerSandbox int
 	// UIDBase selects the uids workers run as when spade runs as root: slot
 	// i runs as UIDBase+i, so RLIMIT_NPROC is enforced (root is exempt) and
 	// a fork bomb in one slot cannot starve another. 0 derives a base from
@@ -133,6 +152,9 @@ func (c Config) withDefaults() Config {
 	if c.ReplyBytes <= 0 {
 		c.ReplyBytes = 1 << 20
 	}
+	if c.ProgramsPerSandbox <= 0 {
+		c.ProgramsPerSandbox = 256
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -160,7 +182,11 @@ type Sandbox struct {
 	harnessDir string // host directory holding spade_harness.py and spade_env/
 	uidBase    int    // -1: no uid switching
 	limitsArg  string
+	zygote     bool // bwrap workers are zygotes serving several programs
 	slots      chan int
+	// idle[slot] is the slot's running zygote while no program holds the
+	// slot; only the slot's holder touches it.
+	idle []*worker
 
 	mu     sync.Mutex
 	closed bool
@@ -171,7 +197,7 @@ type Sandbox struct {
 // ErrNoIsolation when Strict is set and bubblewrap is unusable.
 func New(cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
-	s := &Sandbox{cfg: cfg, uidBase: -1, slots: make(chan int, cfg.Workers)}
+	s := &Sandbox{cfg: cfg, uidBase: -1, slots: make(chan int, cfg.Workers), idle: make([]*worker, cfg.Workers)}
 	for i := range cfg.Workers {
 		s.slots <- i
 	}
@@ -203,6 +229,7 @@ func New(cfg Config) (*Sandbox, error) {
 	var probeErr error
 	if s.bwrap != "" {
 		s.isolation = IsolationBwrap
+		s.zygote = true
 		s.limitsArg = s.limitsJSON()
 		probeErr = s.probe()
 		if probeErr == nil {
@@ -222,6 +249,7 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	s.bwrap = ""
 	s.isolation = IsolationRlimits
+	s.zygote = false
 	s.limitsArg = s.limitsJSON()
 	cfg.Logger.Warn("SANDBOX RUNS WITHOUT ISOLATION: untrusted environment code can read host files, "+
 		"use the network and signal this user's processes; only rlimits apply. Install bubblewrap or set Strict.",
@@ -243,7 +271,11 @@ func (s *Sandbox) probe() error {
 	if err != nil {
 		return err
 	}
-	w.close()
+	if w.zygote {
+		s.idle[slot] = w // the first Load in this slot uses it
+	} else {
+		w.close()
+	}
 	return nil
 }
 
@@ -266,8 +298,9 @@ func (s *Sandbox) SlotUIDs() []int {
 // Config returns the effective configuration (defaults filled in).
 func (s *Sandbox) Config() Config { return s.cfg }
 
-// Close removes the harness files. Programs still open keep running until
-// closed; Load fails with ErrClosed afterwards.
+// Close stops the idle sandboxes and removes the harness files. Programs
+// still open keep running until closed (their sandboxes are stopped then);
+// Load fails with ErrClosed afterwards.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -275,6 +308,25 @@ func (s *Sandbox) Close() error {
 		return nil
 	}
 	s.closed = true
+	// Stop the zygotes of the free slots; a slot held by a program stops
+	// its sandbox when the program is closed (release sees s.closed).
+	var free []int
+drain:
+	for {
+		select {
+		case slot := <-s.slots:
+			free = append(free, slot)
+		default:
+			break drain
+		}
+	}
+	for _, slot := range free {
+		if w := s.idle[slot]; w != nil {
+			w.close()
+			s.idle[slot] = nil
+		}
+		s.slots <- slot
+	}
 	if err := os.RemoveAll(s.harnessDir); err != nil {
 		return fmt.Errorf("sandbox: remove harness dir %s: %w", s.harnessDir, err)
 	}
@@ -351,6 +403,9 @@ func (s *Sandbox) limitsJSON() string {
 		// kill(-1) after each episode is safe only where it reaches the
 		// sandbox's own processes: a pid namespace or a dedicated uid.
 		"reap_strays": s.isolation == IsolationBwrap || s.uidBase >= 0,
+		// Under bubblewrap the harness is the pid namespace's init and forks
+		// one process per program (spade_harness.py, "zygote").
+		"zygote": s.isolation == IsolationBwrap,
 	})
 	return string(b)
 }
@@ -377,7 +432,7 @@ func (s *Sandbox) argv() []string {
 	a := []string{s.bwrap,
 		"--unshare-all", "--unshare-user", "--disable-userns",
 		"--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
-		"--hostname", "sandbox",
+		"--as-pid-1", "--hostname", "sandbox",
 		"--ro-bind", "/usr", "/usr",
 	}
 	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
@@ -450,7 +505,7 @@ func (s *Sandbox) LoadClass(ctx context.Context, source, class string) (*Program
 	case <-ctx.Done():
 		return nil, &Error{Kind: KindCanceled, Op: "load", Detail: "waiting for a sandbox slot", Err: ctx.Err()}
 	}
-	w, err := s.startWorker(ctx, slot)
+	w, err := s.slotWorker(ctx, slot)
 	if err != nil {
 		s.slots <- slot
 		return nil, err
@@ -467,11 +522,53 @@ func (s *Sandbox) LoadClass(ctx context.Context, source, class string) (*Program
 		err = &Error{Kind: KindProtocol, Op: "load", Detail: "load reply carries no metadata"}
 	}
 	if err != nil {
-		w.close()
-		s.slots <- slot
+		s.release(w, slot)
 		return nil, err
 	}
 	return &Program{sb: s, w: w, slot: slot, meta: r.Meta.clean()}, nil
+}
+
+// slotWorker returns a worker for slot with a fresh program process ready
+// for "load": the slot's idle zygote when it is alive and has served fewer
+// than ProgramsPerSandbox programs, else a newly started sandbox.
+func (s *Sandbox) slotWorker(ctx context.Context, slot int) (*worker, error) {
+	w := s.idle[slot]
+	s.idle[slot] = nil
+	if w != nil && (w.isKilled() || w.served >= s.cfg.ProgramsPerSandbox) {
+		w.close()
+		w = nil
+	}
+	if w != nil {
+		if err := w.spawn(ctx); err == nil {
+			return w, nil
+		}
+		// The zygote is gone or refused: replace the whole sandbox.
+		w.close()
+	}
+	w, err := s.startWorker(ctx, slot)
+	if err != nil || !w.zygote {
+		return w, err
+	}
+	if err := w.spawn(ctx); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// release ends the program w serves and frees slot: a zygote that is still
+// healthy and restores a clean sandbox stays as the slot's idle worker;
+// anything else is killed.
+func (s *Sandbox) release(w *worker, slot int) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if !closed && w.zygote && !w.isKilled() && w.served < s.cfg.ProgramsPerSandbox && w.reap(context.Background()) {
+		s.idle[slot] = w
+	} else {
+		w.close()
+	}
+	s.slots <- slot
 }
 
 // harnessError converts an error reply into an *Error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -200,10 +201,8 @@ func TestFailureKinds(t *testing.T) {
 	}
 }
 
-func TestEpisodeCrashKeepsProgramButTimeoutKillsIt(t *testing.T) {
-	sb := newSandbox(t, func(c *Config) { c.CallTimeout = time.Second })
-	ctx := context.Background()
-	p, err := sb.Load(ctx, `
+func TestEpisodeCrashAndTimeout(t *testing.T) {
+	src := `
 import os
 from spade_env import Env
 class E(Env):
@@ -215,30 +214,51 @@ class E(Env):
         if a == "hang":
             while True: pass
         return "ok", 1.0, True, False, {}
-`)
-	require.NoError(t, err)
-	defer p.Close()
-	e, err := p.Reset(ctx, 1)
-	require.NoError(t, err)
-	_, err = e.Step(ctx, "die")
-	assert.Equal(t, KindExit, KindOf(err))
-	require.NoError(t, e.Close())
+`
+	for _, fork := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fork=%v", fork), func(t *testing.T) {
+			sb := newSandbox(t, func(c *Config) { c.CallTimeout = time.Second; c.ForkEpisodes = fork })
+			ctx := context.Background()
+			p, err := sb.Load(ctx, src)
+			require.NoError(t, err)
+			defer p.Close()
+			e, err := p.Reset(ctx, 1)
+			require.NoError(t, err)
+			_, err = e.Step(ctx, "die")
+			assert.Equal(t, KindExit, KindOf(err))
+			require.NoError(t, e.Close())
+			if !fork {
+				// In process, os._exit ends the program's process: the
+				// program is dead and says why; a new Load serves again.
+				assert.Contains(t, err.Error(), "program process exited with status 1")
+				assert.False(t, p.Alive())
+				_, err = p.Reset(ctx, 2)
+				assert.Equal(t, KindExit, KindOf(err))
+				require.NoError(t, p.Close())
+				p, err = sb.Load(ctx, src)
+				require.NoError(t, err)
+				defer p.Close()
+			} else {
+				assert.Contains(t, err.Error(), "episode process exited with status 1")
+			}
 
-	e, err = p.Reset(ctx, 2) // the fork server survived
-	require.NoError(t, err)
-	r, err := e.Step(ctx, "fine")
-	require.NoError(t, err)
-	assert.True(t, r.Terminated)
-	require.NoError(t, e.Close())
+			e, err = p.Reset(ctx, 2) // the fork server, or the new program, serves
+			require.NoError(t, err)
+			r, err := e.Step(ctx, "fine")
+			require.NoError(t, err)
+			assert.True(t, r.Terminated)
+			require.NoError(t, e.Close())
 
-	e, err = p.Reset(ctx, 3)
-	require.NoError(t, err)
-	_, err = e.Step(ctx, "hang")
-	assert.Equal(t, KindTimeout, KindOf(err))
-	assert.False(t, p.Alive())
-	require.NoError(t, e.Close())
-	_, err = p.Reset(ctx, 4)
-	assert.ErrorIs(t, err, ErrClosed)
+			e, err = p.Reset(ctx, 3)
+			require.NoError(t, err)
+			_, err = e.Step(ctx, "hang")
+			assert.Equal(t, KindTimeout, KindOf(err))
+			assert.False(t, p.Alive())
+			require.NoError(t, e.Close())
+			_, err = p.Reset(ctx, 4)
+			assert.ErrorIs(t, err, ErrClosed)
+		})
+	}
 }
 
 func TestContextCancelKillsCall(t *testing.T) {

@@ -16,21 +16,30 @@ import (
 	"time"
 )
 
-// worker is one sandboxed Python harness process (bwrap + python), serving
-// one program. Calls on a worker are serialised by its owner (Program).
+// worker is one sandbox (bwrap + python). Under bubblewrap it is a zygote
+// that serves programs one after another, each in a fresh forked process
+// (see spade_harness.py); otherwise the harness process itself serves one
+// program. Calls on a worker are serialised by its owner: the Program using
+// it, or the Sandbox while its slot is free.
 type worker struct {
-	sb   *Sandbox
-	slot int
-	uid  int // -1 when not switching uid
+	sb     *Sandbox
+	slot   int
+	uid    int  // -1 when not switching uid
+	zygote bool // serves several programs through spawn and reap
 
 	cmd  *exec.Cmd
-	reqW *os.File // our end of the child's fd 3
-	repR *os.File // our end of the child's fd 4
+	reqW *os.File // our end of the child's fd 3 (program requests)
+	repR *os.File // our end of the child's fd 4 (program replies)
+	ctlW *os.File // our end of the zygote's fd 5 (control requests)
+	ctlR *os.File // our end of the zygote's fd 6 (control replies)
 	out  *capWriter
 	done chan struct{} // closed when cmd.Wait returns
 
 	wbuf []byte
 	rbuf []byte
+
+	served  int   // programs spawned so far
+	progErr error // set once the current program's process has ended
 
 	mu      sync.Mutex
 	reason  Kind   // first kill reason; "" while alive or on natural exit
@@ -51,7 +60,24 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 		reqW.Close()
 		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "create reply pipe", Err: err}
 	}
-	w := &worker{sb: s, slot: slot, uid: s.slotUID(slot), reqW: reqW, repR: repR, done: make(chan struct{})}
+	w := &worker{sb: s, slot: slot, uid: s.slotUID(slot), zygote: s.zygote, reqW: reqW, repR: repR, done: make(chan struct{})}
+	extra := []*os.File{reqR, repW} // fds 3 and 4 in the child
+	if w.zygote {
+		var ctlR, ctlW *os.File
+		if ctlR, w.ctlW, err = os.Pipe(); err == nil {
+			if w.ctlR, ctlW, err = os.Pipe(); err != nil {
+				ctlR.Close()
+				w.ctlW.Close()
+			}
+		}
+		if err != nil {
+			for _, f := range []*os.File{reqR, reqW, repR, repW} {
+				f.Close()
+			}
+			return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "create control pipes", Err: err}
+		}
+		extra = append(extra, ctlR, ctlW) // fds 5 and 6
+	}
 	w.out = &capWriter{limit: s.cfg.OutputBytes, onExceed: func(int64) {
 		w.kill(KindOutputLimit, fmt.Sprintf("stdout+stderr passed %d bytes", s.cfg.OutputBytes))
 	}}
@@ -62,7 +88,7 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	cmd.Stdin = nil
 	cmd.Stdout = w.out
 	cmd.Stderr = w.out
-	cmd.ExtraFiles = []*os.File{reqR, repW} // fds 3 and 4 in the child
+	cmd.ExtraFiles = extra
 	cmd.WaitDelay = 2 * time.Second
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if w.uid >= 0 {
@@ -71,14 +97,16 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	cmd.SysProcAttr = attr
 	w.cmd = cmd
 	if err := cmd.Start(); err != nil {
-		reqR.Close()
-		repW.Close()
-		reqW.Close()
-		repR.Close()
+		for _, f := range append(extra, reqW, repR, w.ctlW, w.ctlR) {
+			if f != nil {
+				f.Close()
+			}
+		}
 		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "start " + argv[0], Err: err}
 	}
-	reqR.Close()
-	repW.Close()
+	for _, f := range extra {
+		f.Close()
+	}
 	go func() {
 		err := cmd.Wait()
 		w.mu.Lock()
@@ -86,7 +114,12 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 		w.mu.Unlock()
 		close(w.done)
 	}()
-	r, err := w.roundTrip(ctx, "start", nil, s.cfg.LoadTimeout)
+	var r *reply
+	if w.zygote {
+		r, err = w.ctl(ctx, "start", nil, s.cfg.LoadTimeout)
+	} else {
+		r, err = w.roundTrip(ctx, "start", nil, s.cfg.LoadTimeout)
+	}
 	if err != nil {
 		w.close()
 		return nil, err
@@ -98,15 +131,50 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	return w, nil
 }
 
-// call sends req and returns the next reply, under timeout and ctx.
+// call sends req to the current program and returns the next reply, under
+// timeout and ctx. Once the zygote reports that the program's process ended
+// (os._exit, a signal, RLIMIT_CPU), every call returns that error.
 func (w *worker) call(ctx context.Context, op string, req any, timeout time.Duration) (*reply, error) {
-	return w.roundTrip(ctx, op, req, timeout)
+	if w.progErr != nil {
+		return nil, w.progErr
+	}
+	r, err := w.roundTrip(ctx, op, req, timeout)
+	if err == nil && r.Op == "program_ended" {
+		w.progErr = programEndedError(op, r, w)
+		return nil, w.progErr
+	}
+	return r, err
 }
 
-// roundTrip writes req (unless nil) and reads one reply frame. Any failure
-// other than an error reply from the harness kills the sandbox: after a
-// timeout or a garbled frame its state is unknown.
+// programEndedError describes a program process that ended while a reply
+// was expected.
+func programEndedError(op string, r *reply, w *worker) error {
+	out := w.out.head(outputInError)
+	switch {
+	case r.Signal != nil:
+		kind, det := signalKind(signalOf(*r.Signal), out)
+		return &Error{Kind: kind, Op: op, Detail: "program process " + det, Output: out}
+	case r.Exit != nil:
+		return &Error{Kind: KindExit, Op: op, Detail: fmt.Sprintf("program process exited with status %d", *r.Exit), Output: out}
+	}
+	return &Error{Kind: KindProtocol, Op: op, Detail: "program process ended without a status", Output: out}
+}
+
+// ctl is one exchange with the zygote on its control channel (fds 5/6),
+// which no program process holds.
+func (w *worker) ctl(ctx context.Context, op string, req any, timeout time.Duration) (*reply, error) {
+	return w.exchange(ctx, op, req, timeout, w.ctlW, w.ctlR, 64<<10)
+}
+
+// roundTrip is one exchange on the program channel (fds 3/4).
 func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time.Duration) (*reply, error) {
+	return w.exchange(ctx, op, req, timeout, w.reqW, w.repR, w.sb.cfg.ReplyBytes)
+}
+
+// exchange writes req (unless nil) to wr and reads one reply frame from rd.
+// Any failure other than an error reply from the harness kills the sandbox:
+// after a timeout or a garbled frame its state is unknown.
+func (w *worker) exchange(ctx context.Context, op string, req any, timeout time.Duration, wr, rd *os.File, limit int) (*reply, error) {
 	if w.isKilled() {
 		return nil, w.deadError(op)
 	}
@@ -117,8 +185,8 @@ func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time
 	}
 	stop := context.AfterFunc(ctx, func() {
 		// Wake a blocked read or write; the error path below sees ctx.Err.
-		_ = w.repR.SetReadDeadline(time.Unix(1, 0))
-		_ = w.reqW.SetWriteDeadline(time.Unix(1, 0))
+		_ = rd.SetReadDeadline(time.Unix(1, 0))
+		_ = wr.SetWriteDeadline(time.Unix(1, 0))
 	})
 	defer stop()
 	if req != nil {
@@ -127,17 +195,17 @@ func (w *worker) roundTrip(ctx context.Context, op string, req any, timeout time
 			return nil, &Error{Kind: KindProtocol, Op: op, Detail: "encode request", Err: err}
 		}
 		w.wbuf = appendFrame(w.wbuf[:0], payload)
-		if err := w.reqW.SetWriteDeadline(deadline); err != nil {
+		if err := wr.SetWriteDeadline(deadline); err != nil {
 			return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 		}
-		if _, err := w.reqW.Write(w.wbuf); err != nil {
+		if _, err := wr.Write(w.wbuf); err != nil {
 			return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 		}
 	}
-	if err := w.repR.SetReadDeadline(deadline); err != nil {
+	if err := rd.SetReadDeadline(deadline); err != nil {
 		return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
 	}
-	payload, buf, err := readFrame(w.repR, w.rbuf, w.sb.cfg.ReplyBytes)
+	payload, buf, err := readFrame(rd, w.rbuf, limit)
 	w.rbuf = buf
 	if err != nil {
 		return nil, w.fail(ctx, op, err, timeout, ctxDeadline)
@@ -281,11 +349,69 @@ func (w *worker) close() {
 		_ = p.Kill()
 	}
 	<-w.done
-	w.reqW.Close()
-	w.repR.Close()
+	for _, f := range []*os.File{w.reqW, w.repR, w.ctlW, w.ctlR} {
+		if f != nil {
+			f.Close()
+		}
+	}
 	if w.uid >= 0 {
 		sweepUID(w.uid, 5*time.Second)
 	}
+}
+
+// spawn has the zygote fork a fresh program process, which then serves the
+// program channel. The program channel is drained first: frames a previous
+// program left in the pipe (its processes are all dead by now) must not be
+// read as this program's replies.
+func (w *worker) spawn(ctx context.Context) error {
+	w.progErr = nil
+	if err := w.drainReplies(); err != nil {
+		w.kill(KindSandbox, "drain program channel: "+err.Error())
+		return &Error{Kind: KindSandbox, Op: "load", Detail: "drain program channel", Err: err}
+	}
+	w.out.reset()
+	r, err := w.ctl(ctx, "load", map[string]string{"op": "spawn"}, w.sb.cfg.LoadTimeout)
+	if err != nil {
+		return err
+	}
+	if !r.OK {
+		w.kill(KindSandbox, "spawn refused: "+r.Detail)
+		return harnessError("load", r)
+	}
+	w.served++
+	return nil
+}
+
+// drainReplies discards whatever is buffered in the program reply pipe.
+func (w *worker) drainReplies() error {
+	var buf [4096]byte
+	for {
+		if err := w.repR.SetReadDeadline(time.Now()); err != nil {
+			return err
+		}
+		_, err := w.repR.Read(buf[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// reap ends the current program: the zygote SIGKILLs its process, kills and
+// reaps every other process of the sandbox, empties /tmp and /dev/shm and
+// checks /dev. It reports whether the sandbox is clean enough to serve
+// another program; on false or any error the caller closes the worker.
+func (w *worker) reap(ctx context.Context) bool {
+	r, err := w.ctl(ctx, "close", map[string]string{"op": "reap"}, w.sb.cfg.LoadTimeout)
+	if err != nil || !r.OK || !r.Clean {
+		if err == nil {
+			w.sb.cfg.Logger.Debug("sandbox not reusable after a program", "slot", w.slot, "unclean", r.Unclean)
+		}
+		return false
+	}
+	return true
 }
 
 // capWriter keeps the first limit bytes of the sandbox's stdout+stderr and
@@ -320,6 +446,15 @@ func (c *capWriter) Write(p []byte) (int, error) {
 		c.onExceed(total)
 	}
 	return len(p), nil
+}
+
+// reset forgets the captured output and its count, for the next program of
+// a reused sandbox: the output cap is per program.
+func (c *capWriter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Reset()
+	c.total, c.fired = 0, false
 }
 
 // outputInError is how much captured output an Error carries.

@@ -114,6 +114,15 @@ def fail(exc):
     send({"ok": False, "kind": error_kind(exc), "detail": f"{type(exc).__name__}: {exc}"[:2000], "traceback": tail_traceback(exc)})
 
 
+def cpu_hard(cpu):
+    """RLIMIT_CPU's hard limit for a program process: SIGXCPU comes at the
+    soft limit (cpu seconds per episode, raised at each in-process episode),
+    SIGKILL at this one, which bounds a program process that ignores SIGXCPU
+    over all its episodes. The Go side's wall-clock deadline per call comes
+    first in practice."""
+    return cpu * 64 + 1
+
+
 def apply_limits(lim):
     def setl(res, soft, hard=None):
         if soft is None or soft <= 0:
@@ -127,10 +136,9 @@ def apply_limits(lim):
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     setl(resource.RLIMIT_AS, lim.get("memory_bytes"))
-    # SIGXCPU at the soft limit, SIGKILL one second later at the hard limit.
     cpu = lim.get("cpu_seconds")
     if cpu:
-        setl(resource.RLIMIT_CPU, cpu, cpu + 1)
+        setl(resource.RLIMIT_CPU, cpu, cpu_hard(cpu))
     setl(resource.RLIMIT_FSIZE, lim.get("file_size_bytes"))
     setl(resource.RLIMIT_NOFILE, lim.get("open_files"))
     setl(resource.RLIMIT_NPROC, lim.get("processes"))
@@ -476,6 +484,9 @@ def op_reset(req):
     seed = req.get("seed")
     mt = getattr(PROGRAM["cls"], "max_turns", 0)
     max_turns = mt if isinstance(mt, int) and not isinstance(mt, bool) and mt > 0 else 0
+    if not req.get("fork", True):
+        episode_in_process(seed, max_turns)
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     # Move every object of the loaded program to the permanent generation
@@ -507,31 +518,74 @@ def op_reset(req):
         ended["exit"] = os.WEXITSTATUS(status)
     elif os.WIFSIGNALED(status):
         ended["signal"] = os.WTERMSIG(status)
-    if LIMITS.get("reap_strays"):
-        # Anything still running now was left behind by the episode (a
-        # daemon, an unreaped child). Inside the sandbox's pid namespace, or
-        # under the slot's own uid, kill(-1) reaches exactly those processes:
-        # never pid 1 (bwrap's init) and never this harness.
-        try:
-            os.kill(-1, signal.SIGKILL)
-            ended["strays"] = True
-        except (ProcessLookupError, PermissionError):
-            pass
+    if kill_strays():
+        ended["strays"] = True
     send(ended)
 
 
-def main():
-    global MAX_REPLY
-    lim = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    LIMITS.update(lim)
-    MAX_REPLY = int(lim.get("reply_bytes") or MAX_REPLY)
-    apply_limits(lim)
+def kill_strays():
+    """Kill what an episode left running (a daemon, an unreaped child).
+
+    Inside the sandbox's pid namespace, or under the slot's own uid,
+    kill(-1) reaches exactly those processes: never pid 1 (the zygote, or
+    bwrap's init) and never this process. Returns whether any was found."""
+    if not LIMITS.get("reap_strays"):
+        return False
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    while True:  # reap this process's own children among them
+        try:
+            if os.waitpid(-1, 0)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    return True
+
+
+def episode_in_process(seed, max_turns):
+    """Serve one episode in this process: a fresh instance of the loaded
+    class, the same seeding as a forked episode, and the same reply frames.
+    State the program keeps outside its instances (class attributes,
+    module globals, threads) carries over to the next episode; the
+    validator's determinism check replays seeds after other episodes to
+    catch programs that depend on it."""
+    cpu = LIMITS.get("cpu_seconds")
+    if cpu:
+        # RLIMIT_CPU counts the whole process: give each episode its own
+        # budget on top of what earlier episodes used.
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        soft = int(ru.ru_utime + ru.ru_stime) + cpu
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        except (ValueError, OSError):
+            pass
+    try:
+        serve_episode(seed, max_turns)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    ended = {"op": "ended", "exit": 0}
+    if kill_strays():
+        ended["strays"] = True
+    send(ended)
+
+
+def program_main(send_ready):
+    """Serve one program on fds 3/4: load once, then episodes."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     os.set_inheritable(IN_FD, True)
     os.set_inheritable(OUT_FD, True)
-    send({"ok": True, "ready": True, "python": sys.version.split()[0]})
+    if send_ready:
+        send({"ok": True, "ready": True, "python": sys.version.split()[0]})
     loaded = False
     while True:
         try:
@@ -554,6 +608,300 @@ def main():
                 send({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
         except BaseException as exc:
             fail(exc)
+
+
+# --- zygote ----------------------------------------------------------------
+#
+# With ``"zygote": true`` in the limits the harness runs as pid 1 of the
+# sandbox's pid namespace (bwrap --as-pid-1) and never executes untrusted
+# code itself. For each program it forks a fresh child that serves the
+# program on fds 3/4 exactly as a standalone harness would; between programs
+# it kills every other process of the namespace, empties /tmp and /dev/shm,
+# checks /dev against its start-up snapshot and drains the request pipe, and
+# reports on its own control channel (fds 5/6, closed in the child before any
+# program code runs). As the namespace's init it cannot be killed from
+# inside: the kernel drops SIGKILL from processes of the same namespace.
+# Anything it cannot restore is reported as unclean and the Go side replaces
+# the whole sandbox.
+
+CTL_IN_FD = 5
+CTL_OUT_FD = 6
+
+
+def ctl_send(obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    view = memoryview(HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(CTL_OUT_FD, view):]
+
+
+def ctl_read():
+    buf = bytearray()
+    while len(buf) < 4:
+        chunk = os.read(CTL_IN_FD, 4 - len(buf))
+        if not chunk:
+            raise EOFError("control channel closed")
+        buf += chunk
+    (n,) = HEADER.unpack(bytes(buf))
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(CTL_IN_FD, n - len(buf))
+        if not chunk:
+            raise EOFError("control channel closed")
+        buf += chunk
+    return json.loads(bytes(buf))
+
+
+def dev_snapshot():
+    snap = {}
+    with os.scandir("/dev") as it:
+        for e in it:
+            st = e.stat(follow_symlinks=False)
+            snap[e.name] = (st.st_mode, st.st_rdev, st.st_ino)
+    return snap
+
+
+def wipe(path, top=True):
+    """Remove everything below path; True when it is empty afterwards."""
+    if not top:
+        try:
+            os.chmod(path, 0o700)  # a program may have made it unwritable
+        except OSError:
+            pass
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                wipe(e.path, False)
+                os.rmdir(e.path)
+            else:
+                os.unlink(e.path)
+        except OSError:
+            pass
+    try:
+        return not os.listdir(path)
+    except OSError:
+        return False
+
+
+def kill_all_others():
+    """SIGKILL and reap every process of the namespace but this one.
+
+    Returns (whether any process was found, whether none is left)."""
+    found = False
+    for _ in range(2000):
+        try:
+            os.kill(-1, signal.SIGKILL)
+            found = True
+        except ProcessLookupError:
+            return found, True
+        except PermissionError:
+            return found, False
+        # Killed processes, and orphans reparented to this init, are reaped here.
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid == 0:
+                break
+    return found, False
+
+
+def drain_requests():
+    os.set_blocking(IN_FD, False)
+    try:
+        while True:
+            try:
+                if not os.read(IN_FD, 1 << 16):
+                    break
+            except BlockingIOError:
+                break
+    finally:
+        os.set_blocking(IN_FD, True)
+
+
+def cleanup(dev):
+    strays, none_left = kill_all_others()
+    problems = []
+    if not none_left:
+        problems.append("processes survived SIGKILL")
+    if not wipe("/tmp"):
+        problems.append("/tmp could not be emptied")
+    if os.path.isdir("/dev/shm") and not wipe("/dev/shm"):
+        problems.append("/dev/shm could not be emptied")
+    try:
+        now = dev_snapshot()
+    except OSError as exc:
+        now = {"?": str(exc)}
+    if now != dev:
+        problems.append("/dev was changed")
+    try:
+        drain_requests()
+    except OSError as exc:
+        problems.append(f"drain requests: {exc}")
+    return strays, problems
+
+
+def status_fields(status):
+    out = {}
+    if os.WIFEXITED(status):
+        out["exit"] = os.WEXITSTATUS(status)
+    elif os.WIFSIGNALED(status):
+        out["signal"] = os.WTERMSIG(status)
+    return out
+
+
+def reap_children(child_pid):
+    """Reap every exited child without blocking: orphans reparented to this
+    init and, when it has exited, the program process. Returns the program
+    process's wait status, or None while it runs."""
+    status = None
+    while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == child_pid:
+            status = st
+
+
+def zygote_main():
+    import select
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Import once here what every program process needs, so no program
+    # process pays for it.
+    import inspect  # noqa: F401  (tool_status)
+    import linecache  # noqa: F401  (op_load)
+    import traceback  # noqa: F401  (tail_traceback)
+
+    import spade_env  # noqa: F401  (discover, metadata)
+
+    try:
+        # Not dumpable: a program process running as the same uid cannot
+        # ptrace this process or write its memory through /proc.
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        pass
+    # SIGCHLD wakes the select below through a pipe: exited processes are
+    # reaped at once, so orphans never pile up as zombies against
+    # RLIMIT_NPROC while a program runs.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    for fd in (IN_FD, OUT_FD):
+        os.set_inheritable(fd, True)
+    dev = dev_snapshot()
+    ctl_send({"ok": True, "ready": True, "python": sys.version.split()[0]})
+    child = 0  # the program process's pid, 0 when none runs
+    ended = None  # the report of a program process that ended by itself
+    while True:
+        ready, _, _ = select.select([CTL_IN_FD, wake_r], [], [])
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            status = reap_children(child)
+            if child and status is not None:
+                # The program process ended by itself: report it on the
+                # program channel, where the Go side waits for a reply,
+                # once its strays are gone.
+                child = 0
+                strays, problems = cleanup(dev)
+                ended = dict(status_fields(status), strays=strays, unclean=problems)
+                send(dict({"op": "program_ended"}, **status_fields(status)))
+        if CTL_IN_FD not in ready:
+            continue
+        try:
+            req = ctl_read()
+        except EOFError:
+            return
+        op = req.get("op")
+        if op == "spawn":
+            if child:
+                ctl_send({"ok": False, "kind": "protocol", "detail": "a program is already running"})
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            gc.freeze()  # as in op_reset: the child's collector leaves these pages alone
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                ctl_send({"ok": False, "kind": "sandbox", "detail": f"fork program process: {exc}"})
+                continue
+            if pid == 0:
+                code = 0
+                try:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    for fd in (CTL_IN_FD, CTL_OUT_FD, wake_r, wake_w):
+                        os.close(fd)
+                    cpu = LIMITS.get("cpu_seconds")
+                    if cpu:
+                        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu_hard(cpu)))
+                    program_main(False)
+                except BaseException:
+                    code = 70
+                finally:
+                    try:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                    finally:
+                        os._exit(code)
+            child, ended = pid, None
+            ctl_send({"ok": True})
+        elif op == "reap":
+            if child:
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                while True:
+                    try:
+                        _, status = os.waitpid(child, 0)
+                        break
+                    except InterruptedError:
+                        continue
+                child = 0
+                strays, problems = cleanup(dev)
+                ended = dict(status_fields(status), strays=strays, unclean=problems)
+            report = ended or {"strays": False, "unclean": []}
+            ctl_send(dict({"ok": True, "clean": not report["unclean"]}, **report))
+            ended = None
+        elif op == "exit":
+            return
+        else:
+            ctl_send({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
+
+
+def main():
+    global MAX_REPLY
+    lim = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    LIMITS.update(lim)
+    MAX_REPLY = int(lim.get("reply_bytes") or MAX_REPLY)
+    if lim.get("zygote"):
+        # RLIMIT_CPU is set in each program process instead: the zygote's own
+        # CPU (every fork's page-table copy) would otherwise add up to it.
+        apply_limits(dict(lim, cpu_seconds=0))
+        zygote_main()
+        return
+    apply_limits(lim)
+    program_main(True)
 
 
 if __name__ == "__main__":
