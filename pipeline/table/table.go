@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -43,9 +44,14 @@ func Sort[T any](t schemas.Table[T], rows []T) {
 
 // Encode writes rows (sorted first, in place) as one Parquet file and
 // returns its bytes. Errors come from the Parquet writer.
+//
+// The file is written into pooled chunks (chunkBuffer) and copied once
+// into the result, instead of into a bytes.Buffer that re-zeroes and copies
+// the whole output at every doubling; the bytes are the same.
 func Encode[T any](t schemas.Table[T], rows []T) ([]byte, error) {
 	Sort(t, rows)
-	var buf bytes.Buffer
+	var buf chunkBuffer
+	defer buf.release()
 	w := parquet.NewGenericWriter[T](&buf,
 		parquet.Compression(&zstd.Codec{Level: ZstdLevel, Concurrency: 1}),
 		parquet.MaxRowsPerRowGroup(RowGroupRows),
@@ -62,6 +68,60 @@ func Encode[T any](t schemas.Table[T], rows []T) ([]byte, error) {
 		return nil, fmt.Errorf("encode %s: %w", t.Name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// chunkSize is the size in bytes of chunkBuffer's chunks.
+const chunkSize = 256 << 10
+
+// chunkPool holds free chunks. Encoding one part after another reuses them,
+// so the bytes of a large file are written into warm memory and copied once
+// into the result, instead of into fresh memory at every doubling of a
+// bytes.Buffer (each step re-zeroing and copying the whole output).
+var chunkPool = sync.Pool{New: func() any { return new([chunkSize]byte) }}
+
+// chunkBuffer is an io.Writer that keeps what it is given in pooled
+// fixed-size chunks, filled in order and never regrown. The zero value is
+// ready to use; release returns the chunks to the pool.
+type chunkBuffer struct {
+	chunks []*[chunkSize]byte // all full except the last
+	last   int                // bytes used in the last chunk
+}
+
+// Write appends p; it never fails.
+func (b *chunkBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if len(b.chunks) == 0 || b.last == chunkSize {
+			b.chunks = append(b.chunks, chunkPool.Get().(*[chunkSize]byte))
+			b.last = 0
+		}
+		k := copy(b.chunks[len(b.chunks)-1][b.last:], p)
+		b.last += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// Bytes returns a new slice holding everything written, in order; it does
+// not alias the chunks, so it stays valid after release.
+func (b *chunkBuffer) Bytes() []byte {
+	parts := make([][]byte, len(b.chunks))
+	for i, c := range b.chunks {
+		parts[i] = c[:]
+	}
+	if len(parts) > 0 {
+		parts[len(parts)-1] = parts[len(parts)-1][:b.last]
+	}
+	return bytes.Join(parts, nil)
+}
+
+// release returns the chunks to the pool and empties b.
+func (b *chunkBuffer) release() {
+	for i, c := range b.chunks {
+		chunkPool.Put(c)
+		b.chunks[i] = nil
+	}
+	b.chunks, b.last = b.chunks[:0], 0
 }
 
 // FileInfo is what Decode learns about a file besides its rows.
