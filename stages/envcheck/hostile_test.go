@@ -59,6 +59,22 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// uidCommands lists "pid: command line" of the live (non-zombie) processes
+// whose real uid is uid.
+func uidCommands(uid int) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil || !strings.Contains(string(b), fmt.Sprintf("\nUid:\t%d\t", uid)) || strings.Contains(string(b), "State:\tZ") {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return out
+}
+
 // processesWith lists host pids whose command line contains marker.
 func processesWith(marker string) []string {
 	var found []string
@@ -192,16 +208,17 @@ func TestHostileSuite(t *testing.T) {
 
 	assert.Zero(t, conns.Load(), "a sandbox reached the host's loopback listener")
 	assert.Empty(t, processesWith(marker), "a daemon survived its sandbox")
+	// Between programs a slot keeps only its zygote (bwrap and the harness
+	// as the pid namespace's init); every program's processes are gone.
 	for _, uid := range sb.SlotUIDs() {
-		var left []string
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-			if err == nil && strings.Contains(string(b), fmt.Sprintf("\nUid:\t%d\t", uid)) && !strings.Contains(string(b), "State:\tZ") {
-				left = append(left, e.Name())
-			}
+		for _, cmd := range uidCommands(uid) {
+			assert.True(t, strings.Contains(cmd, "bwrap") || strings.Contains(cmd, "spade_run.py"),
+				"slot uid %d runs %q between programs", uid, cmd)
 		}
-		assert.Empty(t, left, "processes of slot uid %d remain", uid)
+	}
+	require.NoError(t, sb.Close())
+	for _, uid := range sb.SlotUIDs() {
+		assert.Empty(t, uidCommands(uid), "processes of slot uid %d remain after Close", uid)
 	}
 	assert.Equal(t, beforeHost, snapshot(t, hostDir), "host directory changed")
 	afterRepo := snapshot(t, repoRoot)

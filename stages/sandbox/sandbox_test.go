@@ -372,3 +372,101 @@ class Shop(ToolUseEnv):
 	assert.Equal(t, []bool{true, false, false}, st.Criteria)
 	require.NoError(t, e.Close())
 }
+
+// TestSandboxReuseIsClean runs a program that litters its sandbox (files in
+// /tmp, an unwritable directory, /dev/shm, a setsid daemon flooding the
+// reply channel with forged frames) and then, in the same slot, a program
+// that reports what it can see: nothing of the first may reach it. A
+// program that changes /dev gets its sandbox replaced, and with
+// ProgramsPerSandbox 1 every program gets a fresh one.
+func TestSandboxReuseIsClean(t *testing.T) {
+	const litter = `
+import os, time
+from spade_env import Env
+class Litter(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        open("/tmp/left.txt", "w").write("a")
+        os.makedirs("/tmp/d/e", exist_ok=True)
+        open("/tmp/d/e/f", "w").write("c")
+        os.chmod("/tmp/d/e", 0o500)
+        os.chmod("/tmp/d", 0o500)
+        open("/dev/shm/left", "w").write("b")
+        if DEV:
+            open("/dev/planted", "w").write("d")
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(0.2)  # after the reset reply: flood while the program closes
+                forged = b'{"ok":true,"meta":{"class":"Forged","kind":"game"}}'
+                frame = len(forged).to_bytes(4, "big") + forged
+                while True:
+                    try:
+                        os.write(4, frame)
+                    except OSError:
+                        time.sleep(0.01)
+            os._exit(0)
+        time.sleep(0.1)
+        return "littered", {}
+`
+	const observer = `
+import json, os
+from spade_env import Env
+class Clean(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
+        live = [p for p in pids if "State:\tZ" not in open(f"/proc/{p}/status").read()]
+        return json.dumps({"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"),
+                           "planted": os.path.exists("/dev/planted"), "others": live}), {}
+`
+	ctx := context.Background()
+	look := func(t *testing.T, sb *Sandbox) map[string]any {
+		t.Helper()
+		p, err := sb.Load(ctx, observer)
+		require.NoError(t, err)
+		defer p.Close()
+		assert.Equal(t, "Clean", p.Meta().Class, "a forged frame was read as the load reply")
+		e, err := p.Reset(ctx, 1)
+		require.NoError(t, err)
+		defer e.Close()
+		var seen map[string]any
+		require.NoError(t, json.Unmarshal([]byte(e.Observation), &seen))
+		return seen
+	}
+	litterOnce := func(t *testing.T, sb *Sandbox, dev bool) {
+		t.Helper()
+		src := strings.Replace(litter, "if DEV:", fmt.Sprintf("if %v:", map[bool]string{true: "True", false: "False"}[dev]), 1)
+		p, err := sb.Load(ctx, src)
+		require.NoError(t, err)
+		e, err := p.Reset(ctx, 1)
+		require.NoError(t, err)
+		assert.Equal(t, "littered", e.Observation)
+		time.Sleep(500 * time.Millisecond) // the daemon fills the reply pipe with forged frames
+		require.NoError(t, p.Close())      // the episode is still open: the daemon runs
+	}
+	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}}
+
+	t.Run("reused", func(t *testing.T) {
+		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+		for range 3 {
+			litterOnce(t, sb, false)
+			zygote := sb.idle[0]
+			require.NotNil(t, zygote, "a clean sandbox stays as the slot's zygote")
+			assert.Equal(t, clean, look(t, sb))
+			assert.Same(t, zygote, sb.idle[0], "the sandbox was reused")
+		}
+	})
+	t.Run("dev changed", func(t *testing.T) {
+		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+		litterOnce(t, sb, true)
+		assert.Nil(t, sb.idle[0], "a sandbox whose /dev changed must be replaced")
+		assert.Equal(t, clean, look(t, sb))
+	})
+	t.Run("one program per sandbox", func(t *testing.T) {
+		sb := newSandbox(t, func(c *Config) { c.Workers = 1; c.ProgramsPerSandbox = 1 })
+		litterOnce(t, sb, false)
+		assert.Nil(t, sb.idle[0])
+		assert.Equal(t, clean, look(t, sb))
+	})
+}

@@ -382,21 +382,37 @@ func (w *worker) spawn(ctx context.Context) error {
 	return nil
 }
 
-// drainReplies discards whatever is buffered in the program reply pipe.
+// drainReplies discards whatever is buffered in the program reply pipe,
+// reading the non-blocking descriptor directly until it would block (a
+// read deadline in the past would make os.File refuse to read at all).
 func (w *worker) drainReplies() error {
-	var buf [4096]byte
-	for {
-		if err := w.repR.SetReadDeadline(time.Now()); err != nil {
-			return err
-		}
-		_, err := w.repR.Read(buf[:])
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	rc, err := w.repR.SyscallConn()
+	if err != nil {
+		return err
 	}
+	var rerr error
+	buf := make([]byte, 64<<10)
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := syscall.Read(int(fd), buf)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return true
+			case err != nil:
+				rerr = err
+				return true
+			case n == 0:
+				rerr = io.EOF
+				return true
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return rerr
 }
 
 // reap ends the current program: the zygote SIGKILLs its process, kills and
