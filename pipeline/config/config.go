@@ -91,6 +91,16 @@ type Sandbox struct {
 	Strict       bool    `yaml:"strict" json:"strict"`
 	CallTimeoutS float64 `yaml:"call_timeout_s" json:"call_timeout_s"`
 	MemoryMB     int     `yaml:"memory_mb" json:"memory_mb"`
+	// ForkEpisodes runs every episode in a forked child of the loaded
+	// program instead of in the program's process (sandbox.Config
+	// .ForkEpisodes). It can change what a program that keeps state outside
+	// its instances returns, so it is pinned.
+	ForkEpisodes bool `yaml:"fork_episodes" json:"fork_episodes"`
+	// ProgramsPerSandbox is how many programs one bubblewrap sandbox serves
+	// before it is replaced (sandbox.Config.ProgramsPerSandbox; 1 = a fresh
+	// sandbox per program). Operational: every program runs in a fresh
+	// process either way.
+	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox"`
 }
 
 // Design configures generation (SPADE.md step 3).
@@ -168,7 +178,7 @@ func Default() Config {
 			Skills: []string{"logical_deduction", "spatial_reasoning", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"},
 		},
 		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, Temperature: 1.0, MaxTokens: 4096},
-		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512},
+		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256},
 		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8},
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
@@ -254,6 +264,7 @@ func (c Config) Validate() error {
 	pos("memory.capacity", c.Memory.Capacity)
 	pos("model.concurrency", c.Model.Concurrency)
 	pos("sandbox.memory_mb", c.Sandbox.MemoryMB)
+	pos("sandbox.programs_per_sandbox", c.Sandbox.ProgramsPerSandbox)
 	pos("grpo.max_seq_len", c.GRPO.MaxSeqLen)
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Sprintf("workers must be >= 0 (got %d)", c.Workers))
@@ -301,13 +312,14 @@ func (c Config) Validate() error {
 // Operational lists the settings that change how a run executes but not
 // what it computes; they are left out of Digest, so a run can be resumed
 // with more workers or a longer timeout (docs/config.md).
-var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.api_key_env", "grpo.timeout_s"}
+var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.api_key_env", "grpo.timeout_s", "sandbox.programs_per_sandbox"}
 
 // Pinned returns c with the Operational settings zeroed.
 func (c Config) Pinned() Config {
 	c.Workers = 0
 	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.APIKeyEnv = 0, 0, 0, ""
 	c.GRPO.TimeoutS = 0
+	c.Sandbox.ProgramsPerSandbox = 0
 	return c
 }
 

@@ -64,6 +64,9 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 		CallTimeout: time.Duration(c.CallTimeoutS * float64(time.Second)),
 		MemoryBytes: int64(c.MemoryMB) << 20,
 		Logger:      e.Log,
+
+		ForkEpisodes:       c.ForkEpisodes,
+		ProgramsPerSandbox: c.ProgramsPerSandbox,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

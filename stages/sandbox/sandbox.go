@@ -3,16 +3,19 @@
 // validate and rollout stages) in isolated, resource-limited worker
 // processes, with every deadline owned by Go.
 //
-// One program gets one fresh sandbox: bubblewrap (user, pid, net, ipc, uts,
-// mount and cgroup namespaces; read-only /usr; a private size-limited /tmp;
-// scrubbed environment; all capabilities dropped) around a Python harness
-// that applies rlimits (CPU, address space, file size, open files,
-// processes, no core dumps). The harness is a fork server: each episode runs
-// in a forked child, so episodes start from the freshly loaded program and
-// never see each other's state. Requests and replies travel as
-// length-prefixed JSON frames on fds 3 and 4, so output on stdout cannot
-// forge a reply. A call that passes its wall-clock timeout gets the whole
-// sandbox SIGKILLed; nothing inside it survives.
+// Each sandbox slot runs bubblewrap (user, pid, net, ipc, uts, mount and
+// cgroup namespaces; read-only /usr; a private size-limited /tmp; scrubbed
+// environment; all capabilities dropped) around a Python harness that
+// applies rlimits (CPU, address space, file size, open files, processes, no
+// core dumps) and, as the pid namespace's init, serves as a zygote: every
+// program gets a fresh process forked from it, and between programs the
+// zygote kills every other process and restores /tmp, /dev/shm and /dev, or
+// the whole sandbox is replaced. Episodes run in the program's process with
+// a fresh instance each (or, with Config.ForkEpisodes, in a forked child).
+// Requests and replies travel as length-prefixed JSON frames on dedicated
+// fds, so output on stdout cannot forge a reply. A call that passes its
+// wall-clock timeout gets the whole sandbox SIGKILLed; nothing inside it
+// survives.
 //
 // Without bubblewrap the sandbox warns loudly and runs with rlimits (and, as
 // root, a dedicated uid) only; Config.Strict refuses instead. See

@@ -11,11 +11,16 @@ Lifecycle (one program per process, never a second one):
 
   ready      harness -> Go once the interpreter is up and limits are applied
   load       compile + exec the program, discover the environment class
-  reset      fork a child (fork server): it seeds ``random`` from the reset
-             seed, builds a fresh instance, calls reset(seed), then serves
-             step / tool_status / close for that one episode
-  ended      parent -> Go after the episode child exits (its wait status), so
-             a child that dies mid-step is always reported
+  reset      seed ``random`` from the reset seed, build a fresh instance,
+             call reset(seed) and serve step / tool_status / close for that
+             episode, in this process or (``"fork": true``) in a forked child
+  ended      after the episode, with the forked child's wait status and
+             whether stray processes had to be killed
+
+Under bubblewrap the harness runs as a zygote instead (``"zygote": true``,
+pid 1 of the sandbox): it forks one fresh process per program, which serves
+the lifecycle above, and restores the sandbox between programs; see
+``zygote_main``.
 
 Everything the harness sends is checked again on the Go side: code in this
 process is untrusted once the program has been executed.
