@@ -463,6 +463,40 @@ class Clean(Env):
 		assert.Nil(t, sb.idle[0], "a sandbox whose /dev changed must be replaced")
 		assert.Equal(t, clean, look(t, sb))
 	})
+	t.Run("program dies behind a full reply pipe", func(t *testing.T) {
+		// A daemon fills the reply pipe, then the program's process is
+		// killed while Go waits for nothing: the zygote must not block
+		// writing program_ended, the reap must succeed (the sandbox stays
+		// the slot's zygote), and the next program must read none of the
+		// junk.
+		const flood = `
+import os, signal, time
+from spade_env import Env
+class Flood(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        me = os.getpid()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                while True:
+                    os.write(4, b"\x00\x00\x00\x05junk!")
+            time.sleep(0.4)
+            os.kill(me, signal.SIGKILL)
+            os._exit(0)
+        return "flooding", {}
+`
+		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+		p, err := sb.Load(ctx, flood)
+		require.NoError(t, err)
+		e, err := p.Reset(ctx, 1)
+		require.NoError(t, err)
+		assert.Equal(t, "flooding", e.Observation)
+		time.Sleep(time.Second) // the pipe fills, the program process dies
+		require.NoError(t, p.Close())
+		assert.NotNil(t, sb.idle[0], "the reap failed: the zygote blocked on the full pipe")
+		assert.Equal(t, clean, look(t, sb))
+	})
 	t.Run("one program per sandbox", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1; c.ProgramsPerSandbox = 1 })
 		litterOnce(t, sb, false)

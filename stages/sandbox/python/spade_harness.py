@@ -762,6 +762,21 @@ def status_fields(status):
     return out
 
 
+def send_if_room(obj):
+    """send() that never blocks: a program's daemon may have filled the
+    reply pipe before it was killed. If the frame does not fit, Go learns
+    the program's end from the reap reply instead (and a partly written
+    frame is drained before the next program, or fails the current read as
+    a protocol error, which replaces the sandbox)."""
+    os.set_blocking(OUT_FD, False)
+    try:
+        send(obj)
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(OUT_FD, True)
+
+
 def reap_children(child_pid):
     """Reap every exited child without blocking: orphans reparented to this
     init and, when it has exited, the program process. Returns the program
@@ -828,7 +843,7 @@ def zygote_main():
                 child = 0
                 strays, problems = cleanup(dev)
                 ended = dict(status_fields(status), strays=strays, unclean=problems)
-                send(dict({"op": "program_ended"}, **status_fields(status)))
+                send_if_room(dict({"op": "program_ended"}, **status_fields(status)))
         if CTL_IN_FD not in ready:
             continue
         try:
