@@ -145,15 +145,22 @@ func (p *Program) Close() error {
 // endedError describes an episode process that exited while a reply was
 // expected: os._exit, a signal, RLIMIT_CPU.
 func endedError(op string, r *reply, w *worker) error {
+	return processEndedError(op, "episode process", r, w)
+}
+
+// processEndedError names why a process of the sandbox (who: "episode
+// process", "program process") ended, from the wait status the harness
+// reported.
+func processEndedError(op, who string, r *reply, w *worker) error {
 	out := w.out.head(outputInError)
 	switch {
 	case r.Signal != nil:
 		kind, det := signalKind(signalOf(*r.Signal), out)
-		return &Error{Kind: kind, Op: op, Detail: "episode process " + det, Output: out}
+		return &Error{Kind: kind, Op: op, Detail: who + " " + det, Output: out}
 	case r.Exit != nil:
-		return &Error{Kind: KindExit, Op: op, Detail: fmt.Sprintf("episode process exited with status %d", *r.Exit), Output: out}
+		return &Error{Kind: KindExit, Op: op, Detail: fmt.Sprintf("%s exited with status %d", who, *r.Exit), Output: out}
 	}
-	return &Error{Kind: KindProtocol, Op: op, Detail: "episode ended without a status", Output: out}
+	return &Error{Kind: KindProtocol, Op: op, Detail: who + " ended without a status", Output: out}
 }
 
 // StepResult is the Gymnasium 5-tuple of one step.

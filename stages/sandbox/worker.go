@@ -140,24 +140,10 @@ func (w *worker) call(ctx context.Context, op string, req any, timeout time.Dura
 	}
 	r, err := w.roundTrip(ctx, op, req, timeout)
 	if err == nil && r.Op == "program_ended" {
-		w.progErr = programEndedError(op, r, w)
+		w.progErr = processEndedError(op, "program process", r, w)
 		return nil, w.progErr
 	}
 	return r, err
-}
-
-// programEndedError describes a program process that ended while a reply
-// was expected.
-func programEndedError(op string, r *reply, w *worker) error {
-	out := w.out.head(outputInError)
-	switch {
-	case r.Signal != nil:
-		kind, det := signalKind(signalOf(*r.Signal), out)
-		return &Error{Kind: kind, Op: op, Detail: "program process " + det, Output: out}
-	case r.Exit != nil:
-		return &Error{Kind: KindExit, Op: op, Detail: fmt.Sprintf("program process exited with status %d", *r.Exit), Output: out}
-	}
-	return &Error{Kind: KindProtocol, Op: op, Detail: "program process ended without a status", Output: out}
 }
 
 // ctl is one exchange with the zygote on its control channel (fds 5/6),

@@ -506,23 +506,9 @@ def op_reset(req):
         send({"op": "ended", "exit": -1})
         return
     if pid == 0:
-        code = 0
-        try:
-            serve_episode(seed, max_turns)
-        except BaseException:
-            code = 70
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
+        child_main(lambda: serve_episode(seed, max_turns))
     _, status = os.waitpid(pid, 0)
-    ended = {"op": "ended"}
-    if os.WIFEXITED(status):
-        ended["exit"] = os.WEXITSTATUS(status)
-    elif os.WIFSIGNALED(status):
-        ended["signal"] = os.WTERMSIG(status)
+    ended = dict({"op": "ended"}, **status_fields(status))
     if kill_strays():
         ended["strays"] = True
     send(ended)
@@ -753,6 +739,22 @@ def cleanup(dev):
     return strays, problems
 
 
+def child_main(fn):
+    """Run fn in a freshly forked child and end the child, never returning:
+    exit status 0 when fn returns, 70 when anything escapes it."""
+    code = 0
+    try:
+        fn()
+    except BaseException:
+        code = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 def status_fields(status):
     out = {}
     if os.WIFEXITED(status):
@@ -864,8 +866,8 @@ def zygote_main():
                 ctl_send({"ok": False, "kind": "sandbox", "detail": f"fork program process: {exc}"})
                 continue
             if pid == 0:
-                code = 0
-                try:
+
+                def program_process():
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -875,14 +877,8 @@ def zygote_main():
                     if cpu:
                         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu_hard(cpu)))
                     program_main(False)
-                except BaseException:
-                    code = 70
-                finally:
-                    try:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                    finally:
-                        os._exit(code)
+
+                child_main(program_process)
             child, ended = pid, None
             ctl_send({"ok": True})
         elif op == "reap":
