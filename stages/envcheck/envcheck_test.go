@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,4 +144,50 @@ func TestTimeoutOptionBoundsValidation(t *testing.T) {
 	assert.False(t, rep.Valid)
 	assert.Equal(t, CheckProbeStep, rep.Reason)
 	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// TestStateAcrossInstances: a program that keeps state outside its
+// instances (a class attribute counting episodes) makes its episodes depend
+// on the ones before. With episodes in the program's process (the default)
+// the determinism check, which replays every seed after the other
+// episodes, rejects it; with forked episodes each starts from the freshly
+// loaded program and it passes.
+func TestStateAcrossInstances(t *testing.T) {
+	const src = `
+from spade_env import Env, valid_actions_line
+
+class Leaky(Env):
+    name = "leaky"
+    skill = "planning"
+    max_turns = 3
+    reward_range = (0.0, 1.0)
+    episodes = 0
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        Leaky.episodes += 1
+        self.t = 0
+        return f"Episode {Leaky.episodes}. " + valid_actions_line(["go"]), {}
+
+    def step(self, action):
+        self.t += 1
+        if action != "go":
+            return "Unknown action. " + valid_actions_line(["go"]), 0.0, False, False, {}
+        done = self.t >= 2
+        return "went", 1.0 if done else 0.0, done, False, {"success": done}
+`
+	for _, fork := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fork=%v", fork), func(t *testing.T) {
+			sb, err := sandbox.New(sandbox.Config{Strict: true, Workers: 1, CallTimeout: 3 * time.Second, ForkEpisodes: fork})
+			require.NoError(t, err)
+			defer sb.Close()
+			rep := Check(context.Background(), sb, src, Options{})
+			if fork {
+				assert.True(t, rep.Valid, "forked episodes start fresh: %+v", rep)
+				return
+			}
+			assert.False(t, rep.Valid)
+			assert.Equal(t, CheckDeterministic, rep.Reason)
+		})
+	}
 }
