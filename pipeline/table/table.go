@@ -9,11 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/sourcegraph/conc"
 
 	"github.com/spade-pipeline/spade/schemas"
 )
@@ -126,7 +130,9 @@ func (b *chunkBuffer) release() {
 
 // FileInfo is what Decode learns about a file besides its rows.
 type FileInfo struct {
-	Rows      int64
+	// Rows is the file's row count (its metadata, equal to the rows decoded).
+	Rows int64
+	// RowGroups is the number of row groups in the file.
 	RowGroups int64
 }
 
@@ -140,47 +146,167 @@ func Open[T any](t schemas.Table[T], name string, r io.ReaderAt, size int64) (*p
 	return f, nil
 }
 
-// ReadRowGroup decodes row group i of f into rows of T.
-func ReadRowGroup[T any](t schemas.Table[T], name string, f *parquet.File, i int) (rows []T, err error) {
-	defer func() {
-		// parquet-go can panic on some malformed inputs; a corrupt file is an
-		// input error, never a crash.
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%s: row group %d: %w: %v", name, i, ErrCorrupt, p)
-		}
-	}()
+// ReadRowGroup decodes row group i of f into a new slice of its rows.
+// Errors wrap ErrCorrupt and name the file, the row group and, where the
+// failure is in a row, the row's index within the group; an i outside
+// [0, len(f.RowGroups())) is an error that does not wrap ErrCorrupt.
+func ReadRowGroup[T any](t schemas.Table[T], name string, f *parquet.File, i int) ([]T, error) {
 	groups := f.RowGroups()
 	if i < 0 || i >= len(groups) {
 		return nil, fmt.Errorf("%s: row group %d out of range (%d groups)", name, i, len(groups))
 	}
-	rg := groups[i]
-	rd := parquet.NewGenericRowGroupReader[T](rg)
-	defer rd.Close()
-	rows = make([]T, rg.NumRows())
-	n, err := rd.Read(rows)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: row group %d: %w: %w", name, i, ErrCorrupt, err)
+	n := groups[i].NumRows()
+	rows, err := makeRows[T](n)
+	if err != nil {
+		return nil, fmt.Errorf("%s: row group %d: %w", name, i, err)
 	}
-	if int64(n) != rg.NumRows() {
-		return nil, fmt.Errorf("%s: row group %d: %w: read %d of %d rows", name, i, ErrCorrupt, n, rg.NumRows())
+	if err := readGroupInto(name, groups[i], i, rows); err != nil {
+		return nil, err
 	}
 	return rows, nil
 }
 
-// Decode reads every row of a Parquet file. name is used in errors.
+// readBatchRows is how many rows readGroupInto asks the Parquet reader for
+// at a time. The reader keeps one parquet.Row (every leaf value of a row)
+// per requested row until the batch is reconstructed into Go values; a
+// batch of a few hundred rows stays in cache, where a whole 8,192-row group
+// of rollouts (about a hundred values a row) would be megabytes.
+const readBatchRows = 256
+
+// readGroupInto decodes row group rg (index i in file name) into dst, which
+// must have exactly rg.NumRows() elements. It allocates only the reader's
+// own buffers, which are dropped when it returns. A panic of the Parquet
+// reader on malformed input is returned as an ErrCorrupt error.
+func readGroupInto[T any](name string, rg parquet.RowGroup, i int, dst []T) (err error) {
+	done := 0
+	defer func() {
+		// parquet-go can panic on some malformed inputs; a corrupt file is an
+		// input error, never a crash.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s: row group %d: near row %d: %w: %v", name, i, done, ErrCorrupt, p)
+		}
+	}()
+	rd := parquet.NewGenericRowGroupReader[T](rg)
+	defer rd.Close()
+	for done < len(dst) {
+		n, err := rd.Read(dst[done:min(done+readBatchRows, len(dst))])
+		done += n
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s: row group %d: row %d: %w: %w", name, i, done, ErrCorrupt, err)
+		}
+		if n == 0 || err != nil {
+			break
+		}
+	}
+	if done != len(dst) {
+		return fmt.Errorf("%s: row group %d: %w: read %d of %d rows", name, i, ErrCorrupt, done, len(dst))
+	}
+	return nil
+}
+
+// makeRows allocates n zero rows; a count no slice can hold (from a corrupt
+// footer) is an ErrCorrupt error, not a panic.
+func makeRows[T any](n int64) (rows []T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rows, err = nil, fmt.Errorf("%w: %d rows: %v", ErrCorrupt, n, p)
+		}
+	}()
+	if n < 0 || n > math.MaxInt {
+		return nil, fmt.Errorf("%w: %d rows", ErrCorrupt, n)
+	}
+	return make([]T, n), nil
+}
+
+// Decode reads every row of a Parquet file, in file order. name (the file's
+// key) is used in errors. Row groups are decoded concurrently on up to
+// GOMAXPROCS goroutines (DecodeWorkers); the rows, their order and every
+// value (nil and empty lists included) are the same as a sequential decode.
+// Errors wrap ErrCorrupt and name the file, and the row group and row where
+// known; when several row groups are corrupt, the first one's error is
+// returned, whatever the scheduling.
 func Decode[T any](t schemas.Table[T], name string, data []byte) ([]T, FileInfo, error) {
+	return DecodeWorkers(t, name, data, runtime.GOMAXPROCS(0))
+}
+
+// DecodeWorkers is Decode on at most workers goroutines: min(workers, row
+// groups) goroutines each decode whole row groups, the next one not yet
+// taken, straight into that group's range of the result, so besides the
+// result at most one row group's reader buffers per goroutine are live.
+// workers <= 1 decodes one row group after another on the calling
+// goroutine.
+func DecodeWorkers[T any](t schemas.Table[T], name string, data []byte, workers int) ([]T, FileInfo, error) {
 	f, err := Open(t, name, bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
-	var out []T
-	n := len(f.RowGroups())
-	for i := 0; i < n; i++ {
-		rows, err := ReadRowGroup(t, name, f, i)
-		if err != nil {
-			return nil, FileInfo{}, err
+	groups := f.RowGroups()
+	// starts[i] is the index in the result of row group i's first row;
+	// starts[len(groups)] is the total.
+	starts := make([]int, len(groups)+1)
+	for i, rg := range groups {
+		n := rg.NumRows()
+		if n < 0 || n > int64(math.MaxInt-starts[i]) {
+			return nil, FileInfo{}, fmt.Errorf("%s: row group %d: %w: %d rows", name, i, ErrCorrupt, n)
 		}
-		out = append(out, rows...)
+		starts[i+1] = starts[i] + int(n)
 	}
-	return out, FileInfo{Rows: f.NumRows(), RowGroups: int64(n)}, nil
+	total := starts[len(groups)]
+	if int64(total) != f.NumRows() {
+		return nil, FileInfo{}, fmt.Errorf("%s: %w: row groups hold %d rows, footer says %d", name, ErrCorrupt, total, f.NumRows())
+	}
+	out, err := makeRows[T](int64(total))
+	if err != nil {
+		return nil, FileInfo{}, fmt.Errorf("%s: %w", name, err)
+	}
+	group := func(i int) error {
+		return readGroupInto(name, groups[i], i, out[starts[i]:starts[i+1]])
+	}
+	if workers = min(workers, len(groups)); workers <= 1 {
+		for i := range groups {
+			if err := group(i); err != nil {
+				return nil, FileInfo{}, err
+			}
+		}
+	} else if err := decodeConcurrently(len(groups), workers, group); err != nil {
+		return nil, FileInfo{}, err
+	}
+	return out, FileInfo{Rows: int64(total), RowGroups: int64(len(groups))}, nil
+}
+
+// decodeConcurrently calls group(i) for i in [0, n) on workers goroutines,
+// each taking the lowest index not yet taken. After a failure no index above
+// the lowest failed one is started, and every index below it has run, so
+// the error returned (the lowest index's) does not depend on scheduling.
+func decodeConcurrently(n, workers int, group func(i int) error) error {
+	errs := make([]error, n)
+	var next atomic.Int64
+	var lowestFailed atomic.Int64
+	lowestFailed.Store(math.MaxInt64)
+	var wg conc.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || i > lowestFailed.Load() {
+					return
+				}
+				if errs[i] = group(int(i)); errs[i] != nil {
+					for {
+						low := lowestFailed.Load()
+						if i >= low || lowestFailed.CompareAndSwap(low, i) {
+							break
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
