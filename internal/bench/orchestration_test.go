@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sourcegraph/conc/pool"
-
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/modeltest"
 	"github.com/spade-pipeline/spade/stages/model/openai"
@@ -99,9 +97,17 @@ func selfCPU() time.Duration {
 }
 
 // BenchmarkOrchestration measures the openai backend against modeltest in
-// a separate process answering after a fixed 50 ms: achieved calls/s as a
-// share of the ideal concurrency/latency at concurrency 64 and 256
-// (target >= 95%), and the client's CPU per call (this process only).
+// a separate process answering after a fixed latency: achieved calls/s as a
+// share of the ideal concurrency/latency at concurrency 64 and 256 (target
+// >= 95%), and the client's and the server's CPU per call.
+//
+// The rate is steady-state throughput (modeltest.Load): conc callers in a
+// closed loop, and the rate read between the warm-th and the
+// (warm+calls)-th completion, both whole multiples of conc. An earlier
+// version timed a pool of calls from the first start to the last finish,
+// which also charged the ramp-up and the drain of the last calls in flight
+// to the rate. CPU is read at the same two completions, so CPU per call is
+// steady state too.
 func BenchmarkOrchestration(b *testing.B) {
 	req := model.Request{
 		Messages: []model.Message{
@@ -129,41 +135,56 @@ func BenchmarkOrchestration(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			run := func(calls int) time.Duration {
-				start := time.Now()
-				p := pool.New().WithErrors().WithMaxGoroutines(conc).WithContext(context.Background())
-				for i := range calls {
-					p.Go(func(ctx context.Context) error {
-						r := req
-						r.Seed = int64(i)
-						_, err := be.Chat(ctx, r)
-						return err
-					})
-				}
-				if err := p.Wait(); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
-			run(conc) // warm the connection pool
 			ideal := float64(conc) / latency.Seconds()
-			calls := int(2 * ideal) // about 2 s per repetition
+			// About 2 s of calls in the window after about 0.5 s (at least
+			// 4 rounds) of warm-up, both whole rounds of conc calls.
+			rounds := func(d time.Duration) int { return conc * max(1, int(d/latency)) }
+			warm, calls := max(rounds(500*time.Millisecond), 4*conc), rounds(2*time.Second)
 			var pct, clientPer, serverPer, ceiling []float64
 			for range 3 {
-				c0, all0 := selfCPU(), cpu(b)
-				wall := run(calls)
-				client, all := selfCPU()-c0, cpu(b)-all0
+				var self, all [2]time.Duration
+				var cpuErr error
+				load := modeltest.Load{Concurrency: conc, Warmup: warm, Calls: calls,
+					Call: func(seq int64) error {
+						r := req
+						r.Seed = seq
+						_, err := be.Chat(context.Background(), r)
+						return err
+					},
+					Edge: func(end bool) {
+						i := 0
+						if end {
+							i = 1
+						}
+						self[i] = selfCPU()
+						var err error
+						if all[i], err = meter.Total(); err != nil && cpuErr == nil {
+							cpuErr = err
+						}
+					}}
+				if meter == nil {
+					b.Fatal("CPU meter not set: run with -bench")
+				}
+				wall, err := load.Run()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if cpuErr != nil {
+					b.Fatal(cpuErr)
+				}
+				client, total := self[1]-self[0], all[1]-all[0]
 				clientPer = append(clientPer, float64(client.Microseconds())/float64(calls))
-				serverPer = append(serverPer, float64((all-client).Microseconds())/float64(calls))
-				ceiling = append(ceiling, 100*cores*float64(calls)/all.Seconds()/ideal)
+				serverPer = append(serverPer, float64((total-client).Microseconds())/float64(calls))
+				ceiling = append(ceiling, 100*cores*float64(calls)/total.Seconds()/ideal)
 				pct = append(pct, 100*float64(calls)/wall.Seconds()/ideal)
 			}
 			be.Close()
 			const s = "3. model-call orchestration"
 			name := fmt.Sprintf("concurrency %d, latency %s", conc, latency)
-			rec.Add(s, name+fmt.Sprintf(": achieved / ideal (%s calls/s)", FormatNumber(ideal)), "%", pct, AtLeast(95), fmt.Sprintf("%d calls per repetition; server in its own process", calls))
-			rec.Add(s, name+": client CPU per call", "µs/call", clientPer, Target{}, "getrusage of the client process")
-			rec.Add(s, name+": server CPU per call", "µs/call", serverPer, Target{}, "modeltest process (cgroup minus client)")
+			rec.Add(s, name+fmt.Sprintf(": achieved / ideal (%s calls/s)", FormatNumber(ideal)), "%", pct, AtLeast(95),
+				fmt.Sprintf("steady state: %d completions after %d of warm-up; server in its own process", calls, warm))
+			rec.Add(s, name+": client CPU per call", "µs/call", clientPer, Target{}, "getrusage of the client process, same window")
+			rec.Add(s, name+": server CPU per call", "µs/call", serverPer, Target{}, "modeltest process (cgroup minus client), same window")
 			rec.Add(s, name+": CPU ceiling / ideal", "%", ceiling, Target{}, "cores / (client+server CPU per call), as a share of ideal: above 100 the CPUs could keep up")
 		}
 	}

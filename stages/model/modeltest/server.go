@@ -142,7 +142,11 @@ func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
 // WithModel sets the model name reported in answers and /v1/models.
 func WithModel(name string) Option { return func(c *config) { c.modelName = name } }
 
-// WithLatency delays every answer by d (the fixed latency benchmarks use).
+// WithLatency makes every answer leave d after its request arrived (the
+// fixed latency benchmarks use). The server's own work on the request
+// (decoding, the Handler, encoding the answer) happens within d, not on
+// top of it; only the Go runtime's timer wake-up lag and the network are
+// added.
 func WithLatency(d time.Duration) Option { return func(c *config) { c.latency = d } }
 
 // WithFaultSequence injects seq[i] into the request with arrival Index i;
@@ -266,6 +270,12 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	// The latency runs from here: reading and decoding the request, the
+	// Handler and encoding the answer happen inside it, and the answer is
+	// written when it ends. A server that slept the full latency after
+	// its own work would answer later than configured by its CPU time per
+	// call, and more so the busier the machine.
+	arrived := time.Now()
 	s.handlers.Add(1)
 	defer s.handlers.Done()
 	n := s.inFlight.Add(1)
@@ -319,22 +329,38 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if !s.sleep(r.Context(), wait) {
+	a := s.answer(idx, chatReq, fault, reply)
+	if !s.sleep(r.Context(), time.Until(arrived.Add(wait))) {
 		return
 	}
+	if a.status != http.StatusOK {
+		writeError(w, a.status, a.message, a.typ, a.code, a.retryAfter)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(a.body)
+}
+
+// answer is a response decided before the latency has passed.
+type answer struct {
+	status int
+	// body is the 200 body (already cut short for FaultTruncated).
+	body []byte
+	// message, typ, code and retryAfter describe an error answer.
+	message, typ, code, retryAfter string
+}
+
+// answer encodes the reply to request idx, or the error fault overrides.
+func (s *Server) answer(idx int64, chatReq model.Request, fault Fault, reply Reply) answer {
 	switch fault.Kind {
 	case FaultRateLimit:
-		writeError(w, http.StatusTooManyRequests, orDefault(fault.Message, "Rate limit reached for requests."), "requests", "rate_limit_exceeded", fault.RetryAfter)
-		return
+		return answer{status: http.StatusTooManyRequests, message: orDefault(fault.Message, "Rate limit reached for requests."), typ: "requests", code: "rate_limit_exceeded", retryAfter: fault.RetryAfter}
 	case FaultServerError:
-		writeError(w, http.StatusInternalServerError, orDefault(fault.Message, "The server had an error while processing your request."), "server_error", "", "")
-		return
+		return answer{status: http.StatusInternalServerError, message: orDefault(fault.Message, "The server had an error while processing your request."), typ: "server_error"}
 	case FaultUnavailable:
-		writeError(w, http.StatusServiceUnavailable, orDefault(fault.Message, "The engine is currently overloaded."), "server_error", "", fault.RetryAfter)
-		return
+		return answer{status: http.StatusServiceUnavailable, message: orDefault(fault.Message, "The engine is currently overloaded."), typ: "server_error", retryAfter: fault.RetryAfter}
 	case FaultBadRequest:
-		writeError(w, http.StatusBadRequest, orDefault(fault.Message, "Invalid request."), "invalid_request_error", "", "")
-		return
+		return answer{status: http.StatusBadRequest, message: orDefault(fault.Message, "Invalid request."), typ: "invalid_request_error"}
 	case FaultEmptyChoices:
 		reply.Choices = nil
 	case FaultHuge:
@@ -345,18 +371,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := encodeCompletion(idx, s.cfg.modelName, chatReq, reply.Choices, reply.Usage)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode: "+err.Error(), "server_error", "", "")
-		return
+		return answer{status: http.StatusInternalServerError, message: "encode: " + err.Error(), typ: "server_error"}
 	}
-	w.Header().Set("Content-Type", "application/json")
 	if fault.Kind == FaultTruncated {
-		_, _ = w.Write(out[:len(out)/2])
-		return
+		out = out[:len(out)/2]
 	}
-	_, _ = w.Write(out)
+	return answer{status: http.StatusOK, body: out}
 }
 
-// sleep waits d unless the client or the server goes away first.
+// sleep waits d unless the client or the server goes away first; d <= 0
+// returns at once.
 func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true

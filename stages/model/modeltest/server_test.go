@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -29,6 +30,26 @@ func post(t *testing.T, s *Server, body string) (int, http.Header, []byte) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, resp.Header, b
+}
+
+func newTestClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+}
+
+// postWith posts body on client and fails unless the answer is 200.
+func postWith(client *http.Client, s *Server, body string) error {
+	resp, err := client.Post(s.URL+"/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 func TestWireFormat(t *testing.T) {
@@ -139,6 +160,22 @@ func TestSlowAndLatency(t *testing.T) {
 	start = time.Now()
 	post(t, s, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
 	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "fixed latency applies to every answer")
+}
+
+// The latency counts from the request's arrival: a Handler that takes
+// most of it does not delay the answer further.
+func TestLatencyIncludesServerWork(t *testing.T) {
+	const latency, work = 300 * time.Millisecond, 200 * time.Millisecond
+	s := Start(t, WithLatency(latency), WithHandler(func(Request) Reply {
+		time.Sleep(work)
+		return Reply{Choices: []model.Choice{{Message: model.Message{Role: model.RoleAssistant, Content: "ok"}}}}
+	}))
+	start := time.Now()
+	code, _, _ := post(t, s, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	took := time.Since(start)
+	assert.Equal(t, http.StatusOK, code)
+	assert.GreaterOrEqual(t, took, latency)
+	assert.Less(t, took, latency+work-50*time.Millisecond, "latency added after the handler's own work")
 }
 
 func TestHangEndsOnClientCancelAndClose(t *testing.T) {

@@ -7,17 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sourcegraph/conc/pool"
-
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/modeltest"
 )
 
 // BenchmarkOrchestration measures how close the backend gets to the ideal
 // throughput concurrency/latency against a server that answers after a
-// fixed latency, and the CPU the process spends per call. The server runs
-// in the same process, so cpu-us/call covers client and server together:
-// an upper bound for the client alone. Run with e.g.
+// fixed latency, and the CPU the process spends per call, in steady state
+// (modeltest.Load). The server runs in the same process, so cpu-us/call
+// covers client and server together: an upper bound for the client alone.
+// Run with e.g.
 //
 //	go test ./stages/model/openai -run '^$' -bench Orchestration -benchtime 4000x
 func BenchmarkOrchestration(b *testing.B) {
@@ -44,50 +43,43 @@ func BenchmarkOrchestration(b *testing.B) {
 				},
 				Temperature: 1, MaxTokens: 32,
 			}
-			// Warm the connection pool so the measurement is steady state.
-			warm(b, be, req, conc)
-
-			var before, after syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-			b.ResetTimer()
-			start := time.Now()
-			p := pool.New().WithErrors().WithMaxGoroutines(conc).WithContext(context.Background())
-			for i := 0; i < b.N; i++ {
-				p.Go(func(ctx context.Context) error {
+			// Steady state: b.N calls (rounded up to whole rounds of conc)
+			// after 4 rounds of warm-up, timed between completions (see
+			// modeltest.Load), CPU read at the same two completions.
+			calls := (b.N + conc - 1) / conc * conc
+			var ru [2]syscall.Rusage
+			load := modeltest.Load{Concurrency: conc, Warmup: 4 * conc, Calls: calls,
+				Call: func(seq int64) error {
 					r := req
-					r.Seed = int64(i)
-					_, err := be.Chat(ctx, r)
+					r.Seed = seq
+					_, err := be.Chat(context.Background(), r)
 					return err
-				})
-			}
-			if err := p.Wait(); err != nil {
+				},
+				Edge: func(end bool) {
+					i := 0
+					if end {
+						i = 1
+					}
+					_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru[i])
+				}}
+			b.ResetTimer()
+			wall, err := load.Run()
+			b.StopTimer()
+			if err != nil {
 				b.Fatal(err)
 			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 
 			ideal := float64(conc) / latency.Seconds()
-			achieved := float64(b.N) / elapsed.Seconds()
-			cpu := tvDur(after.Utime) + tvDur(after.Stime) - tvDur(before.Utime) - tvDur(before.Stime)
+			achieved := float64(calls) / wall.Seconds()
+			cpu := tvDur(ru[1].Utime) + tvDur(ru[1].Stime) - tvDur(ru[0].Utime) - tvDur(ru[0].Stime)
+			b.ReportMetric(float64(wall.Nanoseconds())/float64(calls), "ns/op")
 			b.ReportMetric(achieved, "calls/s")
 			b.ReportMetric(100*achieved/ideal, "%ideal")
-			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/call")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(calls), "cpu-us/call")
 			if srv.MaxInFlight() > conc {
 				b.Fatalf("server saw %d in flight, Concurrency is %d", srv.MaxInFlight(), conc)
 			}
 		})
-	}
-}
-
-func warm(b *testing.B, be *Backend, req model.Request, n int) {
-	b.Helper()
-	p := pool.New().WithErrors().WithMaxGoroutines(n)
-	for i := 0; i < n; i++ {
-		p.Go(func() error { _, err := be.Chat(context.Background(), req); return err })
-	}
-	if err := p.Wait(); err != nil {
-		b.Fatal(err)
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,4 +528,78 @@ func TestErrorMessageExtraction(t *testing.T) {
 	assert.Equal(t, "<html> bad gateway </html>", errorMessage([]byte("<html>\n bad gateway\n</html>")))
 	long := errorMessage([]byte(strings.Repeat("z", 500)))
 	assert.Len(t, long, 203)
+}
+
+// countingConn counts Write calls on a client connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// Each request leaves in one write (headers and JSON body together, one
+// TCP segment on loopback) on one reused connection, retries included.
+func TestChatOneWritePerRequest(t *testing.T) {
+	srv := modeltest.Start(t, modeltest.WithHandler(textHandler("hi")),
+		modeltest.WithFaultSequence(modeltest.Fault{Kind: modeltest.FaultServerError}))
+	var writes, dials atomic.Int64
+	d := &net.Dialer{}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: &writes}, nil
+	}}
+	b := newBackend(t, srv, func(c *Config) { c.HTTPClient = &http.Client{Transport: tr} })
+	for range 3 {
+		resp, err := b.Chat(context.Background(), simpleRequest())
+		require.NoError(t, err)
+		assert.Equal(t, "hi #0", resp.Choices[0].Message.Content)
+	}
+	reqs := srv.Requests()
+	require.Len(t, reqs, 4, "one 500 retried, then three answers")
+	for _, r := range reqs {
+		assert.Equal(t, simpleRequest().Messages, r.Chat.Messages, "the body arrives whole")
+	}
+	assert.Equal(t, int64(4), writes.Load(), "writes for 4 requests")
+	assert.Equal(t, int64(1), dials.Load())
+}
+
+// The transport New builds keeps Concurrency idle connections: a second
+// wave of Concurrency simultaneous calls dials nothing.
+func TestChatConnectionsReusedAtConcurrency(t *testing.T) {
+	const conc = 16
+	srv := modeltest.Start(t, modeltest.WithHandler(textHandler("hi")), modeltest.WithLatency(30*time.Millisecond), modeltest.WithoutRecording())
+	b := newBackend(t, srv, func(c *Config) { c.Concurrency = conc })
+	var fresh, reused atomic.Int64
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if i.Reused {
+			reused.Add(1)
+		} else {
+			fresh.Add(1)
+		}
+	}})
+	wave := func() {
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				_, err := b.Chat(ctx, simpleRequest())
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+	}
+	wave()
+	first := fresh.Load()
+	require.LessOrEqual(t, first, int64(conc))
+	wave()
+	wave()
+	assert.Equal(t, first, fresh.Load(), "later waves dialed new connections")
+	assert.Equal(t, int64(3*conc), fresh.Load()+reused.Load())
 }
