@@ -101,8 +101,8 @@ type Config struct {
 	// process forked from the sandbox's zygote, which never runs untrusted
 	// code; between programs every other process of the sandbox is killed,
 	// /tmp and /dev/shm are emptied and /dev is checked, and a sandbox that
-	// cannot be restored is replaced at once (docs/sandbox.md, "Sandbox
-	// reuse"). 1 starts a fresh bubblewrap for every program. Default 256.
+	// cannot be restored is replaced at once (docs/sandbox.md, "Design": a
+	// fresh process per program; the sandbox is reused). 1 starts a fresh bubblewrap for every program. Default 256.
 	// Without bubblewrap every program gets a fresh harness process.
 	ProgramsPerSandbox int
 	// UIDBase selects the uids workers run as when spade runs as root: slot
@@ -563,14 +563,22 @@ func (s *Sandbox) slotWorker(ctx context.Context, slot int) (*worker, error) {
 // healthy and restores a clean sandbox stays as the slot's idle worker;
 // anything else is killed.
 func (s *Sandbox) release(w *worker, slot int) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if !closed && w.zygote && !w.isKilled() && w.served < s.cfg.ProgramsPerSandbox && w.reap(context.Background()) {
-		s.idle[slot] = w
-	} else {
-		w.close()
+	if w.zygote && !w.isKilled() && w.served < s.cfg.ProgramsPerSandbox && w.reap(context.Background()) {
+		// Keep it and hand the slot back under s.mu, which Close holds
+		// while it collects the free slots: either Close sees this slot
+		// with its idle zygote and stops it, or this sees Close's flag.
+		s.mu.Lock()
+		if !s.closed {
+			s.idle[slot] = w
+			s.slots <- slot
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
 	}
+	// Stopped before the slot is handed back: closing sweeps the slot's
+	// uid, which must not reach the next worker started in this slot.
+	w.close()
 	s.slots <- slot
 }
 
