@@ -497,6 +497,32 @@ class Flood(Env):
 		assert.NotNil(t, sb.idle[0], "the reap failed: the zygote blocked on the full pipe")
 		assert.Equal(t, clean, look(t, sb))
 	})
+	t.Run("tmp too deep to empty", func(t *testing.T) {
+		// 1,200 nested directories: past Python's recursion limit and
+		// PATH_MAX for the zygote's wipe. The sandbox must be replaced, not
+		// crash or be reused dirty.
+		const deep = `
+import os
+from spade_env import Env
+class Deep(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        os.chdir("/tmp")
+        for _ in range(1200):
+            os.mkdir("d")
+            os.chdir("d")
+        return "deep", {}
+`
+		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+		p, err := sb.Load(ctx, deep)
+		require.NoError(t, err)
+		e, err := p.Reset(ctx, 1)
+		require.NoError(t, err)
+		assert.Equal(t, "deep", e.Observation)
+		require.NoError(t, p.Close())
+		assert.Nil(t, sb.idle[0], "a sandbox whose /tmp could not be emptied must be replaced")
+		assert.Equal(t, clean, look(t, sb))
+	})
 	t.Run("one program per sandbox", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1; c.ProgramsPerSandbox = 1 })
 		litterOnce(t, sb, false)

@@ -718,24 +718,23 @@ def drain_requests():
 
 
 def cleanup(dev):
-    strays, none_left = kill_all_others()
-    problems = []
-    if not none_left:
-        problems.append("processes survived SIGKILL")
-    if not wipe("/tmp"):
-        problems.append("/tmp could not be emptied")
-    if os.path.isdir("/dev/shm") and not wipe("/dev/shm"):
-        problems.append("/dev/shm could not be emptied")
+    """Restore the sandbox after a program; returns (strays, problems). Any
+    failure, even an unexpected exception (a directory nested past the
+    recursion limit), is a problem: the Go side then replaces the sandbox."""
+    strays, problems = False, []
     try:
-        now = dev_snapshot()
-    except OSError as exc:
-        now = {"?": str(exc)}
-    if now != dev:
-        problems.append("/dev was changed")
-    try:
+        strays, none_left = kill_all_others()
+        if not none_left:
+            problems.append("processes survived SIGKILL")
+        if not wipe("/tmp"):
+            problems.append("/tmp could not be emptied")
+        if os.path.isdir("/dev/shm") and not wipe("/dev/shm"):
+            problems.append("/dev/shm could not be emptied")
+        if dev_snapshot() != dev:
+            problems.append("/dev was changed")
         drain_requests()
-    except OSError as exc:
-        problems.append(f"drain requests: {exc}")
+    except BaseException as exc:  # noqa: BLE001  (the zygote must survive to report)
+        problems.append(f"cleanup failed: {type(exc).__name__}: {exc}"[:500])
     return strays, problems
 
 
