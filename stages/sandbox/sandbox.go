@@ -455,6 +455,9 @@ func (s *Sandbox) argv() []string {
 		"--ro-bind", s.harnessDir, "/spade",
 		"--proc", "/proc",
 		"--dev", "/dev",
+		// bwrap's /dev/shm is part of the /dev tmpfs, sized at half the
+		// host's RAM; give it the same bound as /tmp.
+		"--size", fmt.Sprint(s.cfg.TmpfsBytes), "--perms", "1777", "--tmpfs", "/dev/shm",
 		"--size", fmt.Sprint(s.cfg.TmpfsBytes), "--perms", "1777", "--tmpfs", "/tmp",
 		"--chdir", "/tmp",
 		// bwrap's root is a tmpfs; make it read-only so only /tmp is writable.

@@ -523,6 +523,68 @@ class Deep(Env):
 		assert.Nil(t, sb.idle[0], "a sandbox whose /tmp could not be emptied must be replaced")
 		assert.Equal(t, clean, look(t, sb))
 	})
+	t.Run("shared process state", func(t *testing.T) {
+		// What a program process can change on the zygote itself or on the
+		// file descriptions all programs share (found by review): the next
+		// program must see exactly what a fresh sandbox shows.
+		const report = `
+import fcntl, json, os, resource
+from spade_env import Env
+class Report(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        return json.dumps({
+            "as": resource.getrlimit(resource.RLIMIT_AS),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "sched": os.sched_getscheduler(0),
+            "cpus": len(os.sched_getaffinity(0)),
+            "tmp": oct(os.stat("/tmp").st_mode),
+            "fd3": fcntl.fcntl(3, fcntl.F_GETFL), "own3": fcntl.fcntl(3, fcntl.F_GETOWN),
+            "fd4": fcntl.fcntl(4, fcntl.F_GETFL), "sig4": fcntl.fcntl(4, fcntl.F_GETSIG),
+            "shm": open("/proc/sysvipc/shm").read().count("\n"),
+            "shm_size": os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize,
+        }), {}
+`
+		attacks := map[string]string{
+			"sigio on the request pipe":                `fcntl.fcntl(3, fcntl.F_SETOWN, -1); fcntl.fcntl(3, fcntl.F_SETFL, fcntl.fcntl(3, fcntl.F_GETFL) | os.O_ASYNC)`,
+			"signal and packet mode on the reply pipe": `threading.Thread(target=lambda: (time.sleep(0.2), fcntl.fcntl(4, fcntl.F_SETSIG, 9), fcntl.fcntl(4, fcntl.F_SETFL, fcntl.fcntl(4, fcntl.F_GETFL) | os.O_DIRECT))).start()`,
+			"lower the zygote's rlimits":               `resource.prlimit(1, resource.RLIMIT_AS, (200 << 20, 200 << 20))`,
+			"deprioritise the zygote":                  `os.setpriority(os.PRIO_PROCESS, 1, 19); os.sched_setaffinity(1, {min(os.sched_getaffinity(0))})`,
+			"read-only /tmp":                           `os.chmod("/tmp", 0o555)`,
+			"System V shared memory":                   `ctypes.CDLL(None).shmget(0, 1 << 20, 0o1600)`,
+		}
+		sbFresh := newSandbox(t, func(c *Config) { c.Workers = 1 })
+		observe := func(t *testing.T, sb *Sandbox) string {
+			t.Helper()
+			p, err := sb.Load(ctx, report)
+			require.NoError(t, err)
+			defer p.Close()
+			e, err := p.Reset(ctx, 1)
+			require.NoError(t, err)
+			defer e.Close()
+			return e.Observation
+		}
+		want := observe(t, sbFresh)
+		assert.Contains(t, want, `"shm": 1,`, "a fresh sandbox has no segment (header line only)")
+		for name, attack := range attacks {
+			t.Run(name, func(t *testing.T) {
+				sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
+				src := "import ctypes, fcntl, os, resource, threading, time\nfrom spade_env import Env\n" +
+					"class Attack(Env):\n    def reset(self, seed=None):\n        super().reset(seed)\n        " +
+					attack + "\n        return 'done', {}\n"
+				p, err := sb.Load(ctx, src)
+				require.NoError(t, err)
+				e, err := p.Reset(ctx, 1)
+				require.NoError(t, err, "the attack itself must run")
+				assert.Equal(t, "done", e.Observation)
+				time.Sleep(400 * time.Millisecond)
+				require.NoError(t, p.Close())
+				for range 2 {
+					assert.Equal(t, want, observe(t, sb))
+				}
+			})
+		}
+	})
 	t.Run("one program per sandbox", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1; c.ProgramsPerSandbox = 1 })
 		litterOnce(t, sb, false)

@@ -643,13 +643,75 @@ def ctl_read():
     return json.loads(bytes(buf))
 
 
+LIBC = None  # ctypes handle to the C library, loaded by the zygote
+
+
+def fd_state(fd):
+    """What a program process can change on a file description it shares
+    with the zygote: status flags (O_ASYNC, O_DIRECT, O_NONBLOCK), the
+    SIGIO owner and signal, the pipe's size."""
+    import fcntl
+
+    out = []
+    for cmd in (fcntl.F_GETFL, fcntl.F_GETOWN, fcntl.F_GETSIG, fcntl.F_GETPIPE_SZ):
+        try:
+            out.append(fcntl.fcntl(fd, cmd))
+        except OSError as exc:
+            out.append(exc.errno)
+    return tuple(out)
+
+
+def ioprio():
+    nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+    if LIBC is None or nr is None:
+        return None
+    return LIBC.syscall(nr, 1, 0)  # ioprio_get(IOPRIO_WHO_PROCESS, self)
+
+
 def dev_snapshot():
+    """Everything of the sandbox a program could change for the programs
+    after it, short of the files the cleanup removes: the entries of /dev,
+    the modes of /, /tmp, /dev and /dev/shm, the zygote's own rlimits,
+    scheduling and I/O priority (a same-uid process may lower them with
+    prlimit, sched_setscheduler, setpriority), and the state of the file
+    descriptions every program shares with the zygote (fds 0-4)."""
     snap = {}
     with os.scandir("/dev") as it:
         for e in it:
             st = e.stat(follow_symlinks=False)
             snap[e.name] = (st.st_mode, st.st_rdev, st.st_ino)
+    for path in ("/", "/tmp", "/dev", "/dev/shm"):
+        try:
+            st = os.stat(path)
+            snap["stat " + path] = (st.st_mode, st.st_uid, st.st_gid, st.st_ino)
+        except OSError as exc:
+            snap["stat " + path] = exc.errno
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        snap[name] = resource.getrlimit(getattr(resource, name))
+    snap["sched"] = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), ioprio())
+    for fd in range(5):
+        snap[f"fd {fd}"] = fd_state(fd)
     return snap
+
+
+def remove_sysv_ipc():
+    """Remove the System V shared memory segments, semaphore sets and
+    message queues programs created in the sandbox's IPC namespace (same
+    uid, so IPC_RMID is allowed); True when none is left."""
+    if LIBC is None:
+        return False
+    rm = {
+        "shm": lambda i: LIBC.shmctl(i, 0, None),  # IPC_RMID
+        "sem": lambda i: LIBC.semctl(i, 0, 0),
+        "msg": lambda i: LIBC.msgctl(i, 0, None),
+    }
+    left = False
+    for kind, fn in rm.items():
+        path = "/proc/sysvipc/" + kind
+        for line in open(path).read().splitlines()[1:]:
+            fn(int(line.split()[1]))
+        left = left or len(open(path).read().splitlines()) > 1
+    return not left
 
 
 def wipe(path, top=True):
@@ -730,8 +792,12 @@ def cleanup(dev):
             problems.append("/tmp could not be emptied")
         if os.path.isdir("/dev/shm") and not wipe("/dev/shm"):
             problems.append("/dev/shm could not be emptied")
-        if dev_snapshot() != dev:
-            problems.append("/dev was changed")
+        if not remove_sysv_ipc():
+            problems.append("System V IPC objects could not be removed")
+        now = dev_snapshot()
+        changed = sorted(k for k in set(now) | set(dev) if now.get(k) != dev.get(k))
+        if changed:
+            problems.append("changed: " + ", ".join(changed)[:400])
         drain_requests()
     except BaseException as exc:  # noqa: BLE001  (the zygote must survive to report)
         problems.append(f"cleanup failed: {type(exc).__name__}: {exc}"[:500])
@@ -811,7 +877,9 @@ def zygote_main():
         # ptrace this process or write its memory through /proc.
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        global LIBC
+        LIBC = ctypes.CDLL(None, use_errno=True)
+        LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     except (ImportError, OSError, AttributeError):
         pass
     # SIGCHLD wakes the select below through a pipe: exited processes are
