@@ -59,8 +59,10 @@ func (m *wireMeta) clean() Meta {
 	return out
 }
 
-// Program is one loaded environment program in its own sandbox. It runs one
-// episode at a time (a forked child of the loaded program per episode).
+// Program is one loaded environment program in a process of its own (forked
+// from its slot's zygote under bubblewrap). It runs one episode at a time: a
+// fresh instance in that process, or with Config.ForkEpisodes a forked child
+// of it.
 // Methods are safe for concurrent use but serialise. Close it to free the
 // sandbox slot.
 type Program struct {
@@ -77,9 +79,9 @@ type Program struct {
 // Meta returns the environment's metadata.
 func (p *Program) Meta() Meta { return p.meta }
 
-// Alive reports whether the program's sandbox can still serve calls (it is
-// killed after a timeout, an output or reply overrun, or a crash of the
-// fork server).
+// Alive reports whether the program can still serve calls: false once its
+// process has ended (os._exit, a signal, RLIMIT_CPU) or its sandbox was
+// killed (a timeout, an output or reply overrun, a garbled frame).
 func (p *Program) Alive() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

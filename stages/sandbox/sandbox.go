@@ -486,7 +486,8 @@ func pythonPrefix(python string) string {
 	return filepath.Dir(filepath.Dir(real))
 }
 
-// Load starts a fresh sandbox for source and loads it: compile, execute the
+// Load starts a fresh program process for source (forked from the slot's
+// zygote, or a fresh sandbox) and loads it: compile, execute the
 // module, and discover exactly one environment class (a spade_env.Env
 // subclass that no other class of the program derives from; failing that, a
 // class with reset and step methods). It blocks while all Config.Workers
