@@ -135,7 +135,7 @@ func readGroupRows[P any](key string, rg parquet.RowGroup, first int64, locs []r
 		}
 	}()
 	rd := parquet.NewGenericRowGroupReader[P](rg)
-	defer rd.Close()
+	defer func() { _ = rd.Close() }() // a read-only reader: Close only releases buffers
 	buf := make([]P, 1)
 	for _, l := range locs {
 		cur = l.local
