@@ -95,12 +95,15 @@ type Sandbox struct {
 	// program instead of in the program's process (sandbox.Config
 	// .ForkEpisodes). It can change what a program that keeps state outside
 	// its instances returns, so it is pinned.
-	ForkEpisodes bool `yaml:"fork_episodes" json:"fork_episodes"`
+	//
+	// Empty in the digest when false, so runs pinned before the setting
+	// existed keep their digest.
+	ForkEpisodes bool `yaml:"fork_episodes" json:"fork_episodes,omitempty"`
 	// ProgramsPerSandbox is how many programs one bubblewrap sandbox serves
 	// before it is replaced (sandbox.Config.ProgramsPerSandbox; 1 = a fresh
 	// sandbox per program). Operational: every program runs in a fresh
 	// process either way.
-	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox"`
+	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty"`
 }
 
 // Design configures generation (SPADE.md step 3).

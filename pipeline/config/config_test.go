@@ -1,9 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,5 +68,30 @@ func TestDigestIgnoresOperationalSettings(t *testing.T) {
 	require.NotEqual(t, a.Digest(), b.Digest())
 	for _, k := range Operational {
 		require.Contains(t, Keys(), k)
+	}
+}
+
+// TestNewSettingsKeepOldDigests: settings added after runs were pinned
+// (sandbox.fork_episodes, sandbox.programs_per_sandbox) must not change the
+// digest of a config that leaves them at their defaults, or every existing
+// run would refuse to resume as "config changed".
+func TestNewSettingsKeepOldDigests(t *testing.T) {
+	c := Default()
+	b, err := json.Marshal(c.Pinned())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"fork_episodes", "programs_per_sandbox"} {
+		if strings.Contains(string(b), key) {
+			t.Errorf("pinned JSON of the default config mentions %q: %s", key, b)
+		}
+	}
+	c.Sandbox.ProgramsPerSandbox = 1 // operational: never in the digest
+	if c.Digest() != Default().Digest() {
+		t.Error("sandbox.programs_per_sandbox changed the digest")
+	}
+	c.Sandbox.ForkEpisodes = true // pinned: it can change results
+	if c.Digest() == Default().Digest() {
+		t.Error("sandbox.fork_episodes did not change the digest")
 	}
 }
