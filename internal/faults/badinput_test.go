@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/internal/testutil/s3server"
 )
 
 // badInputFiles writes the corpus inputs of TestBadInput into dir: a
@@ -75,14 +77,14 @@ func flipByte(t *testing.T, dir string) string {
 // damaged input may have committed earlier stages of its own new round.
 func TestBadInput(t *testing.T) {
 	refRun := referenceRun(t)
-	g := startGateway(t)
+	g := s3server.Start(t)
 	in := t.TempDir()
 	goodPq, err := filepath.Glob(filepath.Join(refRun.dir, "runs/default/round=000000/corpus/part-*.parquet"))
 	require.NoError(t, err)
 	require.Len(t, goodPq, 1)
 	badInputFiles(t, in, goodPq[0])
 	p := func(name string) string { return filepath.Join(in, name) }
-	s3url := storeURLFor(g.endpoint, "bad", nil)
+	s3url := storeURLFor(g.Endpoint, "bad", nil)
 	r2 := "runs/default/round=000002/"
 
 	type tc struct {

@@ -11,17 +11,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -29,103 +24,6 @@ import (
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 )
-
-// gateway is a versitygw process that can be restarted on the same posix
-// root (same buckets, objects and in-progress multipart uploads) while a
-// Proxy in front of it keeps the address clients use.
-type gateway struct {
-	t        testing.TB
-	bin      string
-	root     string
-	endpoint string
-	cmd      *exec.Cmd
-	exited   chan error
-	restarts int
-}
-
-// startGateway sets the AWS test credentials (t.Setenv, so not parallel),
-// starts versitygw on root and creates s3server.Bucket.
-func startGateway(t testing.TB) *gateway {
-	t.Helper()
-	g := &gateway{t: t, bin: s3server.Binary(t), root: t.TempDir()}
-	credsDir := t.TempDir()
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": s3server.AccessKey, "AWS_SECRET_ACCESS_KEY": s3server.SecretKey, "AWS_SESSION_TOKEN": "",
-		"AWS_REGION": s3server.Region, "AWS_PROFILE": "", "AWS_EC2_METADATA_DISABLED": "true",
-		"AWS_CONFIG_FILE":             filepath.Join(credsDir, "absent-config"),
-		"AWS_SHARED_CREDENTIALS_FILE": filepath.Join(credsDir, "absent-credentials"),
-	} {
-		t.Setenv(k, v)
-	}
-	require.NoError(t, g.launch())
-	t.Cleanup(g.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := g.client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s3server.Bucket)})
-	require.NoError(t, err)
-	return g
-}
-
-func (g *gateway) client() *s3.Client {
-	return s3.New(s3.Options{
-		Region: s3server.Region, BaseEndpoint: aws.String(g.endpoint), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(s3server.AccessKey, s3server.SecretKey, ""),
-	})
-}
-
-func (g *gateway) launch() error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(g.bin, "--access", s3server.AccessKey, "--secret", s3server.SecretKey,
-		"--region", s3server.Region, "--port", addr, "--quiet", "posix", g.root)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	g.cmd, g.exited, g.endpoint = cmd, exited, "http://"+addr
-	hc := &http.Client{Timeout: time.Second}
-	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("versitygw on %s exited: %w", addr, err)
-		default:
-		}
-		if resp, err := hc.Get(g.endpoint + "/"); err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			g.stop()
-			return fmt.Errorf("versitygw on %s did not answer", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (g *gateway) stop() {
-	if g.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
-	<-g.exited
-	g.cmd = nil
-}
-
-// restart kills the server (SIGKILL: no graceful shutdown) and starts a
-// new one on the same root and a new port.
-func (g *gateway) restart() error {
-	g.stop()
-	g.restarts++
-	return g.launch()
-}
 
 // storeURLFor is the s3:// URL of s3server.Bucket/prefix at endpoint
 // (path style, test region) with extra query parameters.
@@ -152,7 +50,7 @@ func share(seed uint64, n int) float64 {
 // matches its manifest's sha256 when read back around the proxy.
 func TestStorageFaultsRound(t *testing.T) {
 	refRun := referenceRun(t)
-	g := startGateway(t)
+	g := s3server.Start(t)
 	decide := func(r *http.Request, n int) Action {
 		// Let the first requests (Open's HeadBucket probe, which has its own
 		// short budget) through, then fault a share of everything.
@@ -173,7 +71,7 @@ func TestStorageFaultsRound(t *testing.T) {
 		}
 		return Forward
 	}
-	p, err := NewProxy(g.endpoint, decide)
+	p, err := NewProxy(g.Endpoint, decide)
 	require.NoError(t, err)
 	defer p.Close()
 	p.Delay = 200 * time.Millisecond
@@ -212,7 +110,7 @@ func TestStorageFaultsRound(t *testing.T) {
 
 	// Read everything back directly from the server, around the proxy.
 	ctx := context.Background()
-	direct, err := storage.Open(ctx, storeURLFor(g.endpoint, "faulty", nil))
+	direct, err := storage.Open(ctx, storeURLFor(g.Endpoint, "faulty", nil))
 	require.NoError(t, err)
 	defer direct.Close()
 	v := audit(t, ctx, direct, "default", refRun.tables, refRun.seals, nil)
@@ -249,9 +147,9 @@ func bigCorpus(t testing.TB, path string, docs, docBytes int) {
 // retries, the object is whole (its sha256 matches the manifest when read
 // back directly), and `spade sql` reads every document.
 func TestStorageRestartMidMultipart(t *testing.T) {
-	g := startGateway(t)
+	g := s3server.Start(t)
 	var mu sync.Mutex
-	parts := 0
+	parts, restarts := 0, 0
 	var p *Proxy
 	decide := func(r *http.Request, n int) Action {
 		q := r.URL.Query()
@@ -263,9 +161,10 @@ func TestStorageRestartMidMultipart(t *testing.T) {
 		parts++
 		if parts == 2 {
 			// Not require: this runs on the proxy's goroutine.
-			if err := g.restart(); err != nil {
+			restarts++
+			if err := g.Restart(); err != nil {
 				t.Errorf("restart versitygw: %v", err)
-			} else if err := p.SetUpstream(g.endpoint); err != nil {
+			} else if err := p.SetUpstream(g.Endpoint); err != nil {
 				t.Errorf("repoint proxy: %v", err)
 			}
 			return ResetBefore
@@ -273,7 +172,7 @@ func TestStorageRestartMidMultipart(t *testing.T) {
 		return Forward
 	}
 	var err error
-	p, err = NewProxy(g.endpoint, decide)
+	p, err = NewProxy(g.Endpoint, decide)
 	require.NoError(t, err)
 	defer p.Close()
 
@@ -285,10 +184,10 @@ func TestStorageRestartMidMultipart(t *testing.T) {
 	require.Equal(t, 0, r.code, "import through a server restart: %s", tail(r.stderr, 4000))
 	require.Contains(t, r.stdout, "imported 5 documents")
 	require.GreaterOrEqual(t, parts, 3, "the corpus file went up as a multipart upload of >= 2 parts (one retried)")
-	require.Equal(t, 1, g.restarts)
+	require.Equal(t, 1, restarts)
 
 	ctx := context.Background()
-	direct, err := storage.Open(ctx, storeURLFor(g.endpoint, "big", nil))
+	direct, err := storage.Open(ctx, storeURLFor(g.Endpoint, "big", nil))
 	require.NoError(t, err)
 	defer direct.Close()
 	m, err := pipeline.ReadManifest(ctx, direct, pipeline.ManifestKey("big", 0, "corpus"))
@@ -297,7 +196,7 @@ func TestStorageRestartMidMultipart(t *testing.T) {
 	require.Greater(t, m.Files[0].Bytes, int64(5<<20), "the corpus file is larger than one part")
 	_, err = pipeline.ReadVerified(ctx, direct, m.Files[0])
 	require.NoError(t, err, "the multipart object is whole after the restart")
-	q := spade(t, dir, nil, "--store", storeURLFor(g.endpoint, "big", nil), "--run", "big", "sql", "--format", "csv",
+	q := spade(t, dir, nil, "--store", storeURLFor(g.Endpoint, "big", nil), "--run", "big", "sql", "--format", "csv",
 		"select count(*), sum(length(text)) > 15000000 from corpus")
 	require.Equal(t, 0, q.code, q.stderr)
 	require.Contains(t, q.stdout, "5,true")

@@ -58,6 +58,7 @@ type Server struct {
 	// object's file.
 	Root string
 
+	bin    string
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once
 	out    *syncBuffer
@@ -109,15 +110,9 @@ func Start(t testing.TB) *Server {
 	bin := Binary(t)
 	root := t.TempDir()
 
-	var srv *Server
-	var lastErr error
-	for attempt := 0; attempt < 3 && srv == nil; attempt++ {
-		// A freshly released port can be taken by someone else before the
-		// server binds it; the server then exits and we try another.
-		srv, lastErr = start(bin, root)
-	}
-	if srv == nil {
-		t.Fatalf("start versitygw: %v", lastErr)
+	srv, err := startRetrying(bin, root)
+	if err != nil {
+		t.Fatalf("start versitygw: %v", err)
 	}
 	t.Cleanup(func() { srv.stop() })
 
@@ -141,6 +136,36 @@ func Start(t testing.TB) *Server {
 	return srv
 }
 
+// Restart kills the server (SIGKILL: no graceful shutdown) and starts a new
+// one on the same posix root, so buckets, objects and in-progress multipart
+// uploads survive, on a new port: Endpoint and URL change. For tests of a
+// server that dies mid-request. Not safe for concurrent use with the
+// Server's other methods. Errors: the new server does not start.
+func (s *Server) Restart() error {
+	s.stop()
+	next, err := startRetrying(s.bin, s.Root)
+	if err != nil {
+		return err
+	}
+	*s = *next
+	return nil
+}
+
+// startRetrying starts the server on root, trying up to three free ports:
+// a freshly released port can be taken by someone else before the server
+// binds it; the server then exits and we try another.
+func startRetrying(bin, root string) (*Server, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		srv, err := start(bin, root)
+		if err == nil {
+			return srv, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
 func start(bin, root string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
@@ -160,7 +185,7 @@ func start(bin, root string) (*Server, error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	s := &Server{Endpoint: "http://" + addr, Root: root, cmd: cmd, exited: exited, out: out}
+	s := &Server{Endpoint: "http://" + addr, Root: root, bin: bin, cmd: cmd, exited: exited, out: out}
 	s.URL = s.StoreURL("", nil)
 
 	client := &http.Client{Timeout: time.Second}
