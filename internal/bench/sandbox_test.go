@@ -15,21 +15,6 @@ import (
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
-// processPerCallScript is the naive executor the sandbox is measured
-// against (as in stages/sandbox's BenchmarkStep): a fresh interpreter per
-// call that loads the program, resets and takes one step, without bwrap,
-// which flatters the baseline.
-const processPerCallScript = `
-import json, sys
-sys.path.insert(0, sys.argv[1])
-ns = {"__name__": "spade_program"}
-exec(compile(open(sys.argv[2]).read(), "<env>", "exec"), ns)
-env = ns["Counter"]()
-env.reset(seed=1)
-obs, r, term, trunc, info = env.step("add1")
-print(json.dumps([obs, r, term, trunc, info]))
-`
-
 const sandboxReps = 5
 
 // BenchmarkSandbox measures, in one run: step() throughput of a trivial
@@ -138,7 +123,7 @@ func BenchmarkSandbox(b *testing.B) {
 				p := pool.New().WithMaxGoroutines(workers)
 				for range calls {
 					p.Go(func() {
-						out, err := exec.Command(python, "-S", "-c", processPerCallScript, filepath.Join(root, "stages/sandbox/python"), counterPath).Output()
+						out, err := exec.Command(python, "-S", filepath.Join(root, "stages/sandbox/testdata/process_per_call.py"), filepath.Join(root, "stages/sandbox/python"), counterPath).Output()
 						var res []any
 						if err != nil || json.Unmarshal(out, &res) != nil || len(res) != 5 {
 							b.Errorf("process-per-call: output %q: %v", out, err)

@@ -24,20 +24,6 @@ func cpuNow() (self, children time.Duration) {
 	return self, children
 }
 
-// processPerCallScript is the common naive executor the sandbox is measured
-// against: a fresh interpreter per call that loads the program, resets and
-// takes one step (no bwrap, so the comparison flatters the baseline).
-const processPerCallScript = `
-import json, sys
-sys.path.insert(0, sys.argv[1])
-ns = {"__name__": "spade_program"}
-exec(compile(open(sys.argv[2]).read(), "<env>", "exec"), ns)
-env = ns["Counter"]()
-env.reset(seed=1)
-obs, r, term, trunc, info = env.step("add1")
-print(json.dumps([obs, r, term, trunc, info]))
-`
-
 // stepRate runs steps total steps of counter.py across workers programs (one
 // goroutine each) and returns steps per second.
 func stepRate(b *testing.B, sb *Sandbox, workers, steps int) (rate float64, cpu time.Duration) {
@@ -96,7 +82,7 @@ func processRate(b *testing.B, sb *Sandbox, workers, calls int) (rate float64, c
 		go func() {
 			defer wg.Done()
 			for range calls / workers {
-				out, err := exec.Command(sb.cfg.Python, "-S", "-c", processPerCallScript, sb.harnessDir, "testdata/counter.py").Output()
+				out, err := exec.Command(sb.cfg.Python, "-S", "testdata/process_per_call.py", sb.harnessDir, "testdata/counter.py").Output()
 				if err != nil {
 					b.Error(err)
 					return
