@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/internal/testutil/shareddata"
 )
 
 func smallConfig(t testing.TB) string {
@@ -171,7 +173,7 @@ func TestBadInput(t *testing.T) {
 
 // TestCorpusImportUnarXive imports the real unarXive sample and queries it.
 func TestCorpusImportUnarXive(t *testing.T) {
-	src := findShared(t, "datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz")
+	src := shareddata.Path(t, "datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz")
 	dir := t.TempDir()
 	args := []string{"--run", "arxiv", "corpus", "import", src, "--id", "paper_id", "--title", "metadata.title",
 		"--text", "abstract.text", "--text", "body_text[].text", "--license", "metadata.license", "--domain", "discipline"}
@@ -189,21 +191,6 @@ func TestCorpusImportUnarXive(t *testing.T) {
 	miss := spade(t, dir, nil, "--run", "arxiv2", "corpus", "import", src, "--text", "body_text[].txt")
 	require.NotEqual(t, 0, miss.code)
 	require.Contains(t, miss.stderr, "body_text[].txt")
-}
-
-// findShared locates a file under the shared/ folder beside the repository.
-func findShared(t testing.TB, rel string) string {
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for d := dir; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", rel)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("shared/%s not found above %s", rel, dir)
-		}
-	}
 }
 
 // contentDigests maps "round/table" to its content digest, as `spade status

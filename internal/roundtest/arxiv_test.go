@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/internal/testutil/shareddata"
 )
 
 // TestUnarXiveRounds imports the unarXive sample with the CLI (as a user
@@ -18,7 +20,7 @@ import (
 // document's title.
 func TestUnarXiveRounds(t *testing.T) {
 	ctx := context.Background()
-	src := findShared(t, "datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz")
+	src := shareddata.Path(t, "datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz")
 	cfgPath, err := filepath.Abs("testdata/arxiv.yaml")
 	require.NoError(t, err)
 	cfg, err := loadConfig("arxiv.yaml")

@@ -257,20 +257,3 @@ func spade(t *testing.T, dir string, args ...string) string {
 	}
 	return so.String()
 }
-
-// findShared locates a file under the shared/ folder beside the
-// repository (shared datasets are not part of the module).
-func findShared(t *testing.T, rel string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for d := dir; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", rel)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("shared/%s not found above %s", rel, dir)
-		}
-	}
-}
