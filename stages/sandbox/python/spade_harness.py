@@ -52,25 +52,25 @@ class ReplyLimit(Exception):
     """A reply would exceed the reply size limit."""
 
 
-def read_exact(n):
+def read_exact(n, fd=IN_FD):
     buf = bytearray()
     while len(buf) < n:
-        chunk = os.read(IN_FD, n - len(buf))
+        chunk = os.read(fd, n - len(buf))
         if not chunk:
-            raise EOFError("request channel closed")
+            raise EOFError(f"channel on fd {fd} closed")
         buf += chunk
     return bytes(buf)
 
 
-def read_frame():
-    (n,) = HEADER.unpack(read_exact(4))
-    return json.loads(read_exact(n))
+def read_frame(fd=IN_FD):
+    (n,) = HEADER.unpack(read_exact(4, fd))
+    return json.loads(read_exact(n, fd))
 
 
-def write_all(data):
+def write_all(data, fd=OUT_FD):
     view = memoryview(data)
     while view:
-        written = os.write(OUT_FD, view)
+        written = os.write(fd, view)
         view = view[written:]
 
 
@@ -621,29 +621,7 @@ CTL_OUT_FD = 6
 
 def ctl_send(obj):
     data = json.dumps(obj, separators=(",", ":")).encode()
-    view = memoryview(HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(CTL_OUT_FD, view):]
-
-
-def ctl_read():
-    buf = bytearray()
-    while len(buf) < 4:
-        chunk = os.read(CTL_IN_FD, 4 - len(buf))
-        if not chunk:
-            raise EOFError("control channel closed")
-        buf += chunk
-    (n,) = HEADER.unpack(bytes(buf))
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(CTL_IN_FD, n - len(buf))
-        if not chunk:
-            raise EOFError("control channel closed")
-        buf += chunk
-    return json.loads(bytes(buf))
-
-
-LIBC = None  # ctypes handle to the C library, loaded by the zygote
+    write_all(HEADER.pack(len(data)) + data, CTL_OUT_FD)
 
 
 def fd_state(fd):
@@ -916,7 +894,7 @@ def zygote_main():
         if CTL_IN_FD not in ready:
             continue
         try:
-            req = ctl_read()
+            req = read_frame(CTL_IN_FD)
         except EOFError:
             return
         op = req.get("op")
