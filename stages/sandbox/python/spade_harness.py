@@ -686,9 +686,11 @@ def remove_sysv_ipc():
     left = False
     for kind, fn in rm.items():
         path = "/proc/sysvipc/" + kind
-        for line in open(path).read().splitlines()[1:]:
-            fn(int(line.split()[1]))
-        left = left or len(open(path).read().splitlines()) > 1
+        ids = [int(line.split()[1]) for line in open(path).read().splitlines()[1:]]
+        for i in ids:
+            fn(i)
+        # Read again only when something was removed (the common case has none).
+        left = left or (bool(ids) and len(open(path).read().splitlines()) > 1)
     return not left
 
 
