@@ -144,10 +144,15 @@ func TestCrashConsistency(t *testing.T) {
 						timer = nil
 					case err := <-p.done:
 						var ee *exec.ExitError
-						if killed {
+						switch {
+						case killed && err == nil:
+							// The run exited 0 just before SIGKILL reached it
+							// (SIGKILL cannot be caught): an uninterrupted run,
+							// not a kill. Rounds are fast now, so it happens.
+						case killed:
 							require.True(t, errors.As(err, &ee), "kill %d: %v", i, err)
 							kills++
-						} else {
+						default:
 							require.NoError(t, err, "run %d (no kill) must succeed: %s", i, tail(p.stderrText(), 3000))
 						}
 						break wait
