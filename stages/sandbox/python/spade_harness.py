@@ -26,6 +26,7 @@ Everything the harness sends is checked again on the Go side: code in this
 process is untrusted once the program has been executed.
 """
 
+import fcntl
 import gc
 import json
 import math
@@ -42,6 +43,49 @@ HEADER = struct.Struct(">I")
 
 LIMITS = {}
 MAX_REPLY = 1 << 20
+
+
+# --- JSON --------------------------------------------------------------------
+#
+# The json module's C encoder and scanner, called directly. json.dumps and
+# json.loads wrap them in Python code (a new JSONEncoder per call, encoding
+# detection, a regular expression for trailing whitespace) that touches many
+# more objects, and in a freshly forked program process every page holding
+# an object it touches (a reference count is a write) is copied once: about
+# 20 microseconds a page on the benchmark machine (docs/benchmarks.md).
+
+
+def _not_serialisable(o):
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+_C_ENCODER = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
+    None, _not_serialisable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
+_SCAN = json.decoder.JSONDecoder().scan_once
+
+
+def dumps(obj):
+    """Compact JSON text of obj: UTF-8 characters unescaped, NaN and
+    infinities refused (ValueError), no circular-reference check (a cycle
+    ends in RecursionError); what json.dumps(obj, ensure_ascii=False,
+    allow_nan=False, separators=(",", ":")) gives for acyclic values."""
+    if _C_ENCODER is None:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return "".join(_C_ENCODER(obj, 0))
+
+
+def loads(data):
+    """The value of one compact JSON text in UTF-8 bytes (as the Go side
+    writes it); ValueError when it is not exactly one JSON value."""
+    text = data.decode("utf-8")
+    try:
+        obj, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("frame is not JSON") from None
+    if end != len(text):
+        raise ValueError(f"frame has {len(text) - end} characters after its JSON value")
+    return obj
 
 
 class ContractError(Exception):
@@ -64,7 +108,7 @@ def read_exact(n, fd=IN_FD):
 
 def read_frame(fd=IN_FD):
     (n,) = HEADER.unpack(read_exact(4, fd))
-    return json.loads(read_exact(n, fd))
+    return loads(read_exact(n, fd))
 
 
 def write_all(data, fd=OUT_FD):
@@ -76,7 +120,7 @@ def write_all(data, fd=OUT_FD):
 
 def send(obj):
     try:
-        data = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        data = dumps(obj).encode("utf-8", "surrogatepass")
     except (ValueError, TypeError, RecursionError) as exc:
         data = json.dumps({"ok": False, "kind": "contract", "detail": f"reply is not JSON-serialisable: {type(exc).__name__}: {exc}"}).encode()
     if len(data) > MAX_REPLY:
@@ -197,7 +241,7 @@ def metadata(cls):
     mt = getattr(cls, "max_turns", None)
     tools = getattr(cls, "tools", None) if kind == "tool_use" else None
     try:
-        json.dumps(tools, allow_nan=False)
+        dumps(tools)
     except (TypeError, ValueError, RecursionError):
         tools = repr(tools)[:2000]
     return {
@@ -620,7 +664,7 @@ CTL_OUT_FD = 6
 
 
 def ctl_send(obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    data = dumps(obj).encode("utf-8", "surrogatepass")
     write_all(HEADER.pack(len(data)) + data, CTL_OUT_FD)
 
 
@@ -628,15 +672,17 @@ def fd_state(fd):
     """What a program process can change on a file description it shares
     with the zygote: status flags (O_ASYNC, O_DIRECT, O_NONBLOCK), the
     SIGIO owner and signal, the pipe's size."""
-    import fcntl
-
     out = []
-    for cmd in (fcntl.F_GETFL, fcntl.F_GETOWN, fcntl.F_GETSIG, fcntl.F_GETPIPE_SZ):
+    for cmd in FD_QUERIES:
         try:
             out.append(fcntl.fcntl(fd, cmd))
         except OSError as exc:
             out.append(exc.errno)
     return tuple(out)
+
+
+FD_QUERIES = (fcntl.F_GETFL, fcntl.F_GETOWN, fcntl.F_GETSIG, fcntl.F_GETPIPE_SZ)
+RLIMITS = tuple(sorted(n for n in dir(resource) if n.startswith("RLIMIT_")))
 
 
 def ioprio():
@@ -664,7 +710,7 @@ def dev_snapshot():
             snap["stat " + path] = (st.st_mode, st.st_uid, st.st_gid, st.st_ino)
         except OSError as exc:
             snap["stat " + path] = exc.errno
-    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+    for name in RLIMITS:
         snap[name] = resource.getrlimit(getattr(resource, name))
     snap["sched"] = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), ioprio())
     for fd in range(5):
@@ -686,12 +732,27 @@ def remove_sysv_ipc():
     left = False
     for kind, fn in rm.items():
         path = "/proc/sysvipc/" + kind
-        ids = [int(line.split()[1]) for line in open(path).read().splitlines()[1:]]
+        ids = [int(line.split()[1]) for line in read_small(path).splitlines()[1:]]
         for i in ids:
             fn(i)
         # Read again only when something was removed (the common case has none).
-        left = left or (bool(ids) and len(open(path).read().splitlines()) > 1)
+        left = left or (bool(ids) and len(read_small(path).splitlines()) > 1)
     return not left
+
+
+def read_small(path):
+    """The bytes of a small file (a /proc table) read with os.read: far
+    fewer objects than open() and a text wrapper."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def wipe(path, top=True):
