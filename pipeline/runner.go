@@ -333,7 +333,11 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	if _, runs := s.Plan(ri, &r.Config); !runs {
-		return false, fmt.Errorf("stage %s does not run at round %d (regeneration rounds are 1, 1+k, 1+2k, ... with k = %d)", name, round, r.Config.RegenerateEvery)
+		why := fmt.Sprintf("regeneration rounds are 1, 1+k, 1+2k, ... with k = %d", r.Config.RegenerateEvery)
+		if round == 0 {
+			why = "round 0 holds the corpus only"
+		}
+		return false, fmt.Errorf("stage %s does not run at round %d (%s)", name, round, why)
 	}
 	return r.runStage(ctx, ri, s, shard, commit)
 }
