@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sourcegraph/conc/pool"
+
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/table"
@@ -128,8 +130,16 @@ func ReadAll[T any](ctx context.Context, e *Env, t schemas.Table[T], name string
 	return ReadManifestRows(ctx, e.store, t, m)
 }
 
+// readFilesAtOnce bounds how many of a manifest's files ReadManifestRows
+// reads and decodes at the same time: it overlaps storage latency (one GET
+// per file on S3) and decoding, and holds at most this many raw files in
+// memory.
+const readFilesAtOnce = 4
+
 // ReadManifestRows reads every row of the files m lists, in part order,
-// verifying sizes and sha256.
+// verifying sizes and sha256. Files are read and decoded concurrently (at
+// most readFilesAtOnce at a time); the rows and, on failure, the error are
+// those of the lowest-numbered file, whatever the scheduling.
 func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest) ([]T, error) {
 	if m.Kind != "" && m.Kind != t.Name {
 		return nil, fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
@@ -137,16 +147,31 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 	if m.SchemaFingerprint != t.Fingerprint() {
 		return nil, fmt.Errorf("table %s round %d: schema fingerprint %s does not match this build's %s v%d", m.Table, m.Round, short(m.SchemaFingerprint), t.Name, t.Version)
 	}
-	var out []T
-	for _, f := range m.Files {
-		data, err := ReadVerified(ctx, s, f)
+	parts := make([][]T, len(m.Files))
+	errs := make([]error, len(m.Files))
+	p := pool.New().WithMaxGoroutines(readFilesAtOnce)
+	for i, f := range m.Files {
+		p.Go(func() {
+			data, err := ReadVerified(ctx, s, f)
+			if err == nil {
+				parts[i], _, err = table.Decode(t, f.Key, data)
+			}
+			errs[i] = err
+		})
+	}
+	p.Wait()
+	n := 0
+	for i, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		rows, _, err := table.Decode(t, f.Key, data)
-		if err != nil {
-			return nil, err
-		}
+		n += len(parts[i])
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]T, 0, n)
+	for _, rows := range parts {
 		out = append(out, rows...)
 	}
 	return out, nil

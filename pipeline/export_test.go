@@ -1,0 +1,4 @@
+package pipeline
+
+// ReadFilesAtOnce exposes readFilesAtOnce to the external tests.
+const ReadFilesAtOnce = readFilesAtOnce
