@@ -170,6 +170,9 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 	if n == 0 {
 		return nil, nil
 	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
 	out := make([]T, 0, n)
 	for _, rows := range parts {
 		out = append(out, rows...)
