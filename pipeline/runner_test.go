@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -237,8 +239,9 @@ func TestDecodeManifestErrors(t *testing.T) {
 }
 
 // TestReadManifestRowsOrder reads a table of many part files: the rows come
-// back in file order whatever order the concurrent reads finish in, and a
-// damaged file is named by the lowest-numbered one.
+// back in file order whatever order the concurrent reads finish in; with
+// damaged files the error names the lowest-numbered one even when it
+// finishes last, and files after it are not read.
 func TestReadManifestRowsOrder(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)
@@ -264,17 +267,52 @@ func TestReadManifestRowsOrder(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	for _, i := range []int{6, 2} {
+	for _, i := range []int{2, 1, 0} {
 		data, err := storage.ReadAll(ctx, st, m.Files[i].Key)
 		require.NoError(t, err)
 		data[len(data)/2] ^= 0xff
 		require.NoError(t, storage.PutBytes(ctx, st, m.Files[i].Key, data))
 	}
-	for range 5 {
-		_, err = pipeline.ReadManifestRows(ctx, st, schemas.Metrics, m)
+	// Files 1 and 2 are bad and read together; file 1 finishes last, yet
+	// its error is the one returned. (File 0 is restored for this part.)
+	good0, err := storage.ReadAll(ctx, st, m.Files[0].Key)
+	require.NoError(t, err)
+	good0[len(good0)/2] ^= 0xff
+	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, good0))
+	slow := &slowStore{Store: st, slow: map[string]bool{m.Files[1].Key: true}, delay: 100 * time.Millisecond}
+	for range 3 {
+		_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
 		require.ErrorIs(t, err, pipeline.ErrIntegrity)
-		require.ErrorContains(t, err, m.Files[2].Key)
+		require.ErrorContains(t, err, m.Files[1].Key)
 	}
+	// File 0 is bad and fails at once while every other read is slow: a
+	// file after the first batch starts only once a slot is free, by then
+	// file 0 has failed, so it is never read.
+	good0[len(good0)/2] ^= 0xff
+	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, good0))
+	slow = &slowStore{Store: st, slow: map[string]bool{}, delay: 50 * time.Millisecond}
+	for _, f := range m.Files[1:] {
+		slow.slow[f.Key] = true
+	}
+	_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
+	require.ErrorContains(t, err, m.Files[0].Key)
+	require.LessOrEqual(t, slow.gets.Load(), int64(pipeline.ReadFilesAtOnce), "files after the first batch must not be read once file 0 failed")
+}
+
+// slowStore delays Get of some keys and counts every Get.
+type slowStore struct {
+	storage.Store
+	slow  map[string]bool
+	delay time.Duration
+	gets  atomic.Int64
+}
+
+func (s *slowStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	s.gets.Add(1)
+	if s.slow[key] {
+		time.Sleep(s.delay)
+	}
+	return s.Store.Get(ctx, key)
 }
 
 // BenchmarkReadManifestRows reads a 16-file table from versitygw, the old

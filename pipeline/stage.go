@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sourcegraph/conc/pool"
 
@@ -132,14 +133,15 @@ func ReadAll[T any](ctx context.Context, e *Env, t schemas.Table[T], name string
 
 // readFilesAtOnce bounds how many of a manifest's files ReadManifestRows
 // reads and decodes at the same time: it overlaps storage latency (one GET
-// per file on S3) and decoding, and holds at most this many raw files in
-// memory.
+// per file on S3) and decoding, and holds at most this many raw files (and
+// their row groups being decoded) in memory.
 const readFilesAtOnce = 4
 
 // ReadManifestRows reads every row of the files m lists, in part order,
 // verifying sizes and sha256. Files are read and decoded concurrently (at
-// most readFilesAtOnce at a time); the rows and, on failure, the error are
-// those of the lowest-numbered file, whatever the scheduling.
+// most readFilesAtOnce at a time, each decoded by table.Decode's own
+// workers); on failure the error is that of the lowest-numbered bad file,
+// whatever the scheduling, and files after it are not read.
 func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest) ([]T, error) {
 	if m.Kind != "" && m.Kind != t.Name {
 		return nil, fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
@@ -149,14 +151,30 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 	}
 	parts := make([][]T, len(m.Files))
 	errs := make([]error, len(m.Files))
+	// firstBad is the lowest index of a file that failed so far: files
+	// after it are not read. Every file before the final lowest failure has
+	// run, so the error returned does not depend on scheduling.
+	var firstBad atomic.Int64
+	firstBad.Store(int64(len(m.Files)))
 	p := pool.New().WithMaxGoroutines(readFilesAtOnce)
 	for i, f := range m.Files {
 		p.Go(func() {
+			if int64(i) > firstBad.Load() {
+				return
+			}
 			data, err := ReadVerified(ctx, s, f)
 			if err == nil {
 				parts[i], _, err = table.Decode(t, f.Key, data)
 			}
-			errs[i] = err
+			if err != nil {
+				errs[i] = err
+				for {
+					cur := firstBad.Load()
+					if int64(i) >= cur || firstBad.CompareAndSwap(cur, int64(i)) {
+						break
+					}
+				}
+			}
 		})
 	}
 	p.Wait()
