@@ -336,6 +336,8 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 		why := fmt.Sprintf("regeneration rounds are 1, 1+k, 1+2k, ... with k = %d", r.Config.RegenerateEvery)
 		if round == 0 {
 			why = "round 0 holds the corpus only"
+		} else if _, at0 := s.Plan(NewRoundInfo(r.Run, 0, &r.Config), &r.Config); at0 {
+			why = "it runs at round 0 only"
 		}
 		return false, fmt.Errorf("stage %s does not run at round %d (%s)", name, round, why)
 	}

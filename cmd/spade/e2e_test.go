@@ -161,6 +161,7 @@ func TestBadInput(t *testing.T) {
 		{"future round", nil, []string{"round", "5"}, 1, "round 5 needs round 4"},
 		{"stage at the corpus round", nil, []string{"stage", "rollout", "--round", "0"}, 1, "round 0 holds the corpus only"},
 		{"design off its rounds", nil, []string{"stage", "design", "--round", "2"}, 1, "regeneration rounds are 1, 1+k, 1+2k, ... with k = 4"},
+		{"corpus after round 0", nil, []string{"stage", "corpus", "--round", "1"}, 1, "stage corpus does not run at round 1 (it runs at round 0 only)"},
 		{"bad env var", []string{"SPADE_ROLLOUT_GROUP_SIZE=eight"}, []string{"round", "1"}, 2, "SPADE_ROLLOUT_GROUP_SIZE"},
 		{"bad run name", nil, []string{"--run", "../x", "round", "1"}, 2, "invalid run name"},
 	} {
