@@ -141,7 +141,8 @@ const readFilesAtOnce = 4
 // verifying sizes and sha256. Files are read and decoded concurrently (at
 // most readFilesAtOnce at a time, each decoded by table.Decode's own
 // workers); on failure the error is that of the lowest-numbered bad file,
-// whatever the scheduling, and files after it are not read.
+// whatever the scheduling, and files after it that have not started by
+// then are not read.
 func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest) ([]T, error) {
 	if m.Kind != "" && m.Kind != t.Name {
 		return nil, fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
@@ -152,8 +153,9 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 	parts := make([][]T, len(m.Files))
 	errs := make([]error, len(m.Files))
 	// firstBad is the lowest index of a file that failed so far: files
-	// after it are not read. Every file before the final lowest failure has
-	// run, so the error returned does not depend on scheduling.
+	// after it that start later are skipped. Every file before the final
+	// lowest failure has run, so the error returned does not depend on
+	// scheduling.
 	var firstBad atomic.Int64
 	firstBad.Store(int64(len(m.Files)))
 	p := pool.New().WithMaxGoroutines(readFilesAtOnce)
