@@ -208,10 +208,7 @@ func TestIntegrityOnRead(t *testing.T) {
 	}
 	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
 	require.NoError(t, err)
-	data, err := storage.ReadAll(ctx, st, m.Files[0].Key)
-	require.NoError(t, err)
-	data[len(data)/2] ^= 0xff
-	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, data))
+	flipByte(t, st, m.Files[0].Key)
 	_, err = pipeline.ReadManifestRows(ctx, st, schemas.Metrics, m)
 	require.ErrorIs(t, err, pipeline.ErrIntegrity)
 	require.ErrorContains(t, err, m.Files[0].Key)
@@ -267,18 +264,10 @@ func TestReadManifestRowsOrder(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	for _, i := range []int{2, 1, 0} {
-		data, err := storage.ReadAll(ctx, st, m.Files[i].Key)
-		require.NoError(t, err)
-		data[len(data)/2] ^= 0xff
-		require.NoError(t, storage.PutBytes(ctx, st, m.Files[i].Key, data))
-	}
 	// Files 1 and 2 are bad and read together; file 1 finishes last, yet
-	// its error is the one returned. (File 0 is restored for this part.)
-	good0, err := storage.ReadAll(ctx, st, m.Files[0].Key)
-	require.NoError(t, err)
-	good0[len(good0)/2] ^= 0xff
-	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, good0))
+	// its error is the one returned.
+	flipByte(t, st, m.Files[2].Key)
+	flipByte(t, st, m.Files[1].Key)
 	slow := &slowStore{Store: st, slow: map[string]bool{m.Files[1].Key: true}, delay: 100 * time.Millisecond}
 	for range 3 {
 		_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
@@ -288,8 +277,7 @@ func TestReadManifestRowsOrder(t *testing.T) {
 	// File 0 is bad and fails at once while every other read is slow: a
 	// file after the first batch starts only once a slot is free, by then
 	// file 0 has failed, so it is never read.
-	good0[len(good0)/2] ^= 0xff
-	require.NoError(t, storage.PutBytes(ctx, st, m.Files[0].Key, good0))
+	flipByte(t, st, m.Files[0].Key)
 	slow = &slowStore{Store: st, slow: map[string]bool{}, delay: 50 * time.Millisecond}
 	for _, f := range m.Files[1:] {
 		slow.slow[f.Key] = true
@@ -297,6 +285,15 @@ func TestReadManifestRowsOrder(t *testing.T) {
 	_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
 	require.ErrorContains(t, err, m.Files[0].Key)
 	require.LessOrEqual(t, slow.gets.Load(), int64(pipeline.ReadFilesAtOnce), "files after the first batch must not be read once file 0 failed")
+}
+
+// flipByte damages the stored object key by inverting its middle byte.
+func flipByte(t *testing.T, st storage.Store, key string) {
+	t.Helper()
+	data, err := storage.ReadAll(context.Background(), st, key)
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, storage.PutBytes(context.Background(), st, key, data))
 }
 
 // slowStore delays Get of some keys and counts every Get.
