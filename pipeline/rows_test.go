@@ -237,6 +237,20 @@ func TestReadRowsAtErrors(t *testing.T) {
 	require.True(t, errors.Is(err, context.Canceled), "err = %v", err)
 }
 
+// readCost reads rows idx of m as T through a counting store, checks that
+// each row is the one asked for (docID also runs any other per-row check),
+// and returns the store traffic the read cost.
+func readCost[T any](t *testing.T, st storage.Store, m *pipeline.Manifest, idx []int64, docID func(T) string) storage.Counts {
+	t.Helper()
+	cs := storage.Counting(st)
+	got, err := pipeline.ReadRowsAt[T](context.Background(), cs, m, idx)
+	require.NoError(t, err)
+	for i, g := range idx {
+		require.Equal(t, fmt.Sprintf("gen-%07d", g), docID(got[i]))
+	}
+	return cs.Counts()
+}
+
 // corpusDocRef is the sample stage's projection of the corpus.
 type corpusDocRef struct {
 	DocID  string `parquet:"doc_id"`
@@ -310,20 +324,13 @@ func projectedChunkBytes(t testing.TB, st storage.Store, key string, rg int, col
 // one row group does not read more bytes than the row group's projected
 // column chunks: each chunk is fetched about once, not once per row.
 func TestReadRowsAtBytesBoundedPerRowGroup(t *testing.T) {
-	ctx := context.Background()
 	st := memStore(t)
 	const perFile = 2 * table.RowGroupRows
 	m := corpusTable(t, st, 1, perFile, 200)
 	chunk := projectedChunkBytes(t, st, m.Files[0].Key, 1, "doc_id", "domain")
 
 	cost := func(idx []int64) storage.Counts {
-		cs := storage.Counting(st)
-		got, err := pipeline.ReadRowsAt[corpusDocRef](ctx, cs, m, idx)
-		require.NoError(t, err)
-		for i, g := range idx {
-			require.Equal(t, fmt.Sprintf("gen-%07d", g), got[i].DocID)
-		}
-		return cs.Counts()
+		return readCost(t, st, m, idx, func(d corpusDocRef) string { return d.DocID })
 	}
 	// Rows all in row group 1 (global rows 8192..16383).
 	r := rand.New(rand.NewPCG(5, 6))
@@ -350,14 +357,10 @@ func TestReadRowsAtBytesBoundedPerRowGroup(t *testing.T) {
 	// cost at most the projected chunks of the group once more than one row.
 	textChunk := projectedChunkBytes(t, st, m.Files[0].Key, 1, "doc_id", "title", "domain", "text")
 	textCost := func(idx []int64) storage.Counts {
-		cs := storage.Counting(st)
-		got, err := pipeline.ReadRowsAt[corpusDocText](ctx, cs, m, idx)
-		require.NoError(t, err)
-		for i, g := range idx {
-			require.Equal(t, fmt.Sprintf("gen-%07d", g), got[i].DocID)
-			require.NotEmpty(t, got[i].Text)
-		}
-		return cs.Counts()
+		return readCost(t, st, m, idx, func(d corpusDocText) string {
+			require.NotEmpty(t, d.Text)
+			return d.DocID
+		})
 	}
 	one = textCost(draw(1))
 	t.Logf("text, 1 row: %d bytes, %d requests; projected chunks of the row group: %d bytes", one.BytesRead, one.Requests(), textChunk)
