@@ -123,7 +123,7 @@ func readFileRows[P any](ctx context.Context, s storage.Store, fe FileEntry, loc
 // first row is the file's row first, into out. One reader serves the whole
 // group: each wanted row is a seek and a one-row read, and a seek to a row
 // in the page the reader holds, or in bytes it has buffered, costs no
-// fetch; consecutive rows need no seek at all.
+// fetch (nor does a seek to the row after the last one read).
 func readGroupRows[P any](key string, rg parquet.RowGroup, first int64, locs []rowLoc, out []P) (err error) {
 	cur := locs[0].local
 	defer func() {

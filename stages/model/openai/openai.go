@@ -278,10 +278,11 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 // (a bytes.Reader behind GetBody) in its own close-once ReadCloser, which
 // net/http cannot see through: it then flushes the headers before copying
 // the body: two write(2) calls and two TCP segments per request (one
-// write saved is ~4% of the client's CPU per call on loopback). GetBody returns the same bytes in a reader net/http
-// does recognise (io.NopCloser of *bytes.Reader); the wrapped body is
-// closed, as the transport would have closed it. Requests without GetBody
-// (none from this package) are left alone.
+// write saved is ~4% of the client's CPU per call on loopback). GetBody
+// returns the same bytes in a reader net/http does recognise
+// (io.NopCloser of *bytes.Reader); the wrapped body is closed, as the
+// transport would have closed it. Requests without GetBody (none from
+// this package) are left alone.
 func inMemoryBody(r *http.Request) {
 	if r.GetBody == nil || r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 {
 		return
