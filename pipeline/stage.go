@@ -7,11 +7,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
-	"sync/atomic"
-
-	"github.com/sourcegraph/conc/pool"
 
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/internal/parallel"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
@@ -151,41 +149,19 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 		return nil, fmt.Errorf("table %s round %d: schema fingerprint %s does not match this build's %s v%d", m.Table, m.Round, short(m.SchemaFingerprint), t.Name, t.Version)
 	}
 	parts := make([][]T, len(m.Files))
-	errs := make([]error, len(m.Files))
-	// firstBad is the lowest index of a file that failed so far: files
-	// after it that start later are skipped. Every file before the final
-	// lowest failure has run, so the error returned does not depend on
-	// scheduling.
-	var firstBad atomic.Int64
-	firstBad.Store(int64(len(m.Files)))
-	p := pool.New().WithMaxGoroutines(readFilesAtOnce)
-	for i, f := range m.Files {
-		p.Go(func() {
-			if int64(i) > firstBad.Load() {
-				return
-			}
-			data, err := ReadVerified(ctx, s, f)
-			if err == nil {
-				parts[i], _, err = table.Decode(t, f.Key, data)
-			}
-			if err != nil {
-				errs[i] = err
-				for {
-					cur := firstBad.Load()
-					if int64(i) >= cur || firstBad.CompareAndSwap(cur, int64(i)) {
-						break
-					}
-				}
-			}
-		})
-	}
-	p.Wait()
-	n := 0
-	for i, err := range errs {
-		if err != nil {
-			return nil, err
+	err := parallel.Each(len(m.Files), readFilesAtOnce, func(i int) error {
+		data, err := ReadVerified(ctx, s, m.Files[i])
+		if err == nil {
+			parts[i], _, err = table.Decode(t, m.Files[i].Key, data)
 		}
-		n += len(parts[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, rows := range parts {
+		n += len(rows)
 	}
 	if n == 0 {
 		return nil, nil

@@ -13,12 +13,11 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
-	"github.com/sourcegraph/conc"
 
+	"github.com/spade-pipeline/spade/pipeline/internal/parallel"
 	"github.com/spade-pipeline/spade/schemas"
 )
 
@@ -268,45 +267,8 @@ func DecodeWorkers[T any](t schemas.Table[T], name string, data []byte, workers 
 				return nil, FileInfo{}, err
 			}
 		}
-	} else if err := decodeConcurrently(len(groups), workers, group); err != nil {
+	} else if err := parallel.Each(len(groups), workers, group); err != nil {
 		return nil, FileInfo{}, err
 	}
 	return out, FileInfo{Rows: int64(total), RowGroups: int64(len(groups))}, nil
-}
-
-// decodeConcurrently calls group(i) for i in [0, n) on workers goroutines,
-// each taking the lowest index not yet taken. After a failure no index above
-// the lowest failed one is started, and every index below it has run, so
-// the error returned (the lowest index's) does not depend on scheduling.
-func decodeConcurrently(n, workers int, group func(i int) error) error {
-	errs := make([]error, n)
-	var next atomic.Int64
-	var lowestFailed atomic.Int64
-	lowestFailed.Store(math.MaxInt64)
-	var wg conc.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) || i > lowestFailed.Load() {
-					return
-				}
-				if errs[i] = group(int(i)); errs[i] != nil {
-					for {
-						low := lowestFailed.Load()
-						if i >= low || lowestFailed.CompareAndSwap(low, i) {
-							break
-						}
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
