@@ -201,15 +201,9 @@ func TestShardsGiveSameBytes(t *testing.T) {
 func TestIntegrityOnRead(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)
-	r := newRunner(t, st, "a", &gen{parts: 1, rows: 3, failPart: -1})
-	for n := 0; n <= 1; n++ {
-		_, err := r.RunRound(ctx, n)
-		require.NoError(t, err)
-	}
-	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
-	require.NoError(t, err)
+	m := metricsRound1(t, st, &gen{parts: 1, rows: 3, failPart: -1})
 	flipByte(t, st, m.Files[0].Key)
-	_, err = pipeline.ReadManifestRows(ctx, st, schemas.Metrics, m)
+	_, err := pipeline.ReadManifestRows(ctx, st, schemas.Metrics, m)
 	require.ErrorIs(t, err, pipeline.ErrIntegrity)
 	require.ErrorContains(t, err, m.Files[0].Key)
 }
@@ -242,13 +236,7 @@ func TestDecodeManifestErrors(t *testing.T) {
 func TestReadManifestRowsOrder(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)
-	r := newRunner(t, st, "a", &gen{parts: 9, rows: 90, failPart: -1})
-	for n := 0; n <= 1; n++ {
-		_, err := r.RunRound(ctx, n)
-		require.NoError(t, err)
-	}
-	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
-	require.NoError(t, err)
+	m := metricsRound1(t, st, &gen{parts: 9, rows: 90, failPart: -1})
 	require.Greater(t, len(m.Files), pipeline.ReadFilesAtOnce, "the test needs more files than are read at once")
 	var want []schemas.Metric
 	for _, f := range m.Files {
@@ -270,7 +258,7 @@ func TestReadManifestRowsOrder(t *testing.T) {
 	flipByte(t, st, m.Files[1].Key)
 	slow := &slowStore{Store: st, slow: map[string]bool{m.Files[1].Key: true}, delay: 100 * time.Millisecond}
 	for range 3 {
-		_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
+		_, err := pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
 		require.ErrorIs(t, err, pipeline.ErrIntegrity)
 		require.ErrorContains(t, err, m.Files[1].Key)
 	}
@@ -282,9 +270,24 @@ func TestReadManifestRowsOrder(t *testing.T) {
 	for _, f := range m.Files[1:] {
 		slow.slow[f.Key] = true
 	}
-	_, err = pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
+	_, err := pipeline.ReadManifestRows(ctx, slow, schemas.Metrics, m)
 	require.ErrorContains(t, err, m.Files[0].Key)
 	require.LessOrEqual(t, slow.gets.Load(), int64(pipeline.ReadFilesAtOnce), "files after the first batch must not be read once file 0 failed")
+}
+
+// metricsRound1 commits rounds 0 and 1 of run "a" (gen and sum) in st and
+// returns round 1's metrics manifest: a table of g.parts part files.
+func metricsRound1(tb testing.TB, st storage.Store, g *gen) *pipeline.Manifest {
+	tb.Helper()
+	ctx := context.Background()
+	r := &pipeline.Runner{Store: st, Run: "a", Config: config.Default(), Stages: []pipeline.Stage{sum{}, g}}
+	for n := 0; n <= 1; n++ {
+		_, err := r.RunRound(ctx, n)
+		require.NoError(tb, err)
+	}
+	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
+	require.NoError(tb, err)
+	return m
 }
 
 // flipByte damages the stored object key by inverting its middle byte.
@@ -320,14 +323,7 @@ func BenchmarkReadManifestRows(b *testing.B) {
 	srv := s3server.Start(b)
 	st, err := storage.Open(ctx, srv.StoreURL("bench", nil))
 	require.NoError(b, err)
-	cfg := config.Default()
-	r := &pipeline.Runner{Store: st, Run: "a", Config: cfg, Stages: []pipeline.Stage{sum{}, &gen{parts: 16, rows: 16 * 2000, failPart: -1}}}
-	for n := 0; n <= 1; n++ {
-		_, err := r.RunRound(ctx, n)
-		require.NoError(b, err)
-	}
-	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("a", 1, "metrics"))
-	require.NoError(b, err)
+	m := metricsRound1(b, st, &gen{parts: 16, rows: 16 * 2000, failPart: -1})
 	require.Len(b, m.Files, 16)
 	b.Run("one_file_at_a_time", func(b *testing.B) {
 		for range b.N {
