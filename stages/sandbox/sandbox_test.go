@@ -295,7 +295,7 @@ class E(Env):
 		assert.NotContains(t, e.Observation, "parent-secret-value")
 		assert.Equal(t, "0", env["PYTHONHASHSEED"])
 		for k := range env {
-			assert.Contains(t, []string{"PATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "LANG", "LC_CTYPE", "PWD"}, k, "unexpected variable (noBwrap=%v)", noBwrap)
+			assert.Contains(t, []string{"PATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "LANG", "LD_BIND_NOW", "LC_CTYPE", "PWD"}, k, "unexpected variable (noBwrap=%v)", noBwrap)
 		}
 		require.NoError(t, e.Close())
 		require.NoError(t, p.Close())

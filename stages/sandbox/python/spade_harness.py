@@ -37,6 +37,8 @@ import signal
 import struct
 import sys
 
+import _signal
+
 IN_FD = 3
 OUT_FD = 4
 HEADER = struct.Struct(">I")
@@ -976,9 +978,13 @@ def zygote_main():
             if pid == 0:
 
                 def program_process():
-                    signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    # The _signal functions, not the signal module's
+                    # wrappers: those convert to and from enum members,
+                    # whose machinery touches ~30 more pages of the zygote
+                    # in every program process (docs/benchmarks.md).
+                    _signal.set_wakeup_fd(-1)
+                    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+                    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
                     for fd in (CTL_IN_FD, CTL_OUT_FD, wake_r, wake_w):
                         os.close(fd)
                     cpu = LIMITS.get("cpu_seconds")
