@@ -320,13 +320,30 @@ func ParseShard(s string) (Shard, error) {
 	return sh, nil
 }
 
+// NotInRoundError is RunStage's error for a stage asked to run at a round
+// where it has nothing to do (the corpus stage after round 0, a generation
+// stage at round 0 or between regeneration rounds). Nothing is read or
+// written, and the run is not created, before it is returned.
+type NotInRoundError struct {
+	// Stage is the stage's name.
+	Stage string
+	// Round is the round asked for.
+	Round int
+	// Why names the rule: which rounds the stage runs at.
+	Why string
+}
+
+// Error says which stage, which round and why.
+func (e *NotInRoundError) Error() string {
+	return fmt.Sprintf("stage %s does not run at round %d (%s)", e.Stage, e.Round, e.Why)
+}
+
 // RunStage runs one stage of round r: the parts of one shard, committing
 // the tables when commit is true and every part exists. It is what
-// `spade stage NAME --round r [--shard i/n]` does.
+// `spade stage NAME --round r [--shard i/n]` does. It returns whether it
+// ran (false when the stage was already committed), a *NotInRoundError
+// when the stage does not run at that round, or the stage's error.
 func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Shard, commit bool) (bool, error) {
-	if _, err := r.EnsureRun(ctx); err != nil {
-		return false, err
-	}
 	s, err := r.StageByName(name)
 	if err != nil {
 		return false, err
@@ -339,7 +356,10 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 		} else if _, at0 := s.Plan(NewRoundInfo(r.Run, 0, &r.Config), &r.Config); at0 {
 			why = "it runs at round 0 only"
 		}
-		return false, fmt.Errorf("stage %s does not run at round %d (%s)", name, round, why)
+		return false, &NotInRoundError{Stage: name, Round: round, Why: why}
+	}
+	if _, err := r.EnsureRun(ctx); err != nil {
+		return false, err
 	}
 	return r.runStage(ctx, ri, s, shard, commit)
 }

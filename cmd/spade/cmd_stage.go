@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -42,6 +43,9 @@ p with p % n == i are written, and the tables are committed by
 				return usageError{err}
 			}
 			ran, err := r.RunStage(ctx, round, args[0], sh, shard == "")
+			if nir := (*pipeline.NotInRoundError)(nil); errors.As(err, &nir) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}

@@ -159,9 +159,9 @@ func TestBadInput(t *testing.T) {
 		{"bad round", nil, []string{"round", "zero"}, 2, "want a number"},
 		{"bad shard", nil, []string{"stage", "design", "--round", "1", "--shard", "3/2"}, 2, "invalid shard"},
 		{"future round", nil, []string{"round", "5"}, 1, "round 5 needs round 4"},
-		{"stage at the corpus round", nil, []string{"stage", "rollout", "--round", "0"}, 1, "round 0 holds the corpus only"},
-		{"design off its rounds", nil, []string{"stage", "design", "--round", "2"}, 1, "regeneration rounds are 1, 1+k, 1+2k, ... with k = 4"},
-		{"corpus after round 0", nil, []string{"stage", "corpus", "--round", "1"}, 1, "stage corpus does not run at round 1 (it runs at round 0 only)"},
+		{"stage at the corpus round", nil, []string{"stage", "rollout", "--round", "0"}, 2, "round 0 holds the corpus only"},
+		{"design off its rounds", nil, []string{"stage", "design", "--round", "2"}, 2, "regeneration rounds are 1, 1+k, 1+2k, ... with k = 4"},
+		{"corpus after round 0", nil, []string{"stage", "corpus", "--round", "1"}, 2, "stage corpus does not run at round 1 (it runs at round 0 only)"},
 		{"bad env var", []string{"SPADE_ROLLOUT_GROUP_SIZE=eight"}, []string{"round", "1"}, 2, "SPADE_ROLLOUT_GROUP_SIZE"},
 		{"bad run name", nil, []string{"--run", "../x", "round", "1"}, 2, "invalid run name"},
 	} {
@@ -172,6 +172,12 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	require.Empty(t, parquetFiles(t, dir), "bad input must commit nothing")
+	// A stage asked for at a round it does not run at is refused before the
+	// run is created: its config stays free to choose.
+	r := spade(t, dir, nil, "--run", "untouched", "stage", "design", "--round", "0")
+	require.Equal(t, 2, r.code, r.stderr)
+	_, err := os.Stat(filepath.Join(dir, "runs", "untouched"))
+	require.True(t, os.IsNotExist(err), "the run must not be created: %v", err)
 }
 
 // TestCorpusImportUnarXive imports the real unarXive sample and queries it.
