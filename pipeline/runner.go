@@ -260,11 +260,17 @@ type RoundResult struct {
 }
 
 // RunRound runs every stage of round r that is not committed yet, commits
-// them, and seals the round. Round r >= 2 needs round r-1 sealed. A sealed
+// them, and seals the round. Round r >= 1 needs round r-1 sealed; without
+// it RunRound fails before it creates the run (its _RUN.json). A sealed
 // round is left as it is.
 func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) {
 	if round < 0 {
 		return nil, fmt.Errorf("round must be >= 0 (got %d)", round)
+	}
+	if round >= 1 {
+		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
+			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
+		}
 	}
 	if _, err := r.EnsureRun(ctx); err != nil {
 		return nil, err
@@ -275,11 +281,6 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 		return res, nil
 	} else if !errors.Is(err, ErrNotCommitted) {
 		return nil, err
-	}
-	if round >= 1 {
-		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
-			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
-		}
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	stages, err := r.ordered(ri)

@@ -176,6 +176,10 @@ func TestBadInput(t *testing.T) {
 	// run is created: its config stays free to choose.
 	r := spade(t, dir, nil, "--run", "untouched", "stage", "design", "--round", "0")
 	require.Equal(t, 2, r.code, r.stderr)
+	// So is a round whose previous round is missing.
+	r = spade(t, dir, nil, "--run", "untouched", "round", "3")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "round 3 needs round 2")
 	_, err := os.Stat(filepath.Join(dir, "runs", "untouched"))
 	require.True(t, os.IsNotExist(err), "the run must not be created: %v", err)
 }
