@@ -29,6 +29,8 @@ type ForkOptions struct {
 
 // ForkResult is what Fork wrote.
 type ForkResult struct {
+	// Run is the fork's run file (_RUN.json), written now or by an earlier
+	// call with the same options.
 	Run *RunFile
 	// Manifests is the number of table manifests the fork holds.
 	Manifests int

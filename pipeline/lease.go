@@ -15,9 +15,13 @@ import (
 
 // Lease is the content of <run>/_LEASE.json: who runs the run now.
 type Lease struct {
+	// Holder is a random id (16 hex digits) of the invocation holding the
+	// lease; release deletes the lease only while it still names it.
 	Holder string `json:"holder"`
-	Host   string `json:"host"`
-	PID    int    `json:"pid"`
+	// Host is the holder's host name ("" when unknown).
+	Host string `json:"host"`
+	// PID is the holder's process id on Host.
+	PID int `json:"pid"`
 	// Expires is when another invocation may take the lease over, unless the
 	// holder renews it first (it renews every TTL/3 while it runs).
 	Expires time.Time `json:"expires"`

@@ -43,49 +43,94 @@ var (
 // FileEntry is one data file a manifest lists. Key is relative to the store
 // root (a fork's manifests point into the source run).
 type FileEntry struct {
-	Key       string `json:"key"`
-	SHA256    string `json:"sha256"`
-	Bytes     int64  `json:"bytes"`
-	Rows      int64  `json:"rows"`
-	RowGroups int64  `json:"row_groups"`
+	// Key is the Parquet file's store key,
+	// <run>/round=NNNNNN/<table>/part-PPPPP-of-NNNNN-<sha256[:16]>.parquet.
+	Key string `json:"key"`
+	// SHA256 is the hex sha256 of the file's bytes, checked on every read.
+	SHA256 string `json:"sha256"`
+	// Bytes is the file's size in bytes.
+	Bytes int64 `json:"bytes"`
+	// Rows is the number of rows in the file.
+	Rows int64 `json:"rows"`
+	// RowGroups is the number of Parquet row groups in the file (8,192
+	// rows each, the last one shorter).
+	RowGroups int64 `json:"row_groups"`
 	// Part is the file's part index; parts are listed in order.
 	Part int `json:"part"`
 }
 
 // InputRef names one input manifest of a stage and pins its content digest.
 type InputRef struct {
-	Table  string `json:"table"`
-	Round  int    `json:"round"`
-	Key    string `json:"key"`
+	// Table is the input table's name.
+	Table string `json:"table"`
+	// Round is the input table version's round.
+	Round int `json:"round"`
+	// Key is the input's manifest key (ManifestKey).
+	Key string `json:"key"`
+	// Digest is the input's content digest (Manifest.ContentDigest), or
+	// "absent" for an optional input that is not committed.
 	Digest string `json:"digest"`
 }
 
 // Manifest is the commit record of one table version (run, round, table):
 // the only commit point (DESIGN.md "Commit protocol").
 type Manifest struct {
-	FormatVersion     int               `json:"format_version"`
-	Run               string            `json:"run"`
-	Round             int               `json:"round"`
-	Table             string            `json:"table"`
-	Kind              string            `json:"kind"`
-	SchemaVersion     int               `json:"schema_version"`
-	SchemaFingerprint string            `json:"schema_fingerprint"`
-	Stage             string            `json:"stage"`
-	StageFingerprint  string            `json:"stage_fingerprint"`
-	ConfigDigest      string            `json:"config_digest"`
-	Seed              int64             `json:"seed"`
-	Files             []FileEntry       `json:"files"`
-	Rows              int64             `json:"rows"`
-	Bytes             int64             `json:"bytes"`
-	Inputs            []InputRef        `json:"inputs"`
-	CodeVersion       string            `json:"code_version"`
-	Libraries         map[string]string `json:"libraries"`
+	// FormatVersion is the storage-format version, FormatVersion (1);
+	// DecodeManifest refuses others.
+	FormatVersion int `json:"format_version"`
+	// Run is the run the table version belongs to (a fork's manifest names
+	// the fork).
+	Run string `json:"run"`
+	// Round is the table version's round.
+	Round int `json:"round"`
+	// Table is the table's name, e.g. "rollouts" or "design_calls".
+	Table string `json:"table"`
+	// Kind is the table's schema name in the schemas registry (e.g.
+	// "llm_calls" for design_calls).
+	Kind string `json:"kind"`
+	// SchemaVersion is the version of Kind's schema.
+	SchemaVersion int `json:"schema_version"`
+	// SchemaFingerprint is the hex sha256 of the schema's name, version and
+	// Parquet schema text (schemas.Info.Fingerprint).
+	SchemaFingerprint string `json:"schema_fingerprint"`
+	// Stage is the name of the stage that wrote the table.
+	Stage string `json:"stage"`
+	// StageFingerprint is the stage's fingerprint for this round
+	// (docs/format.md "Stage fingerprint"); a rerun with the same one is
+	// skipped, with another one refused.
+	StageFingerprint string `json:"stage_fingerprint"`
+	// ConfigDigest is the run's config digest (config.Config.Digest: hex
+	// sha256 of the pinned config's canonical JSON).
+	ConfigDigest string `json:"config_digest"`
+	// Seed is the run seed.
+	Seed int64 `json:"seed"`
+	// Files lists the data files, in part order; empty when the stage
+	// emitted no rows.
+	Files []FileEntry `json:"files"`
+	// Rows is the table's row count, the sum over Files (checked on
+	// decode).
+	Rows int64 `json:"rows"`
+	// Bytes is the table's size in bytes, the sum over Files (checked on
+	// decode).
+	Bytes int64 `json:"bytes"`
+	// Inputs are the stage's input table versions, pinned by content
+	// digest, in the order the stage's Plan lists them.
+	Inputs []InputRef `json:"inputs"`
+	// CodeVersion identifies the build that wrote the table (CodeVersion:
+	// module version, or VCS revision with "+dirty").
+	CodeVersion string `json:"code_version"`
+	// Libraries maps "go" and the modules that shape stored bytes
+	// (parquet-go, aws-sdk-go-v2, openai-go) to their versions (Libraries).
+	Libraries map[string]string `json:"libraries"`
 	// ReferenceOf is set when the table is carried forward by reference: the
 	// manifest key whose files this one lists.
 	ReferenceOf string `json:"reference_of,omitempty"`
-	// CreatedAt and Stats are observations, outside every digest.
-	CreatedAt time.Time      `json:"created_at"`
-	Stats     map[string]any `json:"stats,omitempty"`
+	// CreatedAt and Stats are observations, outside every digest. CreatedAt
+	// is the commit time (UTC).
+	CreatedAt time.Time `json:"created_at"`
+	// Stats holds the commit's observations: stage_seconds, parts, and the
+	// counts and notes the stage's parts reported (Out.Stat).
+	Stats map[string]any `json:"stats,omitempty"`
 }
 
 // ContentDigest is the hex sha256 over the table's data: schema fingerprint

@@ -26,29 +26,49 @@ func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
 
 // RunFile is the content of <run>/_RUN.json: the run's pinned config.
 type RunFile struct {
-	FormatVersion int           `json:"format_version"`
-	Run           string        `json:"run"`
-	ConfigDigest  string        `json:"config_digest"`
-	Config        config.Config `json:"config"`
-	// ForkOf names the source run and round of a fork ("" otherwise).
-	ForkOf      string    `json:"fork_of,omitempty"`
-	ForkRound   int       `json:"fork_round,omitempty"`
-	CodeVersion string    `json:"code_version"`
-	CreatedAt   time.Time `json:"created_at"`
+	// FormatVersion is the storage-format version, FormatVersion (1);
+	// readers refuse others.
+	FormatVersion int `json:"format_version"`
+	// Run is the run's name.
+	Run string `json:"run"`
+	// ConfigDigest is Config's digest (config.Config.Digest); invoking the
+	// run with a config of another digest is refused (ErrConflict).
+	ConfigDigest string `json:"config_digest"`
+	// Config is the run's full config, operational settings included as
+	// they were at creation.
+	Config config.Config `json:"config"`
+	// ForkOf names the source run of a fork ("" otherwise).
+	ForkOf string `json:"fork_of,omitempty"`
+	// ForkRound is the last round a fork shares with ForkOf (0, and
+	// omitted, otherwise).
+	ForkRound int `json:"fork_round,omitempty"`
+	// CodeVersion identifies the build that created the run (CodeVersion).
+	CodeVersion string `json:"code_version"`
+	// CreatedAt is when the run file was written (UTC; an observation).
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Seal is the content of a round's _ROUND.json: each table's content
 // digest and the parent round's seal digest, a hash chain whose head is the
 // round id (DESIGN.md "Round seal").
 type Seal struct {
-	FormatVersion int               `json:"format_version"`
-	Run           string            `json:"run"`
-	Round         int               `json:"round"`
-	Parent        string            `json:"parent"`
-	Tables        map[string]string `json:"tables"`
+	// FormatVersion is the storage-format version, FormatVersion (1);
+	// readers refuse others.
+	FormatVersion int `json:"format_version"`
+	// Run is the run's name.
+	Run string `json:"run"`
+	// Round is the sealed round.
+	Round int `json:"round"`
+	// Parent is the Digest of round Round-1's seal ("" for round 0).
+	Parent string `json:"parent"`
+	// Tables maps each table of the round to its content digest
+	// (Manifest.ContentDigest).
+	Tables map[string]string `json:"tables"`
 	// Manifests maps each table to its manifest key.
 	Manifests map[string]string `json:"manifests"`
-	CreatedAt time.Time         `json:"created_at"`
+	// CreatedAt is when the seal was written (UTC; an observation, outside
+	// Digest).
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Digest is the round id: sha256 over the parent digest and the sorted
@@ -64,13 +84,18 @@ func (s *Seal) Digest() string {
 
 // Runner executes stages of one run against one store.
 type Runner struct {
-	Store  storage.Store
-	Run    string
+	// Store holds the run's data.
+	Store storage.Store
+	// Run is the run's name (ValidateRunName).
+	Run string
+	// Config is the run's config; its digest must match the one pinned in
+	// _RUN.json (EnsureRun).
 	Config config.Config
 	// Stages in registration order; the runner orders them by their table
 	// dependencies.
 	Stages []Stage
-	Log    *slog.Logger
+	// Log receives progress and warnings; nil means slog.Default().
+	Log *slog.Logger
 	// Progress, when set, is told about each stage's parts.
 	Progress ProgressFunc
 	// Now returns the time for created_at fields (observations only).
@@ -251,10 +276,17 @@ func (r *Runner) StageByName(name string) (Stage, error) {
 
 // RoundResult summarises what RunRound did.
 type RoundResult struct {
-	Round   int
-	Ran     []string
+	// Round is the round asked for.
+	Round int
+	// Ran names the stages that ran (all or some of their parts) and
+	// committed, in run order.
+	Ran []string
+	// Skipped names the stages whose outputs were already committed with
+	// the same fingerprint; stages that do not run this round are in
+	// neither list.
 	Skipped []string
-	Seal    *Seal
+	// Seal is the round's seal.
+	Seal *Seal
 	// AlreadySealed is true when the round was complete before the call.
 	AlreadySealed bool
 }
@@ -310,7 +342,11 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 }
 
 // Shard selects the parts p with p % Count == Index.
-type Shard struct{ Index, Count int }
+type Shard struct {
+	// Index is this shard's number, 0 <= Index < Count; Count is the number
+	// of shards (>= 1; 1 runs every part).
+	Index, Count int
+}
 
 // ParseShard parses "i/n" (0 <= i < n).
 func ParseShard(s string) (Shard, error) {

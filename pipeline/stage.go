@@ -17,7 +17,10 @@ import (
 
 // RoundInfo describes round r of a run to the stages planning it.
 type RoundInfo struct {
-	Run   string
+	// Run is the run's name.
+	Run string
+	// Round is the round number: 0 is the setup round holding the corpus,
+	// each round >= 1 one GRPO step.
 	Round int
 	// Regeneration is true when the round generates new environments:
 	// (Round-1) % regenerate_every == 0 (SPADE.md step 8).
@@ -45,7 +48,10 @@ func NewRoundInfo(run string, r int, cfg *config.Config) RoundInfo {
 
 // Input names one table version a stage reads.
 type Input struct {
+	// Table is the table's name.
 	Table string
+	// Round is the round of the table version read (the current round, an
+	// earlier one such as r-1, or 0 for the corpus).
 	Round int
 	// Optional inputs may be missing (e.g. memory before the first round).
 	Optional bool
@@ -54,8 +60,11 @@ type Input struct {
 // Output names one table a stage writes and its kind (schemas table name);
 // Kind defaults to Table.
 type Output struct {
+	// Table is the table's name, unique in a round.
 	Table string
-	Kind  string
+	// Kind is the table's schema name in the schemas registry ("" means
+	// Table).
+	Kind string
 }
 
 // KindOf returns the output's table kind.
@@ -92,8 +101,11 @@ type Stage interface {
 // Env is what a running stage sees: the round, the config, and its inputs
 // (by manifest; rows are read through ReadAll and friends).
 type Env struct {
-	Round     RoundInfo
-	Config    *config.Config
+	// Round is the round being computed.
+	Round RoundInfo
+	// Config is the run's config, shared with the runner and every stage.
+	Config *config.Config
+	// Stage is the running stage's name.
 	Stage     string
 	store     storage.Store
 	inputs    map[string]*Manifest // key: "table@round"

@@ -9,11 +9,16 @@ type CorpusDoc struct {
 	// Source names where the document came from: "embedded", or the
 	// imported file's base name.
 	Source string `parquet:"source" json:"source"`
-	Title  string `parquet:"title" json:"title"`
+	// Title is the document's title ("" when an import has none). Designer
+	// prompts show it as the document's heading; the procedural backend
+	// keeps it out of the sources it writes (docs/procedural.md).
+	Title string `parquet:"title" json:"title"`
 	// Domain is a coarse field label (e.g. "Mathematics", "physics").
 	Domain string `parquet:"domain" json:"domain"`
 	// Text is the full UTF-8 text, in bytes as imported.
-	Text    string `parquet:"text,zstd" json:"text"`
+	Text string `parquet:"text,zstd" json:"text"`
+	// License is the document's licence as the source states it ("" when
+	// an import has none; required for the embedded corpus).
 	License string `parquet:"license" json:"license"`
 	// SHA256 is the hex sha256 of Text; documents are deduplicated by it.
 	SHA256 string `parquet:"sha256" json:"sha256"`

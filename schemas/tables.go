@@ -40,23 +40,38 @@ type Slot struct {
 // Design is one generation attempt (SPADE.md step 3). Table "designs",
 // key (slot_id, attempt).
 type Design struct {
-	SlotID  string `parquet:"slot_id" json:"slot_id"`
-	Attempt int64  `parquet:"attempt" json:"attempt"`
-	Skill   string `parquet:"skill" json:"skill"`
+	// SlotID is the slot the attempt is for (slots.slot_id).
+	SlotID string `parquet:"slot_id" json:"slot_id"`
+	// Attempt numbers the slot's attempts from 0; there are at most
+	// design.max_attempts of them (paper: 5).
+	Attempt int64 `parquet:"attempt" json:"attempt"`
+	// Skill is copied from the slot.
+	Skill string `parquet:"skill" json:"skill"`
+	// Setting is copied from the slot: "game" or "tool_use".
 	Setting string `parquet:"setting" json:"setting"`
-	Kind    string `parquet:"kind" json:"kind"`
+	// Kind is copied from the slot: reasoning, game, grounded or tooluse.
+	Kind string `parquet:"kind" json:"kind"`
 	// Model is the backend name (model.Backend.Name).
 	Model string `parquet:"model" json:"model"`
 	// Prompt is the chat messages sent, as canonical JSON.
-	Prompt   string `parquet:"prompt,zstd" json:"prompt"`
+	Prompt string `parquet:"prompt,zstd" json:"prompt"`
+	// Response is the model's answer text ("" when the prompt could not be
+	// rendered or the model call failed).
 	Response string `parquet:"response,zstd" json:"response"`
 	// Source is the Python code extracted from Response ("" if none).
 	Source string `parquet:"source,zstd" json:"source"`
 	// EnvID is the first 16 hex of sha256 of the normalised source ("" if none).
-	EnvID            string `parquet:"env_id" json:"env_id"`
-	PromptTokens     int64  `parquet:"prompt_tokens" json:"prompt_tokens"`
-	CompletionTokens int64  `parquet:"completion_tokens" json:"completion_tokens"`
-	FinishReason     string `parquet:"finish_reason" json:"finish_reason"`
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// PromptTokens is the prompt's usage the backend reported, in tokens
+	// (the procedural backend counts whitespace-separated words); 0 when
+	// the call failed.
+	PromptTokens int64 `parquet:"prompt_tokens" json:"prompt_tokens"`
+	// CompletionTokens is the completion's usage in tokens, counted as
+	// PromptTokens is.
+	CompletionTokens int64 `parquet:"completion_tokens" json:"completion_tokens"`
+	// FinishReason is the backend's finish reason ("stop", "length",
+	// "tool_calls", ...); "" when the call failed.
+	FinishReason string `parquet:"finish_reason" json:"finish_reason"`
 	// Error says why the attempt failed (model error, no code, quick check);
 	// "" when it passed the quick checks.
 	Error string `parquet:"error" json:"error"`
@@ -67,12 +82,20 @@ type Design struct {
 // Validation is one check of one candidate environment (SPADE.md step 4).
 // Table "validations", key (env_id, seq).
 type Validation struct {
-	EnvID  string `parquet:"env_id" json:"env_id"`
+	// EnvID is the candidate environment (designs.env_id).
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// SlotID is the candidate's slot.
 	SlotID string `parquet:"slot_id" json:"slot_id"`
 	// Seq orders the checks of one environment as they ran, from 0.
-	Seq    int64  `parquet:"seq" json:"seq"`
-	Check  string `parquet:"check" json:"check"`
-	Passed bool   `parquet:"passed" json:"passed"`
+	Seq int64 `parquet:"seq" json:"seq"`
+	// Check is the check's name, one of the envcheck.Check* constants
+	// (compile, class, metadata, reset, ...; docs/environment-contract.md).
+	Check string `parquet:"check" json:"check"`
+	// Passed is true when the check ran and held; false when it failed or
+	// was skipped after an earlier failure.
+	Passed bool `parquet:"passed" json:"passed"`
+	// Detail says what was seen: the failure (seed, action, error kind) or
+	// a summary of the pass.
 	Detail string `parquet:"detail" json:"detail"`
 	// TracebackTail is the last lines of a Python traceback, if any.
 	TracebackTail string `parquet:"traceback_tail" json:"traceback_tail"`
@@ -85,63 +108,114 @@ type Validation struct {
 // slot whose final attempt produced code. Table "environments", key env_id
 // (a slot whose final source repeats another slot's keeps the first slot).
 type Environment struct {
-	EnvID   string   `parquet:"env_id" json:"env_id"`
-	SlotID  string   `parquet:"slot_id" json:"slot_id"`
-	Skill   string   `parquet:"skill" json:"skill"`
-	Setting string   `parquet:"setting" json:"setting"`
-	Kind    string   `parquet:"kind" json:"kind"`
-	DocIDs  []string `parquet:"doc_ids,optional,list" json:"doc_ids"`
-	Source  string   `parquet:"source,zstd" json:"source"`
+	// EnvID is the hash of the source (see Design.EnvID).
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// SlotID is the slot whose final attempt produced the source.
+	SlotID string `parquet:"slot_id" json:"slot_id"`
+	// Skill is copied from the slot.
+	Skill string `parquet:"skill" json:"skill"`
+	// Setting is copied from the slot: "game" or "tool_use".
+	Setting string `parquet:"setting" json:"setting"`
+	// Kind is copied from the slot: reasoning, game, grounded or tooluse.
+	Kind string `parquet:"kind" json:"kind"`
+	// DocIDs are the slot's grounding documents (corpus.doc_id), in order.
+	DocIDs []string `parquet:"doc_ids,optional,list" json:"doc_ids"`
+	// Source is the environment's normalised Python source.
+	Source string `parquet:"source,zstd" json:"source"`
 	// Valid is true when every validation check passed.
 	Valid bool `parquet:"valid" json:"valid"`
 	// Reason names the first failed check ("" when valid).
 	Reason string `parquet:"reason" json:"reason"`
-	// Name, MaxTurns, RewardLow/High and Tools are read from the class by
-	// validation (Tools: JSON list of tool declarations, "" for games).
-	Name       string  `parquet:"name" json:"name"`
-	EnvKind    string  `parquet:"env_kind" json:"env_kind"`
-	MaxTurns   int64   `parquet:"max_turns" json:"max_turns"`
-	RewardLow  float64 `parquet:"reward_low" json:"reward_low"`
+	// Name, EnvKind, MaxTurns, RewardLow/High and Tools are read from the
+	// class by validation. Name is the class's name attribute (at most 200
+	// bytes; "" when the program did not load).
+	Name string `parquet:"name" json:"name"`
+	// EnvKind is the kind the class declares: "tool_use" for subclasses of
+	// spade_env.ToolUseEnv, else "game"; "" when no class was found.
+	EnvKind string `parquet:"env_kind" json:"env_kind"`
+	// MaxTurns is the class's turn limit; 0 when missing or not an int
+	// (rollouts then use rollout.max_turns alone).
+	MaxTurns int64 `parquet:"max_turns" json:"max_turns"`
+	// RewardLow is the lower bound of the class's declared reward_range; 0
+	// (and RewardHigh 1) when the range is missing or the environment is
+	// invalid. The range's width scales the designer reward (docs/regret.md).
+	RewardLow float64 `parquet:"reward_low" json:"reward_low"`
+	// RewardHigh is the upper bound of the declared reward_range (1 by
+	// default, see RewardLow).
 	RewardHigh float64 `parquet:"reward_high" json:"reward_high"`
-	Tools      string  `parquet:"tools" json:"tools"`
+	// Tools is the tool-use class's tools list as compact JSON ("" for
+	// games).
+	Tools string `parquet:"tools" json:"tools"`
 }
 
 // Hint is the privileged hint for one environment (SPADE.md step 5).
 // Table "hints", key env_id.
 type Hint struct {
-	EnvID    string `parquet:"env_id" json:"env_id"`
-	Hint     string `parquet:"hint" json:"hint"`
-	Model    string `parquet:"model" json:"model"`
-	Prompt   string `parquet:"prompt,zstd" json:"prompt"`
+	// EnvID is the environment; only valid environments get a hint.
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// Hint is the text the agent sees in the hinted arm: Response trimmed
+	// and cut to at most 4000 bytes (hint.MaxHintBytes); "" on error.
+	Hint string `parquet:"hint" json:"hint"`
+	// Model is the backend name (model.Backend.Name).
+	Model string `parquet:"model" json:"model"`
+	// Prompt is the chat messages sent, as canonical JSON; the hint writer
+	// reads the environment's source. "" when rendering failed.
+	Prompt string `parquet:"prompt,zstd" json:"prompt"`
+	// Response is the model's raw answer ("" on error).
 	Response string `parquet:"response,zstd" json:"response"`
-	Error    string `parquet:"error" json:"error"`
+	// Error says why no hint was written ("prompt: ..." or "model: ...");
+	// "" when none.
+	Error string `parquet:"error" json:"error"`
 }
 
 // Message is one chat message stored in a list column.
 type Message struct {
-	Role    string `parquet:"role" json:"role"`
+	// Role is the OpenAI chat role: "system", "user", "assistant" or
+	// "tool".
+	Role string `parquet:"role" json:"role"`
+	// Content is the message text (an observation, an action, a prompt).
 	Content string `parquet:"content" json:"content"`
 	// ToolCalls is the assistant's tool calls as JSON ("" when none).
-	ToolCalls  string `parquet:"tool_calls" json:"tool_calls,omitempty"`
+	ToolCalls string `parquet:"tool_calls" json:"tool_calls,omitempty"`
+	// ToolCallID links a "tool" message to the call it answers ("" for
+	// other roles).
 	ToolCallID string `parquet:"tool_call_id" json:"tool_call_id,omitempty"`
 }
 
 // Rollout is one play of one environment (SPADE.md step 6).
 // Table "rollouts", key (env_id, hinted, sample).
 type Rollout struct {
-	EnvID  string `parquet:"env_id" json:"env_id"`
-	Hinted bool   `parquet:"hinted" json:"hinted"`
-	Sample int64  `parquet:"sample" json:"sample"`
+	// EnvID is the environment played.
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// Hinted is true in the hinted arm (the agent's system prompt carries
+	// the hint); only regeneration rounds have hinted plays.
+	Hinted bool `parquet:"hinted" json:"hinted"`
+	// Sample is the play's index in its arm, 0..G-1 (G =
+	// rollout.group_size).
+	Sample int64 `parquet:"sample" json:"sample"`
 	// Seed is the reset seed, derived from (run seed, round, env, arm, sample).
-	Seed     int64     `parquet:"seed" json:"seed"`
+	Seed int64 `parquet:"seed" json:"seed"`
+	// Messages is the agent's chat: system prompt, first observation, then
+	// per turn the assistant message and the observation (a "tool" message
+	// for a tool call). NULL when the environment failed to load or reset.
 	Messages []Message `parquet:"messages,optional,list" json:"messages"`
-	Actions  []string  `parquet:"actions,optional,list" json:"actions"`
+	// Actions are the action texts passed to step, one per agent turn (a
+	// tool call as {"name", "arguments"} JSON); when a step failed, its
+	// action is the last one.
+	Actions []string `parquet:"actions,optional,list" json:"actions"`
 	// StepRewards holds the reward of each step, in order.
 	StepRewards []float64 `parquet:"step_rewards,optional,list" json:"step_rewards"`
-	Return      float64   `parquet:"return" json:"return"`
-	Turns       int64     `parquet:"turns" json:"turns"`
-	Terminated  bool      `parquet:"terminated" json:"terminated"`
-	Truncated   bool      `parquet:"truncated" json:"truncated"`
+	// Return is the sum of StepRewards: the return so far when the play
+	// failed.
+	Return float64 `parquet:"return" json:"return"`
+	// Turns counts the steps that succeeded.
+	Turns int64 `parquet:"turns" json:"turns"`
+	// Terminated is the last step's Gymnasium terminated flag.
+	Terminated bool `parquet:"terminated" json:"terminated"`
+	// Truncated is the last step's Gymnasium truncated flag, also set when
+	// the turn limit (the smaller of the environment's and
+	// rollout.max_turns) ended the play; false after an error.
+	Truncated bool `parquet:"truncated" json:"truncated"`
 	// Success is the play's win: info["success"] on the last step when the
 	// environment reports it, else Return > 0 (docs/regret.md).
 	Success bool `parquet:"success" json:"success"`
@@ -152,22 +226,35 @@ type Rollout struct {
 // Label is the per-environment outcome of a round (SPADE.md step 6).
 // Table "labels", key env_id.
 type Label struct {
-	EnvID  string `parquet:"env_id" json:"env_id"`
+	// EnvID is the environment labelled.
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// SlotID is the environment's slot.
 	SlotID string `parquet:"slot_id" json:"slot_id"`
-	Skill  string `parquet:"skill" json:"skill"`
-	Valid  bool   `parquet:"valid" json:"valid"`
-	Plays  int64  `parquet:"plays" json:"plays"`
-	Errors int64  `parquet:"errors" json:"errors"`
-	// UnhintedMean and HintedMean are mean returns; HintedMean is NULL on
-	// rounds without hinted plays.
-	UnhintedMean float64  `parquet:"unhinted_mean" json:"unhinted_mean"`
-	HintedMean   *float64 `parquet:"hinted_mean,optional" json:"hinted_mean,omitempty"`
+	// Skill is the environment's skill.
+	Skill string `parquet:"skill" json:"skill"`
+	// Valid is true when the environment passed validation (always true for
+	// pool environments, labelled between regenerations).
+	Valid bool `parquet:"valid" json:"valid"`
+	// Plays counts the plays of both arms, failed ones included.
+	Plays int64 `parquet:"plays" json:"plays"`
+	// Errors counts the plays with a non-empty Rollout.Error.
+	Errors int64 `parquet:"errors" json:"errors"`
+	// UnhintedMean is the mean return of the unhinted plays (0 without
+	// plays).
+	UnhintedMean float64 `parquet:"unhinted_mean" json:"unhinted_mean"`
+	// HintedMean is the mean return of the hinted plays; NULL on rounds
+	// without hinted plays (off regeneration rounds).
+	HintedMean *float64 `parquet:"hinted_mean,optional" json:"hinted_mean,omitempty"`
 	// WinRate is the share of unhinted plays that succeeded.
 	WinRate float64 `parquet:"win_rate" json:"win_rate"`
 	// Regret = HintedMean - UnhintedMean; NULL without hinted plays.
-	Regret    *float64 `parquet:"regret,optional" json:"regret,omitempty"`
-	Learnable bool     `parquet:"learnable" json:"learnable"`
-	Admitted  bool     `parquet:"admitted" json:"admitted"`
+	Regret *float64 `parquet:"regret,optional" json:"regret,omitempty"`
+	// Learnable is true when the environment is valid, has unhinted plays,
+	// and label.band_low <= WinRate <= label.band_high (SPADE.md step 6).
+	Learnable bool `parquet:"learnable" json:"learnable"`
+	// Admitted says the environment is in the training pool: Learnable on
+	// regeneration rounds, Valid (so always true) between them.
+	Admitted bool `parquet:"admitted" json:"admitted"`
 	// DesignerReward is in [-1, 1] (docs/regret.md); NULL off regeneration rounds.
 	DesignerReward *float64 `parquet:"designer_reward,optional" json:"designer_reward,omitempty"`
 }
@@ -176,46 +263,87 @@ type Label struct {
 // (SPADE.md step 7). Table "memory", key seq.
 type MemoryEntry struct {
 	// Seq is the insertion number in the run, from 0; eviction drops the lowest.
-	Seq        int64   `parquet:"seq" json:"seq"`
-	EnvID      string  `parquet:"env_id" json:"env_id"`
-	Skill      string  `parquet:"skill" json:"skill"`
-	Family     string  `parquet:"family" json:"family"`
-	Difficulty int64   `parquet:"difficulty" json:"difficulty"`
-	Regret     float64 `parquet:"regret" json:"regret"`
-	WinRate    float64 `parquet:"win_rate" json:"win_rate"`
-	AddedRound int64   `parquet:"added_round" json:"added_round"`
-	Summary    string  `parquet:"summary" json:"summary"`
-	Excerpt    string  `parquet:"excerpt" json:"excerpt"`
+	Seq int64 `parquet:"seq" json:"seq"`
+	// EnvID is the remembered environment.
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// Skill is the environment's skill; designer prompts draw seeds of the
+	// slot's skill.
+	Skill string `parquet:"skill" json:"skill"`
+	// Family is the procedural marker's family, else the class's name
+	// attribute ("" when neither is found).
+	Family string `parquet:"family" json:"family"`
+	// Difficulty is the procedural marker's difficulty (1..5), 0 when
+	// unknown.
+	Difficulty int64 `parquet:"difficulty" json:"difficulty"`
+	// Regret is the environment's regret when it was labelled.
+	Regret float64 `parquet:"regret" json:"regret"`
+	// WinRate is the environment's unhinted win rate when it was labelled,
+	// in [0, 1].
+	WinRate float64 `parquet:"win_rate" json:"win_rate"`
+	// AddedRound is the regeneration round that added the entry.
+	AddedRound int64 `parquet:"added_round" json:"added_round"`
+	// Summary is one line for prompts: the class's name, "(skill)" and the
+	// docstring (at most 200 bytes of it).
+	Summary string `parquet:"summary" json:"summary"`
+	// Excerpt is the first 1200 bytes of the source (memory.ExcerptBytes),
+	// cut on a UTF-8 character boundary.
+	Excerpt string `parquet:"excerpt" json:"excerpt"`
 }
 
 // PoolEnv is one environment of the training pool (SPADE.md step 8).
 // Table "pool", key env_id.
 type PoolEnv struct {
-	EnvID         string `parquet:"env_id" json:"env_id"`
-	SlotID        string `parquet:"slot_id" json:"slot_id"`
-	Skill         string `parquet:"skill" json:"skill"`
-	Setting       string `parquet:"setting" json:"setting"`
-	Kind          string `parquet:"kind" json:"kind"`
-	Source        string `parquet:"source,zstd" json:"source"`
-	Hint          string `parquet:"hint" json:"hint"`
-	MaxTurns      int64  `parquet:"max_turns" json:"max_turns"`
-	Tools         string `parquet:"tools" json:"tools"`
-	AdmittedRound int64  `parquet:"admitted_round" json:"admitted_round"`
+	// EnvID is the admitted environment.
+	EnvID string `parquet:"env_id" json:"env_id"`
+	// SlotID is the environment's slot.
+	SlotID string `parquet:"slot_id" json:"slot_id"`
+	// Skill is the environment's skill.
+	Skill string `parquet:"skill" json:"skill"`
+	// Setting is "game" or "tool_use", from the slot.
+	Setting string `parquet:"setting" json:"setting"`
+	// Kind is the slot's prompt template: reasoning, game, grounded or
+	// tooluse.
+	Kind string `parquet:"kind" json:"kind"`
+	// Source is the environment's Python source.
+	Source string `parquet:"source,zstd" json:"source"`
+	// Hint is the environment's hint ("" when it has none); pool
+	// environments are played unhinted.
+	Hint string `parquet:"hint" json:"hint"`
+	// MaxTurns is the class's turn limit (0 when it declares none).
+	MaxTurns int64 `parquet:"max_turns" json:"max_turns"`
+	// Tools is the tool declarations as JSON ("" for games).
+	Tools string `parquet:"tools" json:"tools"`
+	// AdmittedRound is the regeneration round that admitted it.
+	AdmittedRound int64 `parquet:"admitted_round" json:"admitted_round"`
 }
 
 // TrainSample is one GRPO sample (SPADE.md step 8). Table "train_batch",
 // key sample_id.
 type TrainSample struct {
+	// SampleID is "agent-<env_id>-<sample, 4 digits>" or
+	// "designer-<slot_id>-<attempt>".
 	SampleID string `parquet:"sample_id" json:"sample_id"`
 	// Role is "agent" or "designer".
 	Role string `parquet:"role" json:"role"`
 	// Group is the GRPO group: the env_id for agent samples, the skill for
 	// designer samples.
-	Group     string    `parquet:"group" json:"group"`
-	Messages  []Message `parquet:"messages,optional,list" json:"messages"`
-	Reward    float64   `parquet:"reward" json:"reward"`
-	Advantage float64   `parquet:"advantage" json:"advantage"`
-	Weight    float64   `parquet:"weight" json:"weight"`
+	Group string `parquet:"group" json:"group"`
+	// Messages is the sequence to train: the unhinted play's chat (agent),
+	// or the design prompt plus the response as an assistant message
+	// (designer).
+	Messages []Message `parquet:"messages,optional,list" json:"messages"`
+	// Reward is the play's return (agent); for a designer sample the
+	// label's designer reward for a slot's final attempt that passed the
+	// quick checks, else -1.
+	Reward float64 `parquet:"reward" json:"reward"`
+	// Advantage is (r - group mean) / (group std + grpo.eps) for agent
+	// samples (0 for zero-variance and singleton groups), r - skill mean
+	// for designer samples (divided by the role std with designer_norm
+	// std); docs/training.md.
+	Advantage float64 `parquet:"advantage" json:"advantage"`
+	// Weight scales the sample's policy-gradient term: 1 for agent
+	// samples, the grpo.weight_rule value for designer samples.
+	Weight float64 `parquet:"weight" json:"weight"`
 	// MaskSource says which tokens train: "assistant_turns" (agent) or
 	// "last_assistant" (designer response).
 	MaskSource string `parquet:"mask_source" json:"mask_source"`
@@ -224,51 +352,80 @@ type TrainSample struct {
 // TrainMetric is one metric of the trainer. Table "train_metrics", key
 // (step, name).
 type TrainMetric struct {
-	Step  int64   `parquet:"step" json:"step"`
-	Name  string  `parquet:"name" json:"name"`
+	// Step is the trainer's inner step from 1; 0 for batch-level numbers
+	// (agent_samples, zero_variance_groups, designer_weight, trained, ...).
+	Step int64 `parquet:"step" json:"step"`
+	// Name is the metric name (loss, kl, clip_fraction, grad_norm, tokens,
+	// ...; docs/training.md "Metrics").
+	Name string `parquet:"name" json:"name"`
+	// Value is the metric's value, in the unit its name implies (tokens,
+	// seconds, bytes, or a plain number).
 	Value float64 `parquet:"value" json:"value"`
 }
 
 // CheckpointFile is one file of a checkpoint.
 type CheckpointFile struct {
-	Name   string `parquet:"name" json:"name"`
-	Key    string `parquet:"key" json:"key"`
+	// Name is the file's path in the checkpoint directory, slash-separated
+	// (e.g. "model.safetensors").
+	Name string `parquet:"name" json:"name"`
+	// Key is the file's store key, under
+	// <run>/round=NNNNNN/checkpoints/files/<checkpoint_id>/.
+	Key string `parquet:"key" json:"key"`
+	// SHA256 is the hex sha256 of the file, checked on every read.
 	SHA256 string `parquet:"sha256" json:"sha256"`
-	Bytes  int64  `parquet:"bytes" json:"bytes"`
+	// Bytes is the file's size in bytes.
+	Bytes int64 `parquet:"bytes" json:"bytes"`
 }
 
 // Checkpoint registers the model a round produced (or used).
 // Table "checkpoints", key checkpoint_id.
 type Checkpoint struct {
-	// CheckpointID is a digest of the files, or "base" for the initial model.
+	// CheckpointID is the first 16 hex digits of a digest of the files, or
+	// "base:<grpo.base_checkpoint>" for the initial model.
 	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
 	// TrainedRound is the round whose GRPO step made it (0 for the base).
-	TrainedRound int64            `parquet:"trained_round" json:"trained_round"`
-	Parent       string           `parquet:"parent" json:"parent"`
-	Trainer      string           `parquet:"trainer" json:"trainer"`
-	Files        []CheckpointFile `parquet:"files,optional,list" json:"files"`
+	TrainedRound int64 `parquet:"trained_round" json:"trained_round"`
+	// Parent is the CheckpointID it was trained from ("" for the base).
+	Parent string `parquet:"parent" json:"parent"`
+	// Trainer is grpo.trainer when it trained ("torch" or "command"), or
+	// "base" for the untrained model.
+	Trainer string `parquet:"trainer" json:"trainer"`
+	// Files are the checkpoint's files (Hugging Face layout), verified by
+	// sha256 on read; empty for the base, which is loaded from
+	// grpo.base_checkpoint.
+	Files []CheckpointFile `parquet:"files,optional,list" json:"files"`
 }
 
 // Metric is one round-level metric (SPADE.md "Metrics"). Table "metrics",
 // key (name, skill).
 type Metric struct {
+	// Name is the metric name, e.g. learnable_fraction, win_rate,
+	// regret_mean, vendi_per_n (docs/metrics.md).
 	Name string `parquet:"name" json:"name"`
 	// Skill scopes a per-skill metric ("" for round-wide ones).
-	Skill string  `parquet:"skill" json:"skill"`
+	Skill string `parquet:"skill" json:"skill"`
+	// Value is the metric's value (a count, a share in [0, 1], a mean).
 	Value float64 `parquet:"value" json:"value"`
 }
 
 // LLMCall is one recorded model call. Table "llm_calls", key
 // (request_hash, occurrence).
 type LLMCall struct {
+	// RequestHash is the hex sha256 of Request (replay.Canonical).
 	RequestHash string `parquet:"request_hash" json:"request_hash"`
 	// Occurrence numbers identical requests of one stage from 0.
-	Occurrence int64  `parquet:"occurrence" json:"occurrence"`
-	Stage      string `parquet:"stage" json:"stage"`
-	Backend    string `parquet:"backend" json:"backend"`
-	Request    string `parquet:"request,zstd" json:"request"`
-	Response   string `parquet:"response,zstd" json:"response"`
-	Error      string `parquet:"error" json:"error"`
+	Occurrence int64 `parquet:"occurrence" json:"occurrence"`
+	// Stage is the stage that made the call: "design", "hint" or
+	// "rollout".
+	Stage string `parquet:"stage" json:"stage"`
+	// Backend is the backend name (model.Backend.Name).
+	Backend string `parquet:"backend" json:"backend"`
+	// Request is the canonical JSON of the backend name and the request.
+	Request string `parquet:"request,zstd" json:"request"`
+	// Response is the JSON of the model.Response ("" when Error is set).
+	Response string `parquet:"response,zstd" json:"response"`
+	// Error is the call's error text ("" when none).
+	Error string `parquet:"error" json:"error"`
 	// LatencyMS is NULL unless the run records timings.
 	LatencyMS *int64 `parquet:"latency_ms,optional" json:"latency_ms,omitempty"`
 }

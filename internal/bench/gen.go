@@ -67,9 +67,15 @@ type RolloutShape struct {
 	// SystemBytes is the system prompt's length (one per environment).
 	SystemBytes int
 	// First, Assistant and Observation bound the lengths of the first
-	// observation, each assistant message and each later observation.
-	FirstLo, FirstHi             int
-	AssistantLo, AssistantHi     int
+	// observation, each assistant message and each later observation: a
+	// length is drawn uniformly from [Lo, Hi] bytes, and the text has at
+	// least that many. FirstLo and FirstHi bound the first observation.
+	FirstLo, FirstHi int
+	// AssistantLo and AssistantHi bound an assistant message's text, in
+	// bytes, before its "\nAction: ..." line.
+	AssistantLo, AssistantHi int
+	// ObservationLo and ObservationHi bound each later observation, in
+	// bytes.
 	ObservationLo, ObservationHi int
 }
 

@@ -25,7 +25,8 @@ type Machine struct {
 	// GoVersion is the toolchain that built the benchmark.
 	GoVersion string `json:"go_version"`
 	// GOOS and GOARCH name the platform.
-	GOOS   string `json:"goos"`
+	GOOS string `json:"goos"`
+	// GOARCH is the architecture, runtime.GOARCH (e.g. "amd64").
 	GOARCH string `json:"goarch"`
 }
 

@@ -30,7 +30,8 @@ func Median(xs []float64) float64 {
 // ">= 20,000 steps/s". The zero Target means "no target".
 type Target struct {
 	// Op is ">=" or "<=" ("" for none).
-	Op    string  `json:"op,omitempty"`
+	Op string `json:"op,omitempty"`
+	// Value is the threshold, in the Unit of the Result it belongs to.
 	Value float64 `json:"value,omitempty"`
 }
 
@@ -70,9 +71,12 @@ type Result struct {
 	// Value is the median of Samples.
 	Value float64 `json:"value"`
 	// Unit of Value and Samples, e.g. "steps/s", "MB/s", "s", "%", "x".
-	Unit    string    `json:"unit"`
+	Unit string `json:"unit"`
+	// Samples holds one measurement per repetition, in Unit, in the order
+	// taken.
 	Samples []float64 `json:"samples"`
-	Target  Target    `json:"target"`
+	// Target is the pass/fail threshold of Value (zero: none).
+	Target Target `json:"target"`
 	// Load1 is the 1-minute load average right after the measure.
 	Load1 float64 `json:"load1"`
 	// Note qualifies the figure (what limits it, what it excludes).
@@ -82,15 +86,18 @@ type Result struct {
 // Report is one benchmark run: where it ran, how CPU was counted, and
 // every result in the order taken.
 type Report struct {
+	// Machine describes where the benchmarks ran.
 	Machine Machine `json:"machine"`
 	// CPUSource is the CPUMeter source behind every CPU figure.
 	CPUSource string `json:"cpu_source"`
 	// Command is the command line that produced the report.
 	Command string `json:"command"`
 	// LoadBefore and LoadAfter bracket the whole run.
-	LoadBefore LoadAvg  `json:"load_before"`
-	LoadAfter  LoadAvg  `json:"load_after"`
-	Results    []Result `json:"results"`
+	LoadBefore LoadAvg `json:"load_before"`
+	// LoadAfter is the load average read after the last benchmark.
+	LoadAfter LoadAvg `json:"load_after"`
+	// Results holds every result, in the order taken.
+	Results []Result `json:"results"`
 }
 
 // Recorder collects Results from benchmarks; it is safe for concurrent use.

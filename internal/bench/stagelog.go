@@ -12,8 +12,12 @@ import (
 // StageTime is one "stage committed" line of the runner's log: the stage,
 // its round, and the seconds from the stage's start to its commit.
 type StageTime struct {
-	Round   int
-	Stage   string
+	// Round is the line's round field.
+	Round int
+	// Stage is the line's stage field, the stage's name.
+	Stage string
+	// Seconds is the line's seconds field: wall-clock seconds from the
+	// stage's start to its commit (>= 0).
 	Seconds float64
 }
 

@@ -36,16 +36,26 @@ type Config struct {
 	Workers int `yaml:"workers" json:"workers"`
 	// RegenerateEvery is k: a regeneration every k rounds (SPADE.md step 8:
 	// 4 for games, 8 for tool use); round r regenerates when (r-1) % k == 0.
-	RegenerateEvery int     `yaml:"regenerate_every" json:"regenerate_every"`
-	Sample          Sample  `yaml:"sample" json:"sample"`
-	Model           Model   `yaml:"model" json:"model"`
-	Sandbox         Sandbox `yaml:"sandbox" json:"sandbox"`
-	Design          Design  `yaml:"design" json:"design"`
-	Rollout         Rollout `yaml:"rollout" json:"rollout"`
-	Label           Label   `yaml:"label" json:"label"`
-	Memory          Memory  `yaml:"memory" json:"memory"`
-	GRPO            GRPO    `yaml:"grpo" json:"grpo"`
-	Observe         Observe `yaml:"observe" json:"observe"`
+	RegenerateEvery int `yaml:"regenerate_every" json:"regenerate_every"`
+	// Sample holds the sample.* settings: slots, grounding documents, the
+	// skill curriculum and the setting.
+	Sample Sample `yaml:"sample" json:"sample"`
+	// Model holds the model.* settings: the backend of both roles.
+	Model Model `yaml:"model" json:"model"`
+	// Sandbox holds the sandbox.* settings: the Python sandbox.
+	Sandbox Sandbox `yaml:"sandbox" json:"sandbox"`
+	// Design holds the design.* settings: generation attempts.
+	Design Design `yaml:"design" json:"design"`
+	// Rollout holds the rollout.* settings: plays per environment.
+	Rollout Rollout `yaml:"rollout" json:"rollout"`
+	// Label holds the label.* settings: the learnable band.
+	Label Label `yaml:"label" json:"label"`
+	// Memory holds the memory.* settings: environment memory.
+	Memory Memory `yaml:"memory" json:"memory"`
+	// GRPO holds the grpo.* settings: advantages and the trainer.
+	GRPO GRPO `yaml:"grpo" json:"grpo"`
+	// Observe holds the observe.* settings: wall-clock measurements.
+	Observe Observe `yaml:"observe" json:"observe"`
 }
 
 // Sample configures corpus sampling and the skill curriculum (SPADE.md
@@ -57,40 +67,68 @@ type Sample struct {
 	DocsPerSlot int `yaml:"docs_per_slot" json:"docs_per_slot"`
 	// Skills are the six skill categories; ActiveSkills of them are active
 	// per regeneration, in round-robin.
-	Skills       []string `yaml:"skills" json:"skills"`
-	ActiveSkills int      `yaml:"active_skills" json:"active_skills"`
+	Skills []string `yaml:"skills" json:"skills"`
+	// ActiveSkills is how many of Skills are active per regeneration
+	// (default 3; 1..len(Skills)): regeneration g takes the ActiveSkills
+	// consecutive skills from index g*ActiveSkills, wrapping around.
+	ActiveSkills int `yaml:"active_skills" json:"active_skills"`
 	// Setting is "game", "tool_use" or "mixed" (every ToolUseEvery-th slot
 	// is tool use).
-	Setting      string `yaml:"setting" json:"setting"`
-	ToolUseEvery int    `yaml:"tool_use_every" json:"tool_use_every"`
+	Setting string `yaml:"setting" json:"setting"`
+	// ToolUseEvery is the tool-use period of the "mixed" setting (default
+	// 4, > 0): slot i is tool use when i % ToolUseEvery == ToolUseEvery-1.
+	// Unused by the other settings.
+	ToolUseEvery int `yaml:"tool_use_every" json:"tool_use_every"`
 }
 
 // Model configures the backend both roles use.
 type Model struct {
 	// Backend is "procedural" (offline stand-in) or "openai".
 	Backend string `yaml:"backend" json:"backend"`
-	// BaseURL and Name address an OpenAI-compatible server.
+	// BaseURL and Name address an OpenAI-compatible server. BaseURL is the
+	// server root including /v1.
 	BaseURL string `yaml:"base_url" json:"base_url"`
-	Name    string `yaml:"name" json:"name"`
+	// Name is the model name sent in every request to the openai backend
+	// (required with it unless Replay is set).
+	Name string `yaml:"name" json:"name"`
 	// APIKeyEnv names the environment variable holding the API key; the key
 	// itself is never stored.
-	APIKeyEnv   string  `yaml:"api_key_env" json:"api_key_env"`
-	Concurrency int     `yaml:"concurrency" json:"concurrency"`
-	TimeoutS    float64 `yaml:"timeout_s" json:"timeout_s"`
-	MaxRetries  int     `yaml:"max_retries" json:"max_retries"`
+	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env"`
+	// Concurrency bounds the model requests in flight (default 16, > 0).
+	// Operational: left out of the config digest.
+	Concurrency int `yaml:"concurrency" json:"concurrency"`
+	// TimeoutS bounds one HTTP attempt of the openai backend, in seconds
+	// (default 120, > 0). Operational.
+	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
+	// MaxRetries is the number of retries after the first attempt of a
+	// retryable failure (HTTP 408, 429, 5xx, network), honouring
+	// Retry-After (default 5). The openai backend reads 0 as its own
+	// default (4) and a negative value as no retries. Operational.
+	MaxRetries int `yaml:"max_retries" json:"max_retries"`
+	// Temperature is the sampling temperature of every call: designer,
+	// hint writer and agent (default 1.0).
 	Temperature float64 `yaml:"temperature" json:"temperature"`
-	MaxTokens   int     `yaml:"max_tokens" json:"max_tokens"`
+	// MaxTokens bounds a designer response, in tokens (default 4096); hint
+	// calls and agent turns use 512.
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
 	// Replay names a run whose recorded llm_calls answer every call.
 	Replay string `yaml:"replay" json:"replay"`
 }
 
 // Sandbox configures the Python sandbox (docs/sandbox.md).
 type Sandbox struct {
+	// Python is the interpreter that runs environments (default
+	// /usr/bin/python3); it must be outside any home directory, which the
+	// sandbox hides.
 	Python string `yaml:"python" json:"python"`
 	// Strict refuses to run without bubblewrap.
-	Strict       bool    `yaml:"strict" json:"strict"`
+	Strict bool `yaml:"strict" json:"strict"`
+	// CallTimeoutS is the wall-clock limit of one reset, step or close call,
+	// in seconds (default 5, > 0), enforced with SIGKILL.
 	CallTimeoutS float64 `yaml:"call_timeout_s" json:"call_timeout_s"`
-	MemoryMB     int     `yaml:"memory_mb" json:"memory_mb"`
+	// MemoryMB is the address-space limit (RLIMIT_AS) per sandbox process,
+	// in MiB (default 512, > 0).
+	MemoryMB int `yaml:"memory_mb" json:"memory_mb"`
 	// ForkEpisodes runs every episode in a forked child of the loaded
 	// program instead of in the program's process (sandbox.Config
 	// .ForkEpisodes). It can change what a program that keeps state outside
@@ -126,13 +164,18 @@ type Rollout struct {
 
 // Label configures regret labelling.
 type Label struct {
-	// Band is the learnable band of win rates, inclusive (SPADE.md: [0.2, 0.8]).
-	BandLow  float64 `yaml:"band_low" json:"band_low"`
+	// BandLow is the lower end of the learnable band of win rates,
+	// inclusive (SPADE.md: [0.2, 0.8]); 0 <= BandLow <= BandHigh <= 1.
+	BandLow float64 `yaml:"band_low" json:"band_low"`
+	// BandHigh is the upper end of the learnable band, inclusive (default
+	// 0.8).
 	BandHigh float64 `yaml:"band_high" json:"band_high"`
 }
 
 // Memory configures environment memory (SPADE.md step 7).
 type Memory struct {
+	// Capacity is the most entries the memory holds (default 200, as in
+	// the paper; > 0); the oldest are evicted first (FIFO).
 	Capacity int `yaml:"capacity" json:"capacity"`
 }
 
@@ -155,11 +198,18 @@ type GRPO struct {
 	DesignerNorm string `yaml:"designer_norm" json:"designer_norm"`
 	// MaxSeqLen is the longest trained sample in tokens; longer samples
 	// are truncated from the left (the role's own final tokens are kept).
-	MaxSeqLen int     `yaml:"max_seq_len" json:"max_seq_len"`
-	LR        float64 `yaml:"lr" json:"lr"`
-	ClipEps   float64 `yaml:"clip_eps" json:"clip_eps"`
-	KLBeta    float64 `yaml:"kl_beta" json:"kl_beta"`
-	TimeoutS  float64 `yaml:"timeout_s" json:"timeout_s"`
+	MaxSeqLen int `yaml:"max_seq_len" json:"max_seq_len"`
+	// LR is the trainer's AdamW learning rate (default 1e-5).
+	LR float64 `yaml:"lr" json:"lr"`
+	// ClipEps is the GRPO/PPO ratio clip: the ratio is clipped to
+	// [1-ClipEps, 1+ClipEps] (default 0.2).
+	ClipEps float64 `yaml:"clip_eps" json:"clip_eps"`
+	// KLBeta weights the k3 KL(policy || reference) term of the loss
+	// (default 0, which turns it off).
+	KLBeta float64 `yaml:"kl_beta" json:"kl_beta"`
+	// TimeoutS bounds one trainer run, wall clock, in seconds (default
+	// 3600, > 0). Operational: left out of the config digest.
+	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
 }
 
 // Observe configures what is measured besides data.

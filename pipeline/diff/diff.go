@@ -58,8 +58,10 @@ const (
 
 // Side names one run in one store.
 type Side struct {
+	// Store holds the run.
 	Store storage.Store
-	Run   string
+	// Run is the run's name.
+	Run string
 }
 
 // Options selects what Runs compares and how much detail it keeps.
@@ -96,43 +98,68 @@ func (o Options) maxValue() int {
 
 // Cell is one column value of a row key, formatted as JSON.
 type Cell struct {
+	// Column is the key column's Parquet name, or "(duplicate key
+	// occurrence)" for the occurrence number of a repeated key.
 	Column string `json:"column"`
-	Value  string `json:"value"`
+	// Value is the value's JSON, truncated to Options.MaxValueBytes.
+	Value string `json:"value"`
 }
 
 // ColumnChange is one changed column of a row: old (run A) and new (run B)
 // values as JSON, truncated to Options.MaxValueBytes.
 type ColumnChange struct {
+	// Column is the changed column's Parquet name.
 	Column string `json:"column"`
-	Old    string `json:"old"`
-	New    string `json:"new"`
+	// Old is run A's value; when both values are long and share a prefix,
+	// both start a little before the first difference, marked with
+	// "(N bytes)…".
+	Old string `json:"old"`
+	// New is run B's value, cut the same way as Old.
+	New string `json:"new"`
 }
 
 // RowChange is one added, removed or changed row, identified by its key.
 type RowChange struct {
-	Change  string         `json:"change"`
-	Key     []Cell         `json:"key"`
+	// Change is Added, Removed or Changed.
+	Change string `json:"change"`
+	// Key holds the row's key columns (schemas.Info.Key order).
+	Key []Cell `json:"key"`
+	// Columns lists the changed columns of a Changed row, in column order
+	// (empty for added and removed rows).
 	Columns []ColumnChange `json:"columns,omitempty"`
 }
 
 // TableDiff is the comparison of one (round, table) of two runs.
 type TableDiff struct {
-	Round   int    `json:"round"`
-	Table   string `json:"table"`
-	Status  Status `json:"status"`
+	// Round is the round compared.
+	Round int `json:"round"`
+	// Table is the table's name.
+	Table string `json:"table"`
+	// Status is the outcome (StatusEqual, StatusDifferent, ...).
+	Status Status `json:"status"`
+	// DigestA is run A's content digest ("" when not committed in A).
 	DigestA string `json:"digest_a,omitempty"`
+	// DigestB is run B's content digest ("" when not committed in B).
 	DigestB string `json:"digest_b,omitempty"`
-	RowsA   int64  `json:"rows_a"`
-	RowsB   int64  `json:"rows_b"`
-	// Added, Removed and Changed count rows by key (complete counts).
-	Added   int `json:"added"`
+	// RowsA is run A's row count, from its manifest (0 when not committed).
+	RowsA int64 `json:"rows_a"`
+	// RowsB is run B's row count, from its manifest (0 when not committed).
+	RowsB int64 `json:"rows_b"`
+	// Added, Removed and Changed count rows by key (complete counts). A
+	// table only in B counts all its rows as Added.
+	Added int `json:"added"`
+	// Removed counts rows of A without a match in B; a table only in A
+	// counts all its rows.
 	Removed int `json:"removed"`
+	// Changed counts rows whose key matched but whose columns differ.
 	Changed int `json:"changed"`
 	// ChangedColumns is the sorted union of the columns that changed.
 	ChangedColumns []string `json:"changed_columns,omitempty"`
 	// Rows lists the first changes in key order; Truncated says more exist.
-	Rows      []RowChange `json:"rows,omitempty"`
-	Truncated bool        `json:"truncated,omitempty"`
+	Rows []RowChange `json:"rows,omitempty"`
+	// Truncated is true when more changes exist than Rows lists
+	// (Options.MaxRows).
+	Truncated bool `json:"truncated,omitempty"`
 	// Note explains a schema change or a content-digest difference with no
 	// row difference (e.g. the same rows split into other part files).
 	Note string `json:"note,omitempty"`
@@ -143,9 +170,14 @@ func (t *TableDiff) Equal() bool { return t.Status == StatusEqual }
 
 // Report is the comparison of two runs.
 type Report struct {
-	A      string      `json:"a"`
-	B      string      `json:"b"`
-	Rounds []int       `json:"rounds"`
+	// A is run A's name.
+	A string `json:"a"`
+	// B is run B's name.
+	B string `json:"b"`
+	// Rounds are the rounds compared, in order.
+	Rounds []int `json:"rounds"`
+	// Tables holds one entry per (round, table) committed in either run,
+	// in round then table-name order.
 	Tables []TableDiff `json:"tables"`
 	// Equal is true when every compared table is equal.
 	Equal bool `json:"equal"`

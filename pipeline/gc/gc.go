@@ -72,9 +72,14 @@ type Options struct {
 
 // Object is one unreferenced object.
 type Object struct {
-	Key     string    `json:"key"`
-	Kind    Kind      `json:"kind"`
-	Bytes   int64     `json:"bytes"`
+	// Key is the object's store key.
+	Key string `json:"key"`
+	// Kind is KindPart or KindPending.
+	Kind Kind `json:"kind"`
+	// Bytes is the object's size in bytes, as the store listed it.
+	Bytes int64 `json:"bytes"`
+	// ModTime is the object's last-modified time, as the store listed it;
+	// the grace period is measured from it.
 	ModTime time.Time `json:"mod_time"`
 	// Why explains why nothing needs the object.
 	Why string `json:"why"`
@@ -93,8 +98,9 @@ type Result struct {
 	Referenced int `json:"referenced"`
 	// Garbage lists every unreferenced candidate, sorted by key.
 	Garbage []Object `json:"garbage"`
-	// Deleted and DeletedBytes count what was removed.
-	Deleted      int   `json:"deleted"`
+	// Deleted counts the objects removed (0 with DryRun).
+	Deleted int `json:"deleted"`
+	// DeletedBytes is the total size of the removed objects, in bytes.
 	DeletedBytes int64 `json:"deleted_bytes"`
 	// Warnings name objects gc could not read and so treated as live.
 	Warnings []string `json:"warnings,omitempty"`

@@ -36,10 +36,15 @@ type Options struct {
 
 // View describes one created view.
 type View struct {
-	Table  string
+	// Table is the view's name, the table's name.
+	Table string
+	// Rounds lists the rounds with a committed manifest of the table, in
+	// increasing order (rounds whose manifest lists no files included).
 	Rounds []int
-	Files  int
-	Rows   int64
+	// Files is the number of Parquet files the view reads.
+	Files int
+	// Rows is the view's row count, summed from the manifests.
+	Rows int64
 }
 
 // Open creates an in-memory DuckDB database with one view per table of run

@@ -10,6 +10,9 @@ import (
 // made through the wrapper (one per method call, whatever the backend does
 // underneath); bytes are payload bytes, not wire bytes.
 type Counts struct {
+	// Gets, GetRanges, Puts, PutIfAbsents, Stats, Lists and Deletes count
+	// the calls of Get, GetRange, Put, PutIfAbsent, Stat, List and Delete,
+	// in that order.
 	Gets, GetRanges, Puts, PutIfAbsents, Stats, Lists, Deletes int64
 	// BytesRead is the number of bytes callers read from Get and GetRange
 	// bodies.

@@ -48,6 +48,8 @@ func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out
 // the importer reads as the run's round-0 corpus. Its fingerprint covers the
 // import options and the sha256 of every input file (FileDigests).
 type Import struct {
+	// Options says what to import and how (paths, format, field paths);
+	// it is part of the stage's fingerprint.
 	Options datasets.ImportOptions
 	// FileDigests maps each input path to its sha256, filled by the caller.
 	FileDigests map[string]string

@@ -32,7 +32,10 @@ import (
 const SeedsPerPrompt = 2
 
 // Stage is the design stage; it runs on regeneration rounds.
-type Stage struct{ Eng *engine.Engines }
+type Stage struct {
+	// Eng holds the shared sandbox and model backend (required).
+	Eng *engine.Engines
+}
 
 // Name implements pipeline.Stage.
 func (*Stage) Name() string { return "design" }

@@ -27,11 +27,15 @@ import (
 // Engines is shared by the stages of one process. Zero values of its
 // fields are filled lazily from Config.
 type Engines struct {
+	// Config is the run's config (required); the sandbox and the backend
+	// are built from it on first use.
 	Config *config.Config
-	// Store and Run locate the run; replay reads the replayed run's calls
-	// from Store.
+	// Store is the run's store; replay reads the replayed run's calls from
+	// it.
 	Store storage.Store
-	Log   *slog.Logger
+	// Log receives the sandbox's warnings and diagnostics; nil means
+	// slog.Default().
+	Log *slog.Logger
 
 	mu      sync.Mutex
 	sb      *sandbox.Sandbox

@@ -200,6 +200,8 @@ const (
 // WeightRule is a parsed designer weight rule: "ratio", "none" or
 // "fixed:X" (X a finite number > 0). See docs/training.md.
 type WeightRule struct {
+	// Kind is WeightRatio, WeightNone or WeightFixed; "" acts as
+	// WeightNone.
 	Kind WeightKind
 	// Fixed is the constant of a "fixed:X" rule; unused otherwise.
 	Fixed float64
@@ -254,9 +256,12 @@ type DesignerOptions struct {
 
 // SkillMean is one skill's designer reward mean, for metrics.
 type SkillMean struct {
-	Skill   string  `json:"skill"`
-	Samples int     `json:"samples"`
-	Mean    float64 `json:"mean"`
+	// Skill is the skill (the designer samples' group).
+	Skill string `json:"skill"`
+	// Samples is the number of designer samples of the skill.
+	Samples int `json:"samples"`
+	// Mean is their mean designer reward, in [-1, 1].
+	Mean float64 `json:"mean"`
 }
 
 // DesignerStats summarises a DesignerAdvantages call.

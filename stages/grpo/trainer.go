@@ -52,7 +52,10 @@ var (
 // Message is one chat turn of a training sample (OpenAI chat roles:
 // system, user, assistant, tool).
 type Message struct {
-	Role    string `json:"role"`
+	// Role is "system", "user", "assistant" or "tool".
+	Role string `json:"role"`
+	// Content is the message text; the grpo stage appends an agent turn's
+	// tool calls to it as the JSON the model emitted.
 	Content string `json:"content"`
 }
 
@@ -64,13 +67,21 @@ type Message struct {
 // GroupAdvantages / DesignerAdvantages; Weight (>= 0) scales the sample's
 // policy-gradient term; Reward is carried for inspection only.
 type Sample struct {
-	SampleID  string    `json:"sample_id"`
-	Role      string    `json:"role"`
-	Group     string    `json:"group"`
-	Messages  []Message `json:"messages"`
-	Reward    float64   `json:"reward"`
-	Advantage float64   `json:"advantage"`
-	Weight    float64   `json:"weight"`
+	// SampleID identifies the sample (train_batch.sample_id); unique in a
+	// batch.
+	SampleID string `json:"sample_id"`
+	// Role is "agent" or "designer".
+	Role string `json:"role"`
+	// Group is the GRPO group: the env_id (agent) or the skill (designer).
+	Group string `json:"group"`
+	// Messages is the chat to train on; it needs an assistant message.
+	Messages []Message `json:"messages"`
+	// Reward is the sample's reward (finite; not used by the loss).
+	Reward float64 `json:"reward"`
+	// Advantage is the sample's GRPO advantage (finite).
+	Advantage float64 `json:"advantage"`
+	// Weight scales the sample's policy-gradient term (finite, >= 0).
+	Weight float64 `json:"weight"`
 }
 
 // Validate checks the fields the trainer would reject, so a bad batch fails
@@ -158,17 +169,24 @@ type TrainerConfig struct {
 	InnerSteps int `json:"inner_steps"`
 	// MicroBatchSize is sequences per forward/backward (gradient
 	// accumulation over the batch; same gradient whatever the size).
-	MicroBatchSize int   `json:"micro_batch_size"`
-	Seed           int64 `json:"seed"`
+	MicroBatchSize int `json:"micro_batch_size"`
+	// Seed is the torch seed (torch.manual_seed); the grpo stage derives
+	// it from the run seed and the round.
+	Seed int64 `json:"seed"`
 	// Dtype is the autocast dtype: auto (bf16 on CUDA, fp32 on CPU),
 	// float32, bfloat16, float16. Master weights stay fp32.
 	Dtype string `json:"dtype"`
 	// Device is auto, cpu, cuda or cuda:N.
-	Device      string  `json:"device"`
+	Device string `json:"device"`
+	// WeightDecay is AdamW's decoupled weight decay (default 0, so a batch
+	// whose advantages are all 0 leaves the weights unchanged).
 	WeightDecay float64 `json:"weight_decay"`
-	AdamBeta1   float64 `json:"adam_beta1"`
-	AdamBeta2   float64 `json:"adam_beta2"`
-	AdamEps     float64 `json:"adam_eps"`
+	// AdamBeta1 is AdamW's first-moment decay, in [0, 1) (default 0.9).
+	AdamBeta1 float64 `json:"adam_beta1"`
+	// AdamBeta2 is AdamW's second-moment decay, in [0, 1) (default 0.999).
+	AdamBeta2 float64 `json:"adam_beta2"`
+	// AdamEps is AdamW's epsilon (default 1e-8).
+	AdamEps float64 `json:"adam_eps"`
 	// MaxSeqLen is the longest sample in tokens.
 	MaxSeqLen int `json:"max_seq_len"`
 	// Overlong says what happens to a longer sample: "truncate_left" (the
@@ -181,10 +199,16 @@ type TrainerConfig struct {
 	// ReferenceCheckpoint is the KL reference; "" = the input checkpoint.
 	ReferenceCheckpoint string `json:"reference_checkpoint"`
 	// Backend is auto, builtin or transformers.
-	Backend               string `json:"backend"`
-	GradientCheckpointing bool   `json:"gradient_checkpointing"`
-	Compile               bool   `json:"compile"`
-	ResumeOptimizer       bool   `json:"resume_optimizer"`
+	Backend string `json:"backend"`
+	// GradientCheckpointing recomputes each layer's activations in the
+	// backward pass (less memory, more compute); default false.
+	GradientCheckpointing bool `json:"gradient_checkpointing"`
+	// Compile runs the model under torch.compile when this torch has it
+	// (torch >= 2); default false.
+	Compile bool `json:"compile"`
+	// ResumeOptimizer loads the AdamW moments saved with an input
+	// checkpoint directory (optimizer.safetensors); default true.
+	ResumeOptimizer bool `json:"resume_optimizer"`
 }
 
 // DefaultTrainerConfig returns the trainer's defaults (the Python
@@ -231,7 +255,9 @@ type TrainerSpec struct {
 	WorkDir string
 	// Samples is the batch, written in this order.
 	Samples []Sample
-	Config  TrainerConfig
+	// Config is written to WorkDir/config.json; start from
+	// DefaultTrainerConfig.
+	Config TrainerConfig
 	// Metrics is where metrics come from; "" means MetricsFile.
 	Metrics MetricsSource
 	// TailBytes bounds the captured output tail; 0 means 16 KiB.
@@ -242,32 +268,52 @@ type TrainerSpec struct {
 }
 
 // StepMetrics is one metrics line of an optimiser step (docs/training.md
-// "Metrics"). Raw keeps the full line, including keys added later, for
-// the train_metrics table. TokensPerS, Seconds and PeakMemoryBytes are
-// measurements and differ between identical runs.
+// "Metrics"). Raw keeps the full line, including keys added later.
+// TokensPerS, Seconds and PeakMemoryBytes are measurements and differ
+// between identical runs.
 type StepMetrics struct {
-	Step         int     `json:"step"`
-	Loss         float64 `json:"loss"`
-	KL           float64 `json:"kl"`
+	// Step is the inner optimiser step, from 1.
+	Step int `json:"step"`
+	// Loss is the step's loss: the policy-gradient term plus kl_beta x KL,
+	// a mean over the batch's trained tokens.
+	Loss float64 `json:"loss"`
+	// KL is the k3 estimate of KL(policy || reference), a mean over the
+	// trained tokens; 0 when kl_beta is 0 (not computed) and on the first
+	// step with the default reference.
+	KL float64 `json:"kl"`
+	// ClipFraction is the share of trained tokens whose clipped branch was
+	// active (A > 0 with ratio > 1+eps, or A < 0 with ratio < 1-eps).
 	ClipFraction float64 `json:"clip_fraction"`
-	GradNorm     float64 `json:"grad_norm"`
+	// GradNorm is the global gradient L2 norm before clipping.
+	GradNorm float64 `json:"grad_norm"`
 	// Tokens counts all non-pad tokens forwarded; TrainedTokens those in
 	// the loss (the role's own tokens).
-	Tokens          int64           `json:"tokens"`
-	TrainedTokens   int64           `json:"trained_tokens"`
-	TokensPerS      float64         `json:"tokens_per_s"`
-	Seconds         float64         `json:"seconds"`
-	PeakMemoryBytes int64           `json:"peak_memory_bytes"`
-	LR              float64         `json:"lr"`
-	Raw             json.RawMessage `json:"-"`
+	Tokens int64 `json:"tokens"`
+	// TrainedTokens counts the tokens in the loss (see Tokens).
+	TrainedTokens int64 `json:"trained_tokens"`
+	// TokensPerS is Tokens divided by Seconds (0 when Seconds is 0).
+	TokensPerS float64 `json:"tokens_per_s"`
+	// Seconds is the step's wall-clock time.
+	Seconds float64 `json:"seconds"`
+	// PeakMemoryBytes is the peak CUDA allocation on the device, or the
+	// process's peak resident set size on CPU, in bytes.
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// LR is the optimiser's learning rate at the step.
+	LR float64 `json:"lr"`
+	// Raw is the metrics line as read, with keys StepMetrics has no field
+	// for (e.g. micro_batches); the grpo stage does not store it.
+	Raw json.RawMessage `json:"-"`
 }
 
 // CheckpointFile is one file of the new checkpoint, Name relative to the
 // output directory (slash-separated).
 type CheckpointFile struct {
-	Name   string `json:"name"`
+	// Name is the file's path relative to the output directory.
+	Name string `json:"name"`
+	// SHA256 is the hex sha256 of the file's bytes.
 	SHA256 string `json:"sha256"`
-	Bytes  int64  `json:"bytes"`
+	// Bytes is the file's size in bytes.
+	Bytes int64 `json:"bytes"`
 }
 
 // TrainResult is what a successful RunTrainer returns.

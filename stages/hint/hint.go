@@ -24,7 +24,10 @@ import (
 const MaxHintBytes = 4000
 
 // Stage is the hint stage; it runs on regeneration rounds.
-type Stage struct{ Eng *engine.Engines }
+type Stage struct {
+	// Eng provides the shared model backend (required).
+	Eng *engine.Engines
+}
 
 // Name implements pipeline.Stage.
 func (*Stage) Name() string { return "hint" }

@@ -46,10 +46,20 @@ func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil 
 // Candidate is what labelling needs to know of an environment besides its
 // plays.
 type Candidate struct {
+	// EnvID, SlotID and Skill identify the environment; they are copied
+	// into the label.
 	EnvID, SlotID, Skill string
-	Valid                bool
-	RewardLow            float64
-	RewardHigh           float64
+	// Valid is true when the environment passed validation (always for
+	// pool environments); an invalid one is never learnable and earns
+	// designer reward -1.
+	Valid bool
+	// RewardLow is the lower bound of the declared reward range
+	// (environments.reward_low; 0 for pool environments).
+	RewardLow float64
+	// RewardHigh is the upper bound (environments.reward_high; 1 for pool
+	// environments). The width scales the designer reward; a width that is
+	// not positive and finite counts as 1.
+	RewardHigh float64
 }
 
 // Compute labels one environment from its plays. Failed plays (Error set)

@@ -41,7 +41,9 @@ type ToolCall struct {
 
 // Tool declares one function the model may call (OpenAI "function" tool).
 type Tool struct {
-	Name        string `json:"name"`
+	// Name is the function name the model calls it by.
+	Name string `json:"name"`
+	// Description tells the model what the function does.
 	Description string `json:"description"`
 	// Parameters is a JSON Schema object, as JSON text.
 	Parameters string `json:"parameters"`
@@ -58,7 +60,9 @@ type Request struct {
 	N int `json:"n,omitempty"`
 	// Temperature and TopP are the usual sampling parameters.
 	Temperature float64 `json:"temperature"`
-	TopP        float64 `json:"top_p,omitempty"`
+	// TopP is the nucleus-sampling probability mass; 0 leaves it to the
+	// backend (the openai backend sends it only when > 0).
+	TopP float64 `json:"top_p,omitempty"`
 	// MaxTokens bounds each sample's completion length in tokens (0 = backend default).
 	MaxTokens int `json:"max_tokens,omitempty"`
 	// Seed makes sampling reproducible where the server supports it.
@@ -75,6 +79,7 @@ type Request struct {
 
 // Choice is one sample of a response.
 type Choice struct {
+	// Message is the sampled assistant message.
 	Message Message `json:"message"`
 	// FinishReason is "stop", "length", "tool_calls" or the server's word.
 	FinishReason string `json:"finish_reason"`
@@ -82,7 +87,11 @@ type Choice struct {
 
 // Usage counts tokens as the server reports them.
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
+	// PromptTokens is the prompt's length in tokens (the procedural backend
+	// counts whitespace-separated words).
+	PromptTokens int `json:"prompt_tokens"`
+	// CompletionTokens is the length of all choices together, in tokens,
+	// counted the same way.
 	CompletionTokens int `json:"completion_tokens"`
 }
 
@@ -92,7 +101,8 @@ type Response struct {
 	Model string `json:"model"`
 	// Choices holds N samples, in order.
 	Choices []Choice `json:"choices"`
-	Usage   Usage    `json:"usage"`
+	// Usage is the token usage of the whole call.
+	Usage Usage `json:"usage"`
 }
 
 // Backend is a chat model. Chat must be safe for concurrent use, honour ctx

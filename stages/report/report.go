@@ -53,6 +53,8 @@ type RoundSummary struct {
 	// DomainsCovered is how many of the 13 coverage domains the round's
 	// grounding documents touch; DomainCoverage is that count / 13.
 	DomainsCovered int
+	// DomainCoverage is DomainsCovered / 13, in [0, 1]; NaN on rounds
+	// without regeneration.
 	DomainCoverage float64
 	// RewardLevels is the mean number of distinct reward levels per
 	// environment (metrics.RewardGranularity).

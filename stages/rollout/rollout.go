@@ -28,7 +28,10 @@ import (
 const AgentMaxTokens = 512
 
 // Stage is the rollout stage; it runs every round.
-type Stage struct{ Eng *engine.Engines }
+type Stage struct {
+	// Eng holds the shared sandbox and model backend (required).
+	Eng *engine.Engines
+}
 
 // Name implements pipeline.Stage.
 func (*Stage) Name() string { return "rollout" }
@@ -63,9 +66,18 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 
 // Target is one environment to play.
 type Target struct {
+	// EnvID, Skill, Source, Hint and Tools come from the environments and
+	// hints tables (regeneration rounds) or the pool: the id, skill,
+	// Python source, hint ("" when none) and tool declarations as JSON
+	// ("" for games).
 	EnvID, Skill, Source, Hint, Tools string
-	ToolUse                           bool
-	MaxTurns                          int
+	// ToolUse plays the environment with tool calls: env_kind "tool_use"
+	// on regeneration rounds; setting "tool_use" or non-empty Tools for a
+	// pool environment.
+	ToolUse bool
+	// MaxTurns is the environment's turn limit (0: none declared); a play
+	// stops at the smaller of it and rollout.max_turns.
+	MaxTurns int
 }
 
 func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {

@@ -17,7 +17,9 @@ type Meta struct {
 	Kind string `json:"kind"`
 	// Name and Skill are the class's name and skill attributes (at most 200
 	// bytes each).
-	Name  string `json:"name"`
+	Name string `json:"name"`
+	// Skill is the class's skill attribute (at most 200 bytes; "" when
+	// missing).
 	Skill string `json:"skill"`
 	// MaxTurns is the turn limit; 0 when missing or not an int.
 	MaxTurns int `json:"max_turns"`
@@ -29,7 +31,8 @@ type Meta struct {
 	// HasReset and HasStep report whether the program itself defines reset
 	// and step (rather than inheriting the base class's).
 	HasReset bool `json:"has_reset"`
-	HasStep  bool `json:"has_step"`
+	// HasStep reports whether the program itself defines step.
+	HasStep bool `json:"has_step"`
 }
 
 // wireMeta is Meta as the harness sends it.
@@ -192,7 +195,8 @@ type Episode struct {
 	Seed int64
 	// Observation and Info are what reset returned.
 	Observation string
-	Info        json.RawMessage
+	// Info is reset's info dict as JSON, encoded as StepResult.Info is.
+	Info json.RawMessage
 	// Turns counts successful steps.
 	Turns int
 	// StrayProcesses is set once the episode's process has ended if it left

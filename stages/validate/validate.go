@@ -22,7 +22,10 @@ import (
 const EnvsPerPart = 8
 
 // Stage is the validate stage; it runs on regeneration rounds.
-type Stage struct{ Eng *engine.Engines }
+type Stage struct {
+	// Eng provides the shared sandbox (required).
+	Eng *engine.Engines
+}
 
 // Name implements pipeline.Stage.
 func (*Stage) Name() string { return "validate" }

@@ -85,6 +85,7 @@ func init() {
 
 // Options configures a Store; ParseURL fills it from an s3:// URL.
 type Options struct {
+	// Bucket is the bucket holding the store (the URL's host).
 	Bucket string
 	// Prefix is "" or a key prefix ending in "/".
 	Prefix string
@@ -92,7 +93,9 @@ type Options struct {
 	Endpoint string
 	// Region is the signing region; "" means the SDK chain's, else
 	// us-east-1.
-	Region    string
+	Region string
+	// PathStyle puts the bucket in the URL path instead of the host name
+	// (needed by most self-hosted servers); default false.
 	PathStyle bool
 	// PartSize is the multipart part size and threshold in bytes.
 	PartSize int64

@@ -62,7 +62,8 @@ var (
 // Doc is one grounding document (a corpus row) as the prompt shows it.
 type Doc struct {
 	// ID identifies the corpus row; it is not shown to the model.
-	ID    string
+	ID string
+	// Title is shown as the document's heading, whitespace collapsed.
 	Title string
 	// Text is the document body; the prompt shows its first ExcerptChars
 	// characters, cut at a word boundary.
@@ -72,7 +73,10 @@ type Doc struct {
 // Seed is one environment-memory entry shown to the designer (SPADE sec. 4
 // step 7): a regret-scored example, or a negative outside the band.
 type Seed struct {
-	Name  string
+	// Name is the example's heading in the prompt (the design stage passes
+	// the memory entry's family).
+	Name string
+	// Skill is the entry's skill; the prompt does not show it.
 	Skill string
 	// Description is a one- or two-sentence summary of the environment.
 	Description string

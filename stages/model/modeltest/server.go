@@ -78,6 +78,7 @@ func (k FaultKind) String() string {
 
 // Fault is one injected failure.
 type Fault struct {
+	// Kind is the failure; FaultNone (the zero value) answers normally.
 	Kind FaultKind
 	// RetryAfter is sent verbatim as the Retry-After header on 429/503
 	// (delta-seconds like "1" or an HTTP-date); empty sends none.
@@ -110,9 +111,14 @@ type Request struct {
 // a zero FinishReason becomes "tool_calls" or "stop". Usage nil derives
 // token counts from byte lengths. A non-zero Fault overrides the answer.
 type Reply struct {
+	// Choices are the answer's samples, sent as choices[i].
 	Choices []model.Choice
-	Usage   *model.Usage
-	Fault   Fault
+	// Usage is the reported token usage; nil derives it from byte lengths
+	// (about four bytes per token).
+	Usage *model.Usage
+	// Fault, when its Kind is not FaultNone, is injected instead of the
+	// answer.
+	Fault Fault
 }
 
 // Handler decides the answer to one request. It runs concurrently.

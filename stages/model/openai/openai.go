@@ -77,8 +77,10 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the exponential backoff used when
 	// the server gives no Retry-After: attempt k waits a deterministic
 	// value in [d/2, d] with d = min(BackoffBase*2^k, BackoffMax).
+	// BackoffBase defaults to 1 s.
 	BackoffBase time.Duration
-	BackoffMax  time.Duration
+	// BackoffMax caps one backoff delay (default 30 s).
+	BackoffMax time.Duration
 	// MaxRetryAfter caps a server-directed delay: a Retry-After longer than
 	// this ends the call with a retryable *model.CallError instead of
 	// sleeping (default 2 minutes).

@@ -29,12 +29,23 @@ var ErrBadRequest = errors.New("procedural: bad request")
 // plays won (0..1); Difficulty is the family's level 1..5 ("" family and 0
 // difficulty for environments this backend did not design).
 type MemoryEntry struct {
-	EnvID      string  `json:"env_id"`
-	Family     string  `json:"family"`
-	Skill      string  `json:"skill"`
-	Difficulty int     `json:"difficulty"`
-	WinRate    float64 `json:"win_rate"`
-	Regret     float64 `json:"regret"`
+	// EnvID is the remembered environment (memory.env_id).
+	EnvID string `json:"env_id"`
+	// Family is the environment's family; entries of the family being
+	// designed steer its difficulty.
+	Family string `json:"family"`
+	// Skill is the entry's skill (the slot's skill, as the design stage
+	// passes only those).
+	Skill string `json:"skill"`
+	// Difficulty is the family level, 1..5 (0 when unknown; such entries
+	// are ignored).
+	Difficulty int `json:"difficulty"`
+	// WinRate is the share of unhinted plays won (0..1): above BandHigh the
+	// next design is one level harder, below BandLow one level easier.
+	WinRate float64 `json:"win_rate"`
+	// Regret is the entry's regret; this backend does not read it (it is
+	// part of the request hash).
+	Regret float64 `json:"regret"`
 }
 
 // Learnable band of unhinted win rate (SPADE.md step 6): the designer steps

@@ -11,10 +11,17 @@ import (
 // Document is one grounding document as the design stage passes it in the
 // "spade.doc" Meta key (a JSON list of these).
 type Document struct {
-	DocID  string `json:"doc_id"`
-	Title  string `json:"title"`
+	// DocID is the corpus row's doc_id; it seeds the design.
+	DocID string `json:"doc_id"`
+	// Title is the document's title; no design may contain it.
+	Title string `json:"title"`
+	// Domain is the corpus domain label ("" for none); the first
+	// document's is named in the design's response.
 	Domain string `json:"domain"`
-	Text   string `json:"text"`
+	// Text is the document text the terms are drawn from; the design stage
+	// passes an excerpt of at most design.DocExcerptBytes (6000) code
+	// points.
+	Text string `json:"text"`
 }
 
 // Terms are the salient words and numbers taken from the grounding
