@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline/sqlview"
 )
 
@@ -140,7 +141,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		for i, v := range rec {
 			s := cell(v)
 			if len(s) > 80 {
-				s = s[:77] + "..."
+				s = textcut.Prefix(s, 77) + "..."
 			}
 			line[i] = strings.ReplaceAll(s, "\n", " ")
 		}

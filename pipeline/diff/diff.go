@@ -17,8 +17,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 )
@@ -490,10 +490,7 @@ func formatPair(a, b reflect.Value, max int) (string, string) {
 	if d <= max-context {
 		return truncate(sa, max), truncate(sb, max)
 	}
-	start := d - context
-	for start > 0 && !utf8.RuneStart(sa[start]) {
-		start--
-	}
+	start := len(textcut.Prefix(sa, d-context)) // at a character boundary
 	return window(sa, start, max), window(sb, start, max)
 }
 
@@ -511,9 +508,5 @@ func truncate(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
+	return fmt.Sprintf("%s…(%d bytes)", textcut.Prefix(s, max), len(s))
 }

@@ -18,8 +18,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
@@ -169,9 +169,9 @@ func (c *checker) fail(name, detail string, err error) {
 	var se *sandbox.Error
 	if errors.As(err, &se) {
 		r.ErrorKind = string(se.Kind)
-		r.TracebackTail = tail(se.Traceback, 2000)
+		r.TracebackTail = textcut.Suffix(se.Traceback, 2000)
 		if r.TracebackTail == "" && se.Output != "" {
-			r.TracebackTail = tail(se.Output, 2000)
+			r.TracebackTail = textcut.Suffix(se.Output, 2000)
 		}
 	}
 	c.failed = name
@@ -204,17 +204,6 @@ func (c *checker) report(meta *sandbox.Meta, start time.Time) Report {
 		rep.Checks = append(rep.Checks, r)
 	}
 	return rep
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	for !utf8.ValidString(s) && len(s) > 0 {
-		s = s[1:]
-	}
-	return s
 }
 
 // errDetail is a one-line description of a sandbox failure.

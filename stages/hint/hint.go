@@ -10,6 +10,7 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
@@ -101,7 +102,7 @@ func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e sche
 	h.Response = resp.Choices[0].Message.Content
 	h.Hint = strings.TrimSpace(h.Response)
 	if len(h.Hint) > MaxHintBytes {
-		h.Hint = h.Hint[:MaxHintBytes]
+		h.Hint = textcut.Prefix(h.Hint, MaxHintBytes)
 	}
 	return h
 }

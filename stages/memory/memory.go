@@ -12,8 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
@@ -96,23 +96,10 @@ func Describe(source, skill string) (family string, difficulty int64, summary st
 	doc := ""
 	if m := docRe.FindStringSubmatch(source); m != nil {
 		doc = strings.Join(strings.Fields(m[1]), " ")
-		doc = truncate(doc, 200)
+		doc = textcut.Prefix(doc, 200)
 	}
 	summary = strings.TrimSpace(strings.Join([]string{name, "(" + skill + ")", doc}, " "))
 	return family, difficulty, summary
-}
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 character:
-// the text is stored in Parquet string columns, which DuckDB reads as UTF-8
-// and refuses when a value is not.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Run implements pipeline.Stage.
@@ -148,7 +135,7 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		}
 		e := src[l.EnvID]
 		family, diff, summary := Describe(e.Source, l.Skill)
-		excerpt := truncate(e.Source, ExcerptBytes)
+		excerpt := textcut.Prefix(e.Source, ExcerptBytes)
 		add = append(add, schemas.MemoryEntry{EnvID: l.EnvID, Skill: l.Skill, Family: family, Difficulty: diff, Regret: *l.Regret, WinRate: l.WinRate, AddedRound: int64(ri.Round), Summary: summary, Excerpt: excerpt})
 	}
 	out.Stat("memory_added", len(add))

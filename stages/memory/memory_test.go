@@ -274,25 +274,3 @@ func FuzzDescribe(f *testing.F) {
 		}
 	})
 }
-
-// TestTruncate: excerpts and summaries are cut on a character boundary.
-func TestTruncate(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		n        int
-		want     string
-	}{
-		{"short", "abc", 5, "abc"},
-		{"ascii", "abcdef", 3, "abc"},
-		{"before a two-byte char", "ab\u00e9c", 3, "ab"},
-		{"after a two-byte char", "ab\u00e9c", 4, "ab\u00e9"},
-		{"inside a four-byte char", "a\U0001F600", 3, "a"},
-		{"zero", "abc", 0, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := truncate(tc.in, tc.n)
-			require.Equal(t, tc.want, got)
-			require.True(t, utf8.ValidString(got))
-		})
-	}
-}

@@ -66,7 +66,8 @@ type Error struct {
 	// (at most 4,000 bytes).
 	Traceback string
 	// Output is the head of the sandbox's captured stdout and stderr, for
-	// diagnosis (at most Config.OutputBytes).
+	// diagnosis (at most Config.OutputBytes), as valid UTF-8: invalid
+	// bytes the program printed are replaced by U+FFFD.
 	Output string
 	// Err is the underlying Go error, if any (context errors included).
 	Err error

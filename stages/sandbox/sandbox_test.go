@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -199,6 +200,32 @@ func TestFailureKinds(t *testing.T) {
 			assert.Less(t, time.Since(start), 8*time.Second)
 		})
 	}
+}
+
+// TestOutputIsValidUTF8: bytes a program prints that are not UTF-8 reach
+// Error.Output (and from there Parquet string columns) as U+FFFD.
+func TestOutputIsValidUTF8(t *testing.T) {
+	sb := newSandbox(t, nil)
+	src := `
+import os, time
+from spade_env import Env
+class E(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        os.write(1, b"bad \xff\xfe bytes, cut \xe6\x97")
+        time.sleep(0.3)  # lets the Go side read the output before the exit
+        os._exit(5)
+`
+	ctx := context.Background()
+	p, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	defer p.Close()
+	_, err = p.Reset(ctx, 1)
+	var se *Error
+	require.True(t, errors.As(err, &se), "want *Error, got %T %v", err, err)
+	assert.Equal(t, KindExit, se.Kind)
+	assert.True(t, utf8.ValidString(se.Output), "output %q", se.Output)
+	assert.Equal(t, "bad \uFFFD bytes, cut \uFFFD", se.Output)
 }
 
 func TestEpisodeCrashAndTimeout(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
 // worker is one sandbox (bwrap + python). Under bubblewrap it is a zygote
@@ -462,15 +464,13 @@ func (c *capWriter) reset() {
 // outputInError is how much captured output an Error carries.
 const outputInError = 4096
 
-// head returns up to n bytes of the captured output.
+// head returns up to n bytes of the captured output, cut at a character
+// boundary, as valid UTF-8: each run of invalid bytes a program printed
+// becomes U+FFFD, so the text can go into Parquet string columns.
 func (c *capWriter) head(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b := c.buf.Bytes()
-	if len(b) > n {
-		b = b[:n]
-	}
-	return string(b)
+	return strings.ToValidUTF8(textcut.Prefix(c.buf.String(), n), "\uFFFD")
 }
 
 // signalName is the conventional SIGxxx name (Signal.String gives prose).

@@ -34,6 +34,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/stages/model"
 )
 
@@ -353,7 +354,7 @@ func errorMessage(body []byte) string {
 	}
 	s := strings.Join(strings.Fields(string(body)), " ")
 	if len(s) > 200 {
-		s = s[:200] + "..."
+		s = textcut.Prefix(s, 200) + "..."
 	}
 	return s
 }
