@@ -102,8 +102,7 @@ type Model struct {
 	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
 	// MaxRetries is the number of retries after the first attempt of a
 	// retryable failure (HTTP 408, 429, 5xx, network), honouring
-	// Retry-After (default 5). The openai backend reads 0 as its own
-	// default (4) and a negative value as no retries. Operational.
+	// Retry-After (default 5; 0 means none, >= 0). Operational.
 	MaxRetries int `yaml:"max_retries" json:"max_retries"`
 	// Temperature is the sampling temperature of every call: designer,
 	// hint writer and agent (default 1.0).
@@ -321,6 +320,9 @@ func (c Config) Validate() error {
 	pos("grpo.max_seq_len", c.GRPO.MaxSeqLen)
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Sprintf("workers must be >= 0 (got %d)", c.Workers))
+	}
+	if c.Model.MaxRetries < 0 {
+		errs = append(errs, fmt.Sprintf("model.max_retries must be >= 0 (got %d)", c.Model.MaxRetries))
 	}
 	if len(c.Sample.Skills) == 0 || c.Sample.ActiveSkills > len(c.Sample.Skills) {
 		errs = append(errs, fmt.Sprintf("sample.active_skills (%d) must be between 1 and the number of sample.skills (%d)", c.Sample.ActiveSkills, len(c.Sample.Skills)))

@@ -43,6 +43,7 @@ func TestLoadErrors(t *testing.T) {
 		"unknown key":   {"sample:\n  slotz: 3\n", nil, "field slotz not found"},
 		"zero":          {"rollout:\n  group_size: 0\n", nil, "rollout.group_size must be > 0"},
 		"negative":      {"workers: -2\n", nil, "workers must be >= 0"},
+		"retries":       {"model:\n  max_retries: -1\n", nil, "model.max_retries must be >= 0"},
 		"band":          {"label:\n  band_low: 0.9\n  band_high: 0.1\n", nil, "band"},
 		"backend":       {"model:\n  backend: gpt\n", nil, "model.backend"},
 		"openai no url": {"model:\n  backend: openai\n", nil, "needs model.base_url"},

@@ -91,9 +91,13 @@ func (e *Engines) Backend() (model.Backend, error) {
 	case "procedural":
 		e.backend = procedural.New()
 	case "openai":
+		retries := c.MaxRetries
+		if retries == 0 {
+			retries = -1 // the config's 0 means none; openai.Config's 0 means its default
+		}
 		b, err := openai.New(openai.Config{
 			BaseURL: c.BaseURL, Model: c.Name, APIKeyEnv: c.APIKeyEnv, Concurrency: c.Concurrency,
-			Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: c.MaxRetries,
+			Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: retries,
 		})
 		if err != nil {
 			return nil, err
