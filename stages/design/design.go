@@ -80,8 +80,11 @@ type docRow struct {
 	Text   string `parquet:"text"`
 }
 
-// DocExcerptBytes bounds the document text passed to the model per document.
-const DocExcerptBytes = 6000
+// DocExcerptChars bounds the document text passed to the model per
+// document, in characters (Unicode code points, as prompt.Excerpt counts
+// them), not bytes: a longer text is cut to at most this many code points
+// by prompt.Excerpt, which then appends " [...]".
+const DocExcerptChars = 6000
 
 // Run implements pipeline.Stage.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
@@ -139,7 +142,7 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 	in := prompt.Input{Kind: sl.Kind, Skill: sl.Skill, Setting: sl.Setting}
 	var pdocs []procedural.Document
 	for _, d := range docs {
-		text := prompt.Excerpt(d.Text, DocExcerptBytes)
+		text := prompt.Excerpt(d.Text, DocExcerptChars)
 		in.Docs = append(in.Docs, prompt.Doc{ID: d.DocID, Title: d.Title, Text: text})
 		pdocs = append(pdocs, procedural.Document{DocID: d.DocID, Title: d.Title, Domain: d.Domain, Text: text})
 	}

@@ -19,8 +19,8 @@ type Document struct {
 	// document's is named in the design's response.
 	Domain string `json:"domain"`
 	// Text is the document text the terms are drawn from; the design stage
-	// passes an excerpt of at most design.DocExcerptBytes (6000) code
-	// points.
+	// passes an excerpt of at most design.DocExcerptChars (6000) code
+	// points, plus " [...]" when the document was cut.
 	Text string `json:"text"`
 }
 
