@@ -460,6 +460,24 @@ class CLITest(unittest.TestCase):
             self.assertIn(f"{batch}:2: field advantage", r.stderr)
 
 
+class DocsTest(unittest.TestCase):
+    """docs/training.md's config table names every TrainConfig field and
+    nothing else, so a setting the trainer honours is documented."""
+
+    def test_config_table_matches_train_config(self):
+        import dataclasses
+        import re
+
+        with open(os.path.join(os.path.dirname(ROOT), "docs", "training.md"), encoding="utf-8") as f:
+            text = f.read()
+        section = text.split("### Config file", 1)[1].split("\n#", 1)[0]
+        keys = set()
+        for line in section.splitlines():
+            if line.startswith("| `"):
+                keys.update(re.findall(r"`([a-z0-9_]+)`", line.split("|")[1]))
+        self.assertEqual(keys, {f.name for f in dataclasses.fields(TrainConfig)})
+
+
 if __name__ == "__main__":
     unittest.main()
 
