@@ -419,6 +419,20 @@ class Litter(Env):
         os.chmod("/tmp/d/e", 0o500)
         os.chmod("/tmp/d", 0o500)
         open("/dev/shm/left", "w").write("b")
+        # Attributes of the shared directories themselves, and keys: a
+        # default ACL (owner read-only) would govern the next program's
+        # files in /tmp; an xattr or a key is a channel to it.
+        os.setxattr("/tmp", "user.note", b"left")
+        os.setxattr("/dev/shm", "user.note", b"left")
+        acl = (2).to_bytes(4, "little") + b"".join(
+            tag.to_bytes(2, "little") + (4).to_bytes(2, "little") + (0xFFFFFFFF).to_bytes(4, "little")
+            for tag in (0x01, 0x04, 0x20))  # user::r--, group::r--, other::r--
+        os.setxattr("/tmp", "system.posix_acl_default", acl)
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        add_key = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+        for ring in (-3, -4, -5):  # session, user, user-session keyrings
+            libc.syscall(add_key, b"user", b"left", b"x", 1, ring)
         if DEV:
             open("/dev/planted", "w").write("d")
         if os.fork() == 0:
@@ -437,15 +451,27 @@ class Litter(Env):
         return "littered", {}
 `
 	const observer = `
-import json, os
+import ctypes, json, os, tempfile
 from spade_env import Env
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
 class Clean(Env):
     def reset(self, seed=None):
         super().reset(seed)
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
         live = [p for p in pids if "State:\tZ" not in open(f"/proc/{p}/status").read()]
-        return json.dumps({"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"),
-                           "planted": os.path.exists("/dev/planted"), "others": live}), {}
+        keys = 0
+        for ring in (-3, -4, -5):
+            n = libc.syscall(keyctl, 11, ring, None, 0)  # KEYCTL_READ: bytes of key serials
+            keys += max(n, 0) // 4
+        seen = {"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"),
+                "planted": os.path.exists("/dev/planted"), "others": live,
+                "xattrs": os.listxattr("/tmp") + os.listxattr("/dev/shm"), "keys": keys}
+        d = tempfile.mkdtemp()  # a default ACL would make this read-only
+        open(os.path.join(d, "state.txt"), "w").write("ok")
+        os.unlink(os.path.join(d, "state.txt"))
+        os.rmdir(d)
+        return json.dumps(seen), {}
 `
 	ctx := context.Background()
 	look := func(t *testing.T, sb *Sandbox) map[string]any {
@@ -472,7 +498,7 @@ class Clean(Env):
 		time.Sleep(500 * time.Millisecond) // the daemon fills the reply pipe with forged frames
 		require.NoError(t, p.Close())      // the episode is still open: the daemon runs
 	}
-	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}}
+	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}, "xattrs": []any{}, "keys": 0.0}
 
 	t.Run("reused", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })

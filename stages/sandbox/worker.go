@@ -128,7 +128,11 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	}
 	if !r.Ready {
 		w.close()
-		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "harness did not report ready", Output: w.out.head(outputInError)}
+		detail := "harness did not report ready"
+		if r.Detail != "" {
+			detail += ": " + r.Detail // it refused to serve (e.g. it could not leave the host's keyrings)
+		}
+		return nil, &Error{Kind: KindSandbox, Op: "start", Detail: detail, Output: w.out.head(outputInError)}
 	}
 	return w, nil
 }

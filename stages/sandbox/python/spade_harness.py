@@ -45,6 +45,7 @@ HEADER = struct.Struct(">I")
 
 LIMITS = {}
 MAX_REPLY = 1 << 20
+LIBC = None  # ctypes handle on the C library, when ctypes loads
 
 
 # --- JSON --------------------------------------------------------------------
@@ -647,6 +648,95 @@ def program_main(send_ready):
             fail(exc)
 
 
+# --- what a sandbox must not inherit ----------------------------------------
+#
+# Run once at start, before any program code: a process keeps what its
+# parent had, and bubblewrap's namespaces do not cover these two.
+
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
+KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -3, -4, -5
+KEYRINGS = False  # whether keyctl works here (then cleanup clears the keyrings)
+
+
+def close_inherited_fds(last):
+    """Close every descriptor above last. The Go side passes 0-4 (and 5-6
+    to a zygote), but a descriptor the spade process inherited without
+    close-on-exec (a shell redirection, a jobserver pipe, a socket from
+    systemd) survives the exec into bubblewrap and Python and would hand a
+    program a host file or directory."""
+    os.closerange(last + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
+
+
+def keyctl(*args):
+    """The keyctl(2) syscall through ctypes; (result, errno)."""
+    res = LIBC.syscall(KEYCTL_NR, *args)
+    return res, (ctypes_errno() if res < 0 else 0)
+
+
+def ctypes_errno():
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def detach_keyrings():
+    """Join a new, empty session keyring and empty the uid's user keyrings.
+    Keyrings are not namespaced by bubblewrap: the session keyring of the
+    process that started spade (a PAM login's, a systemd service's) is
+    otherwise inherited, and every program could read and replace the
+    host's keys in it. Returns an error text, or "" when detached or when
+    keyctl is unavailable here (a seccomp filter, no CONFIG_KEYS: then
+    programs cannot reach keyrings either)."""
+    global LIBC, KEYRINGS
+    if LIBC is None:
+        try:
+            import ctypes
+
+            LIBC = ctypes.CDLL(None, use_errno=True)
+        except (ImportError, OSError):
+            return "keyrings: ctypes is unavailable, so the host's session keyring cannot be left"
+    if KEYCTL_NR is None:
+        return f"keyrings: keyctl's syscall number on {os.uname().machine} is unknown"
+    res, err = keyctl(KEYCTL_JOIN_SESSION_KEYRING, None)
+    if res >= 0:
+        KEYRINGS = True
+        # The user keyrings belong to the uid, not to this sandbox: an
+        # earlier sandbox of the same slot uid may have left keys there.
+        return "" if clear_keyrings() else "keyrings: the uid's user keyrings could not be cleared"
+    if err in (38, 1):  # ENOSYS, EPERM: keyctl is filtered or absent
+        return ""
+    return f"keyrings: joining a new session keyring failed: {os.strerror(err)}"
+
+
+def clear_keyrings():
+    """Empty the session, user and user-session keyrings a program may have
+    added keys to; True when all three are empty (or keyctl is unavailable
+    here)."""
+    if not KEYRINGS:
+        return True
+    ok = True
+    for ring in (KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        res, _ = keyctl(KEYCTL_CLEAR, ring)
+        ok = ok and res == 0
+    return ok
+
+
+def clear_xattrs(path):
+    """Remove every extended attribute of path (POSIX ACLs included: a
+    default ACL on /tmp would govern every file the next program creates
+    there); True when none is left."""
+    try:
+        for name in os.listxattr(path, follow_symlinks=False):
+            try:
+                os.removexattr(path, name, follow_symlinks=False)
+            except OSError:
+                pass
+        return not os.listxattr(path, follow_symlinks=False)
+    except OSError as exc:
+        return exc.errno == 95  # EOPNOTSUPP: the filesystem keeps none
+
+
 # --- zygote ----------------------------------------------------------------
 #
 # With ``"zygote": true`` in the limits the harness runs as pid 1 of the
@@ -712,6 +802,10 @@ def dev_snapshot():
             snap["stat " + path] = (st.st_mode, st.st_uid, st.st_gid, st.st_ino)
         except OSError as exc:
             snap["stat " + path] = exc.errno
+        try:
+            snap["xattrs " + path] = tuple(sorted(os.listxattr(path, follow_symlinks=False)))
+        except OSError as exc:
+            snap["xattrs " + path] = exc.errno
     for name in RLIMITS:
         snap[name] = resource.getrlimit(getattr(resource, name))
     snap["sched"] = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), ioprio())
@@ -837,6 +931,11 @@ def cleanup(dev):
             problems.append("/dev/shm could not be emptied")
         if not remove_sysv_ipc():
             problems.append("System V IPC objects could not be removed")
+        if not clear_keyrings():
+            problems.append("keyrings could not be cleared")
+        for path in ("/tmp", "/dev/shm"):
+            if os.path.isdir(path) and not clear_xattrs(path):
+                problems.append(f"extended attributes of {path} could not be removed")
         now = dev_snapshot()
         changed = sorted(k for k in set(now) | set(dev) if now.get(k) != dev.get(k))
         if changed:
@@ -921,7 +1020,8 @@ def zygote_main():
         import ctypes
 
         global LIBC
-        LIBC = ctypes.CDLL(None, use_errno=True)
+        if LIBC is None:
+            LIBC = ctypes.CDLL(None, use_errno=True)
         LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     except (ImportError, OSError, AttributeError):
         pass
@@ -1024,6 +1124,14 @@ def main():
     lim = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     LIMITS.update(lim)
     MAX_REPLY = int(lim.get("reply_bytes") or MAX_REPLY)
+    close_inherited_fds(CTL_OUT_FD if lim.get("zygote") else OUT_FD)
+    problem = detach_keyrings()
+    if problem:
+        # Refuse to serve: the Go side reports the sandbox as broken.
+        out = CTL_OUT_FD if lim.get("zygote") else OUT_FD
+        data = dumps({"ok": False, "kind": "sandbox", "detail": problem}).encode()
+        write_all(HEADER.pack(len(data)) + data, out)
+        return
     if lim.get("zygote"):
         # RLIMIT_CPU is set in each program process instead: the zygote's own
         # CPU (every fork's page-table copy) would otherwise add up to it.
