@@ -316,7 +316,8 @@ func (e *Episode) ToolStatus(ctx context.Context) (ToolStatus, error) {
 }
 
 // Close ends the episode's process and frees the program for the next
-// Reset. Errors: *Error when the process does not exit in time (the
+// Reset. Errors: *Error when the episode has not ended within
+// Config.CallTimeout of the close request, replies included (the
 // program's sandbox is then killed).
 func (e *Episode) Close() error {
 	p := e.p
@@ -331,11 +332,15 @@ func (e *Episode) Close() error {
 		return nil
 	}
 	e.ended = true
-	r, err := p.w.call(context.Background(), "close", map[string]string{"op": "close"}, p.sb.cfg.CallTimeout)
+	// One deadline for the whole close: a program that answers "close"
+	// with frames other than "ended", forever, must not hold the caller.
+	ctx, cancel := context.WithTimeout(context.Background(), p.sb.cfg.CallTimeout)
+	defer cancel()
+	r, err := p.w.call(ctx, "close", map[string]string{"op": "close"}, p.sb.cfg.CallTimeout)
 	for err == nil && r.Op != "ended" {
 		// A reply the episode sent after the caller stopped listening
 		// (impossible for a well-behaved harness): skip it.
-		r, err = p.w.call(context.Background(), "close", nil, p.sb.cfg.CallTimeout)
+		r, err = p.w.call(ctx, "close", nil, p.sb.cfg.CallTimeout)
 	}
 	if err != nil {
 		return err

@@ -228,6 +228,42 @@ class E(Env):
 	assert.Equal(t, "bad \uFFFD bytes, cut \uFFFD", se.Output)
 }
 
+// TestCloseIsBounded: a program that answers "close" with other frames,
+// forever, costs its caller one CallTimeout, not a hang (found by a red
+// team: the program replaces the harness's read_frame in its own process).
+func TestCloseIsBounded(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.CallTimeout = time.Second })
+	src := `
+import sys, time
+from spade_env import Env
+H = sys.modules["spade_harness"]
+read = H.read_frame
+def read_frame(fd=3):
+    req = read(fd)
+    if req.get("op") == "close":
+        while True:
+            H.send({"ok": True})
+            time.sleep(0.05)
+    return req
+H.read_frame = read_frame
+class E(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "o", {}
+`
+	ctx := context.Background()
+	p, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	start := time.Now()
+	err = e.Close()
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.False(t, p.Alive(), "the sandbox of a program that never ends its episode is killed")
+}
+
 func TestEpisodeCrashAndTimeout(t *testing.T) {
 	src := `
 import os
