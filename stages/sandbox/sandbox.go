@@ -108,9 +108,9 @@ type Config struct {
 	// UIDBase selects the uids workers run as when spade runs as root: slot
 	// i runs as UIDBase+i, so RLIMIT_NPROC is enforced (root is exempt) and
 	// a fork bomb in one slot cannot starve another. 0 derives a base from
-	// this process's pid (1,000,000 + 64*pid) so concurrent spade processes
-	// never share a uid; negative disables uid switching. Ignored when not
-	// root.
+	// this process's pid (1,000,000 + UIDStride*pid) so concurrent spade
+	// processes never share a uid; New then refuses more than UIDStride
+	// workers. Negative disables uid switching. Ignored when not root.
 	UIDBase int
 	// Logger receives the no-isolation warning and slot diagnostics.
 	// Default slog.Default().
@@ -195,6 +195,13 @@ type Sandbox struct {
 	closed bool
 }
 
+// UIDStride is how many slot uids each spade process owns when they are
+// derived from its pid (Config.UIDBase 0): process p uses 1,000,000 +
+// UIDStride*p onwards, so two processes never share a uid as long as each
+// has at most UIDStride workers. With Linux's largest pid_max (2^22) the
+// uids stay below 2^31.
+const UIDStride = 512
+
 // New checks the interpreter and bubblewrap once (by starting a sandbox) and
 // returns a Sandbox. Errors: the interpreter is missing or broken;
 // ErrNoIsolation when Strict is set and bubblewrap is unusable.
@@ -210,7 +217,10 @@ func New(cfg Config) (*Sandbox, error) {
 	if os.Geteuid() == 0 && cfg.UIDBase >= 0 {
 		s.uidBase = cfg.UIDBase
 		if s.uidBase == 0 {
-			s.uidBase = 1_000_000 + 64*os.Getpid()
+			if cfg.Workers > UIDStride {
+				return nil, fmt.Errorf("sandbox: %d workers, but at most %d when slot uids are derived from the process id (Config.UIDBase 0): set UIDBase to a range of %d free uids", cfg.Workers, UIDStride, cfg.Workers)
+			}
+			s.uidBase = 1_000_000 + UIDStride*os.Getpid()
 		}
 	}
 	dir, err := writeHarness(cfg.Python)

@@ -228,6 +228,21 @@ class E(Env):
 	assert.Equal(t, "bad \uFFFD bytes, cut \uFFFD", se.Output)
 }
 
+// TestDerivedUIDsBoundWorkers: with uids derived from the pid, a process
+// owns UIDStride of them; more workers would reach the next process's uids
+// (and kill its sandboxes when a slot's uid is swept).
+func TestDerivedUIDsBoundWorkers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("slot uids are used only as root")
+	}
+	_, err := New(Config{Workers: UIDStride + 1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "at most 512")
+	sb, err := New(Config{Workers: UIDStride + 1, UIDBase: 3_000_000_000})
+	require.NoError(t, err, "an explicit base has no such bound")
+	require.NoError(t, sb.Close())
+}
+
 // TestCloseIsBounded: a program that answers "close" with other frames,
 // forever, costs its caller one CallTimeout, not a hang (found by a red
 // team: the program replaces the harness's read_frame in its own process).
