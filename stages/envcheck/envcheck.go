@@ -242,8 +242,24 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 		}
 		return c.report(nil, start)
 	}
-	defer prog.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			prog.Close()
+		}
+	}()
 	meta := prog.Meta()
+	// finish closes the program and judges what it left running: the
+	// sandbox's init finds processes the per-episode check (harness code in
+	// the program's own process, which the program can change) missed.
+	finish := func() Report {
+		closed = true
+		prog.Close()
+		if c.ok() && prog.LeftProcesses() {
+			c.fail(CheckCleanup, "processes the program started were still running when it was closed (a daemon, or a child hidden from the per-episode check); they were killed", nil)
+		}
+		return c.report(&meta, start)
+	}
 	c.pass(CheckCompile, "compiled and executed")
 	c.pass(CheckClass, "environment class "+meta.Class+" ("+meta.Kind+")")
 	if meta.Kind == "tool_use" && !quick {
@@ -281,7 +297,7 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	c.pass(CheckObservation, fmt.Sprintf("observations are text of at most %d bytes", o.MaxObservationBytes))
 	c.pass(CheckCleanup, "no episode left a process running")
 	if quick {
-		return c.report(&meta, start)
+		return finish()
 	}
 	c.pass(CheckEpisodeEnds, v.endsDetail())
 
@@ -305,7 +321,7 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	if meta.Kind == "tool_use" {
 		v.toolChecks(ctx, seeds)
 	}
-	return c.report(&meta, start)
+	return finish()
 }
 
 // metadataProblem checks the class attributes before anything runs.

@@ -77,6 +77,7 @@ type Program struct {
 	mu      sync.Mutex
 	episode *Episode
 	closed  bool
+	strays  bool
 }
 
 // Meta returns the environment's metadata.
@@ -143,8 +144,20 @@ func (p *Program) Close() error {
 		p.episode.over, p.episode.ended = true, true
 		p.episode = nil
 	}
-	p.sb.release(p.w, p.slot)
+	p.strays = p.sb.release(p.w, p.slot)
 	return nil
+}
+
+// LeftProcesses reports, after Close, whether processes the program started
+// were still running when it was closed (daemons, unreaped children; the
+// sandbox killed them). The sandbox's init process finds them, so unlike
+// Episode.StrayProcesses, which the harness code in the program's own
+// process reports after each episode, a program cannot hide them. False
+// before Close, and without bubblewrap (no init to ask).
+func (p *Program) LeftProcesses() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.strays
 }
 
 // endedError describes an episode process that exited while a reply was
@@ -202,7 +215,9 @@ type Episode struct {
 	// StrayProcesses is set once the episode's process has ended if it left
 	// other processes running (a daemon, an unreaped child); the harness
 	// killed them. Known after Close, or after a step error that ended the
-	// episode process.
+	// episode process. The harness code that checks runs in the program's
+	// own process, which a hostile program can change: Program.LeftProcesses
+	// is the check it cannot evade.
 	StrayProcesses bool
 
 	over  bool // terminated, truncated or failed: no more steps

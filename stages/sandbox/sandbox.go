@@ -577,10 +577,18 @@ func (s *Sandbox) slotWorker(ctx context.Context, slot int) (*worker, error) {
 }
 
 // release ends the program w serves and frees slot: a zygote that is still
-// healthy and restores a clean sandbox stays as the slot's idle worker;
-// anything else is killed.
-func (s *Sandbox) release(w *worker, slot int) {
-	if w.zygote && !w.isKilled() && w.served < s.cfg.ProgramsPerSandbox && w.reap(context.Background()) {
+// healthy and restores a clean sandbox stays as the slot's idle worker
+// (until ProgramsPerSandbox); anything else is killed. It returns whether
+// the zygote found processes besides the program's own still running (it
+// killed them): the sandbox's init tells, not code in the program's
+// process. False when nobody can tell (no bubblewrap, or the sandbox was
+// already killed).
+func (s *Sandbox) release(w *worker, slot int) (strays bool) {
+	clean := false
+	if w.zygote && !w.isKilled() {
+		clean, strays = w.reap(context.Background())
+	}
+	if clean && w.served < s.cfg.ProgramsPerSandbox {
 		// Keep it and hand the slot back under s.mu, which Close holds
 		// while it collects the free slots: either Close sees this slot
 		// with its idle zygote and stops it, or this sees Close's flag.
@@ -589,7 +597,7 @@ func (s *Sandbox) release(w *worker, slot int) {
 			s.idle[slot] = w
 			s.slots <- slot
 			s.mu.Unlock()
-			return
+			return strays
 		}
 		s.mu.Unlock()
 	}
@@ -597,6 +605,7 @@ func (s *Sandbox) release(w *worker, slot int) {
 	// uid, which must not reach the next worker started in this slot.
 	w.close()
 	s.slots <- slot
+	return strays
 }
 
 // harnessError converts an error reply into an *Error.

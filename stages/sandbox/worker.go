@@ -411,15 +411,15 @@ func (w *worker) drainReplies() error {
 // reaps every other process of the sandbox, empties /tmp and /dev/shm and
 // checks /dev. It reports whether the sandbox is clean enough to serve
 // another program; on false or any error the caller closes the worker.
-func (w *worker) reap(ctx context.Context) bool {
+func (w *worker) reap(ctx context.Context) (clean, strays bool) {
 	r, err := w.ctl(ctx, "close", map[string]string{"op": "reap"}, w.sb.cfg.LoadTimeout)
-	if err != nil || !r.OK || !r.Clean {
-		if err == nil {
-			w.sb.cfg.Logger.Debug("sandbox not reusable after a program", "slot", w.slot, "unclean", r.Unclean)
-		}
-		return false
+	if err != nil {
+		return false, false
 	}
-	return true
+	if !r.OK || !r.Clean {
+		w.sb.cfg.Logger.Debug("sandbox not reusable after a program", "slot", w.slot, "unclean", r.Unclean)
+	}
+	return r.OK && r.Clean, r.Strays
 }
 
 // capWriter keeps the first limit bytes of the sandbox's stdout+stderr and
