@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Frames are a 4-byte big-endian payload length followed by that many bytes
@@ -86,6 +87,13 @@ type reply struct {
 // decodeReply parses one reply payload. The payload is untrusted: any JSON
 // error is a protocol failure of the environment's sandbox.
 func decodeReply(payload []byte) (*reply, error) {
+	if !utf8.Valid(payload) {
+		// Python text may hold lone surrogates, which the harness sends as
+		// their (invalid) UTF-8 bytes; decoding would replace them in
+		// strings but keep them in the raw Info. Invalid bytes can only sit
+		// inside JSON strings, so replacing them keeps the JSON intact.
+		payload = bytes.ToValidUTF8(payload, []byte("\uFFFD"))
+	}
 	var r reply
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	if err := dec.Decode(&r); err != nil {

@@ -203,7 +203,8 @@ func TestFailureKinds(t *testing.T) {
 }
 
 // TestOutputIsValidUTF8: bytes a program prints that are not UTF-8 reach
-// Error.Output (and from there Parquet string columns) as U+FFFD.
+// Error.Output (and from there Parquet string columns) as U+FFFD, and so do
+// lone surrogates in the text it returns, in the raw Info too.
 func TestOutputIsValidUTF8(t *testing.T) {
 	sb := newSandbox(t, nil)
 	src := `
@@ -226,6 +227,23 @@ class E(Env):
 	assert.Equal(t, KindExit, se.Kind)
 	assert.True(t, utf8.ValidString(se.Output), "output %q", se.Output)
 	assert.Equal(t, "bad \uFFFD bytes, cut \uFFFD", se.Output)
+
+	// Lone surrogates in Python text arrive as U+FFFD, in the raw Info too.
+	p2, err := sb.Load(ctx, `
+from spade_env import Env
+class E(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "a\ud800b", {"note": "c\udfffd"}
+`)
+	require.NoError(t, err)
+	defer p2.Close()
+	e, err := p2.Reset(ctx, 1)
+	require.NoError(t, err)
+	defer e.Close()
+	assert.Equal(t, "a\uFFFDb", e.Observation)
+	assert.True(t, utf8.Valid(e.Info), "info %q", e.Info)
+	assert.JSONEq(t, `{"note": "c\uFFFDd"}`, string(e.Info))
 }
 
 // TestDerivedUIDsBoundWorkers: with uids derived from the pid, a process
