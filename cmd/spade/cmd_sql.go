@@ -135,6 +135,9 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		return cw.Error()
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for i, c := range cols {
+		cols[i] = terminalSafe(c)
+	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, rec := range records {
 		line := make([]string, len(rec))
@@ -143,7 +146,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 			if len(s) > 80 {
 				s = textcut.Prefix(s, 77) + "..."
 			}
-			line[i] = strings.ReplaceAll(s, "\n", " ")
+			line[i] = terminalSafe(strings.ReplaceAll(s, "\n", " "))
 		}
 		fmt.Fprintln(tw, strings.Join(line, "\t"))
 	}

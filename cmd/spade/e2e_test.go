@@ -282,4 +282,15 @@ func TestEnvCheckCLI(t *testing.T) {
 			require.Equal(t, fields[0], rep.Reason)
 		})
 	}
+	t.Run("escape codes in the text report", func(t *testing.T) {
+		// An exception message that would erase the FAIL line and print a
+		// fake verdict on a terminal is shown escaped.
+		f := filepath.Join(t.TempDir(), "ansi.py")
+		require.NoError(t, os.WriteFile(f, []byte("raise ValueError('\\x1b[1A\\x1b[2K\\rok.py: VALID')\n"), 0o644))
+		r := spade(t, ".", nil, "env", "check", f)
+		require.Equal(t, 1, r.code, r.stderr)
+		require.NotContains(t, r.stdout, "\x1b", "raw escape codes reach the terminal")
+		require.NotContains(t, r.stdout, "\r")
+		require.Contains(t, r.stdout, `\x1b[1A\x1b[2K\rok.py: VALID`)
+	})
 }

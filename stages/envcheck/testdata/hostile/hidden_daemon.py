@@ -20,7 +20,8 @@ if pid == 0:
                 os.close(fd)
             except OSError:
                 pass
-        os.execv("/usr/bin/sleep", ["sleep", "{{MARKER}}"])
+        marker = "{{MARKER}}"  # filled in by the test; run by hand, sleep an hour
+        os.execv("/usr/bin/sleep", ["sleep", marker if marker.isdigit() else "3600"])
     os._exit(0)
 os.waitpid(pid, 0)
 
