@@ -60,13 +60,17 @@ func TestTorchTrainerRounds(t *testing.T) {
 		require.NoError(t, err)
 		tm, err := pipeline.ReadManifestRows(ctx, f.store, schemas.TrainMetrics, metrics)
 		require.NoError(t, err)
-		trained := false
+		trained, microBatches := false, false
 		for _, x := range tm {
 			if x.Name == "trained" && x.Value == 1 {
 				trained = true
 			}
+			if x.Name == "micro_batches" && x.Step >= 1 && x.Value >= 1 {
+				microBatches = true
+			}
 		}
 		require.True(t, trained, "round %d did not train", r)
+		require.True(t, microBatches, "round %d: train_metrics lacks the trainer's micro_batches", r)
 
 		ro, err := pipeline.ReadManifest(ctx, f.store, pipeline.ManifestKey(f.run, r, "rollouts"))
 		require.NoError(t, err)

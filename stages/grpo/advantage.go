@@ -254,7 +254,10 @@ type DesignerOptions struct {
 	WeightCap float64
 }
 
-// SkillMean is one skill's designer reward mean, for metrics.
+// SkillMean is one skill's designer reward mean: the baseline
+// DesignerAdvantages subtracts from that skill's rewards. It is returned to
+// callers in DesignerStats.Skills; the grpo stage does not store it
+// (train_metrics has no skill column).
 type SkillMean struct {
 	// Skill is the skill (the designer samples' group).
 	Skill string `json:"skill"`
@@ -272,7 +275,8 @@ type DesignerStats struct {
 	// RoleStd is the population std of the skill-centred rewards over the
 	// batch (reported whatever Norm is).
 	RoleStd float64 `json:"role_std"`
-	// Skills lists per-skill means sorted by skill name.
+	// Skills lists the per-skill reward means (the centring baselines),
+	// sorted by skill name. The grpo stage does not store them.
 	Skills []SkillMean `json:"skills"`
 }
 

@@ -220,19 +220,36 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	}
 	metric("trained", 1)
 	for _, st := range steps {
-		for name, v := range map[string]float64{"loss": st.Loss, "kl": st.KL, "clip_fraction": st.ClipFraction, "grad_norm": st.GradNorm, "tokens": float64(st.Tokens), "trained_tokens": float64(st.TrainedTokens), "lr": st.LR} {
-			pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
-		}
-		if env.Config.Observe.Timings {
-			for name, v := range map[string]float64{"tokens_per_s": st.TokensPerS, "seconds": st.Seconds, "peak_memory_bytes": float64(st.PeakMemoryBytes)} {
-				pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
-			}
-		}
+		pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", stepMetricRows(st, env.Config.Observe.Timings)...)
 		out.Stat(fmt.Sprintf("step%d_tokens_per_s", st.Step), st.TokensPerS)
 		out.Stat(fmt.Sprintf("step%d_peak_memory_bytes", st.Step), st.PeakMemoryBytes)
 	}
 	pipeline.Emit(out, schemas.Checkpoints, "checkpoints", ck)
 	return nil
+}
+
+// stepMetricRows returns the train_metrics rows of one optimiser step, in
+// name order: loss, kl, clip_fraction, grad_norm, tokens, trained_tokens,
+// lr and micro_batches, plus the measurements tokens_per_s, seconds and
+// peak_memory_bytes when timings is true (observe.timings; they differ
+// between identical runs). Keys of the metrics line that StepMetrics has
+// no field for (st.Raw) are not stored: train_metrics holds this fixed set
+// (docs/tables.md), so its content is reproducible whatever a trainer adds.
+func stepMetricRows(st StepMetrics, timings bool) []schemas.TrainMetric {
+	vals := map[string]float64{
+		"loss": st.Loss, "kl": st.KL, "clip_fraction": st.ClipFraction, "grad_norm": st.GradNorm,
+		"tokens": float64(st.Tokens), "trained_tokens": float64(st.TrainedTokens), "lr": st.LR,
+		"micro_batches": float64(st.MicroBatches),
+	}
+	if timings {
+		vals["tokens_per_s"], vals["seconds"], vals["peak_memory_bytes"] = st.TokensPerS, st.Seconds, float64(st.PeakMemoryBytes)
+	}
+	rows := make([]schemas.TrainMetric, 0, len(vals))
+	for name, v := range vals {
+		rows = append(rows, schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
+	}
+	sort.Slice(rows, func(a, b int) bool { return rows[a].Name < rows[b].Name })
+	return rows
 }
 
 // train runs the trainer from parent and stores the new checkpoint's files

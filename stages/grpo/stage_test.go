@@ -216,3 +216,26 @@ func TestBuildBatchErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestStepMetricRows checks which keys of a trainer step line reach
+// train_metrics: the fixed set including micro_batches, the measurements
+// only with timings, and never a key StepMetrics has no field for.
+func TestStepMetricRows(t *testing.T) {
+	st, ev, err := ParseMetricsLine([]byte(`{"step":2,"loss":-0.5,"kl":0.01,"clip_fraction":0.1,"grad_norm":2,"tokens":100,"trained_tokens":40,` +
+		`"tokens_per_s":1e4,"seconds":0.01,"peak_memory_bytes":123,"lr":1e-6,"micro_batches":3,"new_key":7}`))
+	require.NoError(t, err)
+	require.False(t, ev)
+	names := func(rows []schemas.TrainMetric) []string {
+		var out []string
+		for _, r := range rows {
+			require.EqualValues(t, 2, r.Step, r.Name)
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	rows := stepMetricRows(st, false)
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "tokens", "trained_tokens"}, names(rows))
+	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[5])
+	rows = stepMetricRows(st, true)
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "peak_memory_bytes", "seconds", "tokens", "tokens_per_s", "trained_tokens"}, names(rows))
+}

@@ -300,8 +300,12 @@ type StepMetrics struct {
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
 	// LR is the optimiser's learning rate at the step.
 	LR float64 `json:"lr"`
-	// Raw is the metrics line as read, with keys StepMetrics has no field
-	// for (e.g. micro_batches); the grpo stage does not store it.
+	// MicroBatches is the number of forward/backward passes the step's
+	// gradient was accumulated over.
+	MicroBatches int64 `json:"micro_batches"`
+	// Raw is the metrics line as read, including keys StepMetrics has no
+	// field for; the grpo stage stores only the fields above in
+	// train_metrics, so such keys are not stored.
 	Raw json.RawMessage `json:"-"`
 }
 

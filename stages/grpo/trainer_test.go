@@ -70,7 +70,7 @@ func TestRunTrainerEndToEnd(t *testing.T) {
 	if math.Abs(res.Steps[0].Loss-want) > 1e-6 {
 		t.Errorf("step 1 loss = %v, want %v", res.Steps[0].Loss, want)
 	}
-	if res.Steps[0].TrainedTokens != int64(T) || res.Steps[0].GradNorm <= 0 || res.Steps[0].Tokens <= int64(T) {
+	if res.Steps[0].TrainedTokens != int64(T) || res.Steps[0].GradNorm <= 0 || res.Steps[0].Tokens <= int64(T) || res.Steps[0].MicroBatches != 2 {
 		t.Errorf("step 1 metrics = %+v", res.Steps[0])
 	}
 	// The trainer reports how it encoded the batch, then that it is done.
