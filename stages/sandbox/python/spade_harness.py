@@ -270,7 +270,10 @@ def op_load(req):
         send({"ok": False, "kind": "syntax", "detail": f"line {exc.lineno}: {exc.msg}", "traceback": tail_traceback(exc)})
         return
     except (ValueError, MemoryError, RecursionError) as exc:
-        send({"ok": False, "kind": "syntax", "detail": f"{type(exc).__name__}: {exc}"})
+        # ValueError: null bytes in the source. MemoryError and RecursionError:
+        # a source too large or too deeply nested for the compiler.
+        kind = "syntax" if isinstance(exc, ValueError) else error_kind(exc)
+        send({"ok": False, "kind": kind, "detail": f"compiling the program: {type(exc).__name__}: {exc}".rstrip(": ")})
         return
     import linecache
 
