@@ -170,6 +170,7 @@ func TestFailureKinds(t *testing.T) {
 		{"output flood", head + "        return 'o', {}\n    def step(self, a):\n        while True: print('x' * 4096)\n", "step", KindOutputLimit, "stdout+stderr"},
 		{"huge info", head + "        return 'o', {}\n    def step(self, a):\n        return 'o', 0.0, False, False, {'blob': 'x' * (1 << 20)}\n", "step", KindReplyLimit, "reply limit"},
 		{"recursion", head + "        return 'o', {}\n    def step(self, a):\n        return self.step(a)\n", "step", KindRecursion, "RecursionError"},
+		{"too large to compile", "x = 0\nif x == -1:\n    pass\n" + strings.Repeat("elif x == 1:\n    pass\n", 100_000), "load", KindMemory, "compiling the program: MemoryError"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
