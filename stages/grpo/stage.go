@@ -328,16 +328,41 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 }
 
 // fetchCheckpoint copies a stored checkpoint into dir, verifying sha256.
+// Each file goes to its Name (slash-separated, relative, as HashCheckpoint
+// records it) under dir, subdirectories included. It checks every name
+// before it writes anything: an empty, absolute or non-local name (one
+// with a ".." element, or not clean), "." or a name listed twice is an error
+// naming the checkpoint and the file, so no file lands outside dir or
+// overwrites another.
 func fetchCheckpoint(ctx context.Context, st storage.Store, ck schemas.Checkpoint, dir string) error {
+	paths := make([]string, len(ck.Files))
+	seen := map[string]bool{}
+	for i, f := range ck.Files {
+		rel, err := filepath.Localize(f.Name)
+		if err == nil && rel == "." {
+			err = errors.New("names the checkpoint directory itself")
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: file name %q: want a clean relative slash-separated path inside the checkpoint: %w", ck.CheckpointID, f.Name, err)
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("checkpoint %s: file name %q is listed twice", ck.CheckpointID, f.Name)
+		}
+		seen[f.Name] = true
+		paths[i] = filepath.Join(dir, rel)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range ck.Files {
+	for i, f := range ck.Files {
 		data, err := pipeline.ReadVerified(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", ck.CheckpointID, err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f.Name)), data, 0o644); err != nil {
+		if err := os.MkdirAll(filepath.Dir(paths[i]), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(paths[i], data, 0o644); err != nil {
 			return err
 		}
 	}

@@ -1,15 +1,23 @@
 package grpo
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
 )
 
@@ -238,4 +246,81 @@ func TestStepMetricRows(t *testing.T) {
 	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[5])
 	rows = stepMetricRows(st, true)
 	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "peak_memory_bytes", "seconds", "tokens", "tokens_per_s", "trained_tokens"}, names(rows))
+}
+
+// putCheckpointFile stores data under key and returns its checkpoint row
+// entry named name.
+func putCheckpointFile(t *testing.T, st storage.Store, name, key string, data []byte) schemas.CheckpointFile {
+	t.Helper()
+	require.NoError(t, st.PutIfAbsent(context.Background(), key, bytes.NewReader(data), int64(len(data))))
+	sum := sha256.Sum256(data)
+	return schemas.CheckpointFile{Name: name, Key: key, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(data))}
+}
+
+// TestFetchCheckpointNested restores a checkpoint with files in
+// subdirectories, one sharing its base name with a top-level file: each
+// lands at its relative path, so HashCheckpoint of the copy lists the same
+// files the stored checkpoint does.
+func TestFetchCheckpointNested(t *testing.T) {
+	ctx := context.Background()
+	st, err := storage.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	ck := schemas.Checkpoint{CheckpointID: "abc"}
+	files := map[string]string{
+		"config.json":                   `{"model_type":"qwen3"}`,
+		"model.safetensors":             "weights",
+		"tokenizer/config.json":         `{"nested":true}`,
+		"original/shards/a.safetensors": "shard",
+	}
+	for _, name := range []string{"config.json", "model.safetensors", "original/shards/a.safetensors", "tokenizer/config.json"} {
+		ck.Files = append(ck.Files, putCheckpointFile(t, st, name, "ck/abc/"+name, []byte(files[name])))
+	}
+	dir := filepath.Join(t.TempDir(), "parent")
+	require.NoError(t, fetchCheckpoint(ctx, st, ck, dir))
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		require.NoError(t, err, name)
+		require.Equal(t, want, string(got), name)
+	}
+	hashed, err := HashCheckpoint(dir)
+	require.NoError(t, err)
+	require.Len(t, hashed, len(ck.Files))
+	for i, f := range hashed {
+		require.Equal(t, ck.Files[i].Name, f.Name)
+		require.Equal(t, ck.Files[i].SHA256, f.SHA256, f.Name)
+	}
+}
+
+// TestFetchCheckpointBadNames refuses a checkpoint row whose file names
+// would land outside the directory or collide, before writing anything.
+func TestFetchCheckpointBadNames(t *testing.T) {
+	ctx := context.Background()
+	st, err := storage.Open(ctx, "mem://"+strings.ReplaceAll(t.Name(), "/", "_"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	good := putCheckpointFile(t, st, "config.json", "ck/x/config.json", []byte("{}"))
+	for _, tc := range []struct{ name, want string }{
+		{"../escape", "clean relative"},
+		{"a/../../escape", "clean relative"},
+		{"/etc/escape", "clean relative"},
+		{"", "clean relative"},
+		{".", "directory itself"},
+		{"./config.json", "clean relative"},
+		{"a//b", "clean relative"},
+		{"config.json", "listed twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := good
+			bad.Name = tc.name
+			top := t.TempDir()
+			dir := filepath.Join(top, "parent")
+			err := fetchCheckpoint(ctx, st, schemas.Checkpoint{CheckpointID: "x", Files: []schemas.CheckpointFile{good, bad}}, dir)
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "checkpoint x")
+			entries, err := os.ReadDir(top)
+			require.NoError(t, err)
+			require.Empty(t, entries, "nothing is written for a refused checkpoint")
+		})
+	}
 }
