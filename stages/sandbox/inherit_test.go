@@ -25,7 +25,7 @@ class Fds(Env):
     def reset(self, seed=None):
         super().reset(seed)
         open_fds = []
-        for fd in range(3, 1024):
+        for fd in range(3, 8192):
             try:
                 os.fstat(fd)
                 open_fds.append(fd)
@@ -48,6 +48,11 @@ func TestInheritedDescriptorsClosed(t *testing.T) {
 	dirFD, err := syscall.Open("/", syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
 	require.NoError(t, err)
 	defer syscall.Close(dirFD)
+	// A high number too, above the 1,024 descriptors the lister probes and
+	// above any range a harness might guess.
+	const highFD = 5000
+	require.NoError(t, syscall.Dup2(fileFD, highFD))
+	defer syscall.Close(highFD)
 
 	for _, bwrap := range []bool{true, false} {
 		t.Run(map[bool]string{true: "bwrap", false: "no bwrap"}[bwrap], func(t *testing.T) {

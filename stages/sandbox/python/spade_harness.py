@@ -668,7 +668,19 @@ def close_inherited_fds(last):
     close-on-exec (a shell redirection, a jobserver pipe, a socket from
     systemd) survives the exec into bubblewrap and Python and would hand a
     program a host file or directory."""
-    os.closerange(last + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
+    try:
+        # Exactly the open ones, whatever their number (one may lie above a
+        # lowered RLIMIT_NOFILE); closing listdir's own descriptor fails
+        # harmlessly.
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(last + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
+    for fd in fds:
+        if fd > last:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def keyctl(*args):
