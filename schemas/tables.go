@@ -143,8 +143,11 @@ type Environment struct {
 	// RewardHigh is the upper bound of the declared reward_range (1 by
 	// default, see RewardLow).
 	RewardHigh float64 `parquet:"reward_high" json:"reward_high"`
-	// Tools is the tool-use class's tools list as compact JSON ("" for
-	// games).
+	// Tools is the tool-use class's tools attribute as compact JSON ("null"
+	// when the class sets it to None); "" for games and when no class was
+	// found. It is non-empty exactly when EnvKind is "tool_use", which is
+	// how rollouts tell a tool-use environment in the pool (PoolEnv has no
+	// EnvKind).
 	Tools string `parquet:"tools" json:"tools"`
 }
 
@@ -311,7 +314,9 @@ type PoolEnv struct {
 	Hint string `parquet:"hint" json:"hint"`
 	// MaxTurns is the class's turn limit (0 when it declares none).
 	MaxTurns int64 `parquet:"max_turns" json:"max_turns"`
-	// Tools is the tool declarations as JSON ("" for games).
+	// Tools is the environment's tools column (Environment.Tools):
+	// non-empty exactly for tool-use environments, which rollouts play
+	// with tool calls whatever Setting says.
 	Tools string `parquet:"tools" json:"tools"`
 	// AdmittedRound is the regeneration round that admitted it.
 	AdmittedRound int64 `parquet:"admitted_round" json:"admitted_round"`

@@ -71,13 +71,34 @@ type Target struct {
 	// Python source, hint ("" when none) and tool declarations as JSON
 	// ("" for games).
 	EnvID, Skill, Source, Hint, Tools string
-	// ToolUse plays the environment with tool calls: env_kind "tool_use"
-	// on regeneration rounds; setting "tool_use" or non-empty Tools for a
-	// pool environment.
+	// ToolUse plays the environment with tool calls (the tool-use agent
+	// prompt, and Tools declared to the model): isToolUse(Tools), the
+	// same rule for the environments table and the pool.
 	ToolUse bool
 	// MaxTurns is the environment's turn limit (0: none declared); a play
 	// stops at the smaller of it and rollout.max_turns.
 	MaxTurns int
+}
+
+// isToolUse reports whether an environment whose environments or pool row
+// has the given tools column is a tool-use environment. The authoritative
+// kind is the env_kind validation records ("tool_use" for subclasses of
+// spade_env.ToolUseEnv); the pool table does not carry it, but validation
+// fills tools (non-empty JSON, "null" when the class sets tools = None)
+// exactly when env_kind is "tool_use", so this one rule gives the same
+// answer in regeneration rounds and pool rounds. The slot's setting is
+// only what was asked for, not what the class is, and plays no part.
+func isToolUse(tools string) bool { return tools != "" }
+
+// envTarget is the target of a valid environments row on a regeneration
+// round, with its hint ("" when none).
+func envTarget(e schemas.Environment, hint string) Target {
+	return Target{EnvID: e.EnvID, Skill: e.Skill, Source: e.Source, Hint: hint, Tools: e.Tools, ToolUse: isToolUse(e.Tools), MaxTurns: int(e.MaxTurns)}
+}
+
+// poolTarget is the target of a pool row on a pool round.
+func poolTarget(p schemas.PoolEnv) Target {
+	return Target{EnvID: p.EnvID, Skill: p.Skill, Source: p.Source, Hint: p.Hint, Tools: p.Tools, ToolUse: isToolUse(p.Tools), MaxTurns: int(p.MaxTurns)}
 }
 
 func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
@@ -98,7 +119,7 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 		}
 		for _, e := range envs {
 			if e.Valid {
-				out = append(out, Target{EnvID: e.EnvID, Skill: e.Skill, Source: e.Source, Hint: hint[e.EnvID], Tools: e.Tools, ToolUse: e.EnvKind == "tool_use", MaxTurns: int(e.MaxTurns)})
+				out = append(out, envTarget(e, hint[e.EnvID]))
 			}
 		}
 		return out, nil
@@ -108,7 +129,7 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 		return nil, err
 	}
 	for _, p := range pool {
-		out = append(out, Target{EnvID: p.EnvID, Skill: p.Skill, Source: p.Source, Hint: p.Hint, Tools: p.Tools, ToolUse: p.Setting == "tool_use" || p.Tools != "", MaxTurns: int(p.MaxTurns)})
+		out = append(out, poolTarget(p))
 	}
 	return out, nil
 }

@@ -117,30 +117,43 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 			}
 			pipeline.Emit(out, schemas.Validations, "validations", v)
 		}
-		e := schemas.Environment{
-			EnvID: d.EnvID, SlotID: d.SlotID, Skill: d.Skill, Setting: d.Setting, Kind: d.Kind,
-			DocIDs: slots[d.SlotID].DocIDs, Source: d.Source, Valid: rep.Valid, Reason: rep.Reason, EnvKind: rep.Kind,
-			RewardLow: 0, RewardHigh: 1,
-		}
-		if m := rep.Meta; m != nil {
-			e.Name, e.MaxTurns = m.Name, int64(m.MaxTurns)
-			if len(m.RewardRange) == 2 {
-				e.RewardLow, e.RewardHigh = m.RewardRange[0], m.RewardRange[1]
-			}
-			if len(m.Tools) > 0 {
-				var compact any
-				if json.Unmarshal(m.Tools, &compact) == nil {
-					b, _ := json.Marshal(compact)
-					e.Tools = string(b)
-				}
-			}
-		}
-		if !rep.Valid {
-			// Non-finite bounds of an invalid environment must not reach
-			// Parquet statistics or later arithmetic.
-			e.RewardLow, e.RewardHigh = 0, 1
-		}
+		e := environmentRow(d, slots[d.SlotID], rep)
 		pipeline.Emit(out, schemas.Environments, "environments", e)
 	}
 	return nil
+}
+
+// environmentRow is the environments row of candidate d validated as rep.
+// Tools is non-empty exactly when EnvKind is "tool_use": the compact JSON of
+// the class's tools attribute, or "null" when a tool-use class sets it to
+// None. The pool table carries tools but not env_kind, so the rollout stage
+// tells a tool-use environment by its tools, on every round.
+func environmentRow(d schemas.Design, slot schemas.Slot, rep envcheck.Report) schemas.Environment {
+	e := schemas.Environment{
+		EnvID: d.EnvID, SlotID: d.SlotID, Skill: d.Skill, Setting: d.Setting, Kind: d.Kind,
+		DocIDs: slot.DocIDs, Source: d.Source, Valid: rep.Valid, Reason: rep.Reason, EnvKind: rep.Kind,
+		RewardLow: 0, RewardHigh: 1,
+	}
+	if m := rep.Meta; m != nil {
+		e.Name, e.MaxTurns = m.Name, int64(m.MaxTurns)
+		if len(m.RewardRange) == 2 {
+			e.RewardLow, e.RewardHigh = m.RewardRange[0], m.RewardRange[1]
+		}
+		if len(m.Tools) > 0 {
+			var compact any
+			if json.Unmarshal(m.Tools, &compact) == nil {
+				b, _ := json.Marshal(compact)
+				e.Tools = string(b)
+			}
+		}
+	}
+	if e.EnvKind == "tool_use" && e.Tools == "" {
+		e.Tools = "null"
+	}
+	if !rep.Valid {
+		// Non-finite bounds of an invalid environment must not reach
+		// Parquet statistics or later arithmetic.
+		e.RewardLow, e.RewardHigh = 0, 1
+	}
+	return e
 }
