@@ -16,51 +16,68 @@ import (
 	"strings"
 )
 
-// RoundSummary is one round's metrics as the report shows them; the
-// metrics stage fills it from the round's tables (definitions in
-// docs/metrics.md). Rates and shares are in [0, 1]. A float field that is
-// NaN was not measured this round (e.g. validity on a round without
-// regeneration) and shows as a gap in plots and "–" in the table.
+// RoundSummary is one round's metrics as the report shows them;
+// roundmetrics.Summary fills it from the round's metrics table, which the
+// metrics stage writes (definitions in docs/metrics.md). Rates and shares
+// are in [0, 1]. A float field that is NaN was not measured this round
+// (e.g. validity on a round without regeneration) and shows as a gap in
+// plots and "–" in the table. "Played environments" are the round's labels
+// rows that are valid and have at least one play.
 type RoundSummary struct {
 	// Round is the GRPO step number; rounds must be strictly increasing.
 	Round int
 	// Regeneration is true on rounds that generated a fresh pool (every k
 	// rounds, SPADE.md step 8); other rounds carry the pool forward.
 	Regeneration bool
-	// Environments is the number of environments generated this round
-	// (design slots; 0 off regeneration rounds).
+	// Environments is the row count of the round's environments table:
+	// the distinct sources the slots' final attempts produced, valid or
+	// not (a slot whose attempts produced no code has none; two slots with
+	// the same source share one). It is not the number of design slots.
+	// 0 off regeneration rounds.
 	Environments int
-	// Valid is how many of them passed validation.
+	// Valid is how many of those environments passed validation (0 off
+	// regeneration rounds).
 	Valid int
-	// Admitted is how many environments are in the training pool (win
-	// rate in the learnable band).
+	// Admitted is the row count of the round's pool table: on a
+	// regeneration round the environments admitted this round (valid,
+	// with a win rate in the learnable band), on other rounds the pool
+	// carried forward.
 	Admitted int
-	// ValidityRate is the share of raw generations that executed and
-	// passed validation (paper app. F "validity").
+	// ValidityRate is Valid divided by the number of design slots of the
+	// round (rows of the slots table; a slot counts once however many
+	// attempts it took), the paper's validity (app. F). NaN off
+	// regeneration rounds.
 	ValidityRate float64
-	// LearnableFraction is the share of played environments with win rate
-	// in the learnable band [0.2, 0.8].
+	// LearnableFraction is the share of played environments whose win
+	// rate is in the learnable band [label.band_low, label.band_high]
+	// (default [0.2, 0.8]), bounds included.
 	LearnableFraction float64
-	// WinRate is the mean agent win rate over played environments
-	// (unhinted plays with reward > 0).
+	// WinRate is the mean over played environments of their win rate: the
+	// share of an environment's unhinted plays that succeeded, success
+	// being the last step's info["success"] when the environment reports
+	// it, else a return > 0; a play that ended in an error is a loss.
 	WinRate float64
-	// RegretMean and the quantiles describe hint-based regret over played
-	// environments (mean return with hint − without).
+	// RegretMean and the quantiles (type 7) describe hint-based regret
+	// (mean return with hint − without) over played environments that
+	// have one: regeneration rounds only, NaN otherwise.
 	RegretMean, RegretP10, RegretP50, RegretP90 float64
-	// VendiPerN is the Vendi score of the round's environment sources over
-	// TF-IDF + LSA-128, divided by their number (metrics.VendiPerN).
+	// VendiPerN is the Vendi score of the sources of the round's valid
+	// environments over TF-IDF + LSA-128, divided by their number
+	// (metrics.VendiPerN); NaN off regeneration rounds or when no
+	// environment is valid.
 	VendiPerN float64
-	// DomainsCovered is how many of the 13 coverage domains the round's
-	// grounding documents touch; DomainCoverage is that count / 13.
+	// DomainsCovered is how many of the 13 coverage domains the grounding
+	// documents of the round's slots touch; 0 off regeneration rounds.
 	DomainsCovered int
 	// DomainCoverage is DomainsCovered / 13, in [0, 1]; NaN on rounds
 	// without regeneration.
 	DomainCoverage float64
-	// RewardLevels is the mean number of distinct reward levels per
-	// environment (metrics.RewardGranularity).
+	// RewardLevels is the mean, over the environments played this round
+	// (hinted and unhinted plays together), of the number of distinct
+	// reward levels (metrics.RewardGranularity).
 	RewardLevels float64
-	// PerSkillWinRate maps skill name to the mean win rate of its
-	// environments; skills are listed in sorted order.
+	// PerSkillWinRate maps skill name to the mean win rate of its played
+	// environments; the report lists skills in sorted order.
 	PerSkillWinRate map[string]float64
 }
 
