@@ -95,7 +95,8 @@ class Keys(Env):
                 m = keyctl(11, key, val, 4096)
                 found.append(val.raw[:max(m, 0)].decode("latin-1"))
         searched = keyctl(10, -3, b"user", b"spade-test-host-key", 0)  # KEYCTL_SEARCH
-        return json.dumps({"found": found, "search": searched}), {}
+        errno = ctypes.get_errno() if searched < 0 else 0
+        return json.dumps({"found": found, "search": searched, "errno": errno}), {}
 `
 
 // TestHostKeyringUnreachable runs itself again under a session keyring that
@@ -133,8 +134,15 @@ os.execve(sys.argv[1], sys.argv[1:], dict(os.environ, SPADE_TEST_KEYRING_CHILD="
 	var seen struct {
 		Found  []string `json:"found"`
 		Search int64    `json:"search"`
+		Errno  int      `json:"errno"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(e.Observation), &seen))
 	assert.NotContains(t, seen.Found, "hunter2", "the host's key is readable from the sandbox")
 	assert.Less(t, seen.Search, int64(0), "the host's key is found by search from the sandbox")
+	if keyringFilter() != nil && sb.Isolation() == IsolationBwrap {
+		// The seccomp filter answers every keyring call: the invoking
+		// user's own keys (non-root: the same uid) and the per-uid
+		// persistent keyring and quota are out of reach too.
+		assert.Equal(t, 38, seen.Errno, "keyctl must fail with ENOSYS under the filter")
+	}
 }

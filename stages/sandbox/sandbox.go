@@ -416,6 +416,9 @@ func (s *Sandbox) limitsJSON() string {
 		// kill(-1) after each episode is safe only where it reaches the
 		// sandbox's own processes: a pid namespace or a dedicated uid.
 		"reap_strays": s.isolation == IsolationBwrap || s.uidBase >= 0,
+		// The uid is the slot's own, not the invoking user's: the harness
+		// may empty its user keyrings.
+		"own_uid": s.uidBase >= 0,
 		// Under bubblewrap the harness is the pid namespace's init and forks
 		// one process per program (spade_harness.py, "zygote").
 		"zygote": s.isolation == IsolationBwrap,
@@ -439,8 +442,9 @@ func (s *Sandbox) childEnv() []string {
 	}
 }
 
-// argv is the command line of one worker.
-func (s *Sandbox) argv() []string {
+// argv is the command line of one worker; seccompFD, when >= 0, is the
+// descriptor (in the child) bwrap reads its seccomp program from.
+func (s *Sandbox) argv(seccompFD int) []string {
 	py := []string{s.cfg.Python, "-S", "-s", "-B"}
 	if s.isolation != IsolationBwrap {
 		return append(py, filepath.Join(s.harnessDir, "spade_run.py"), s.limitsArg)
@@ -479,6 +483,9 @@ func (s *Sandbox) argv() []string {
 	for _, kv := range s.childEnv() {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)
+	}
+	if seccompFD >= 0 {
+		a = append(a, "--seccomp", fmt.Sprint(seccompFD))
 	}
 	a = append(a, "--")
 	a = append(a, py...)

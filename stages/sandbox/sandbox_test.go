@@ -503,6 +503,8 @@ class Litter(Env):
         add_key = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
         for ring in (-3, -4, -5):  # session, user, user-session keyrings
             libc.syscall(add_key, b"user", b"left", b"x", 1, ring)
+        for path in ("/tmp", "/dev/shm", "/dev", "/dev/ptmx"):  # 64 bits each
+            os.utime(path, ns=(0x48454C4C4F2D4221, 0x48454C4C4F2D4221), follow_symlinks=False)
         if DEV:
             open("/dev/planted", "w").write("d")
         if os.fork() == 0:
@@ -528,6 +530,7 @@ keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
 class Clean(Env):
     def reset(self, seed=None):
         super().reset(seed)
+        times = [os.stat(p, follow_symlinks=False).st_mtime_ns for p in ("/tmp", "/dev/shm", "/dev", "/dev/ptmx")]
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
         live = [p for p in pids if "State:\tZ" not in open(f"/proc/{p}/status").read()]
         keys = 0
@@ -536,7 +539,7 @@ class Clean(Env):
             keys += max(n, 0) // 4
         seen = {"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"),
                 "planted": os.path.exists("/dev/planted"), "others": live,
-                "xattrs": os.listxattr("/tmp") + os.listxattr("/dev/shm"), "keys": keys}
+                "xattrs": os.listxattr("/tmp") + os.listxattr("/dev/shm"), "keys": keys, "times": times}
         d = tempfile.mkdtemp()  # a default ACL would make this read-only
         open(os.path.join(d, "state.txt"), "w").write("ok")
         os.unlink(os.path.join(d, "state.txt"))
@@ -568,7 +571,7 @@ class Clean(Env):
 		time.Sleep(500 * time.Millisecond) // the daemon fills the reply pipe with forged frames
 		require.NoError(t, p.Close())      // the episode is still open: the daemon runs
 	}
-	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}, "xattrs": []any{}, "keys": 0.0}
+	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}, "xattrs": []any{}, "keys": 0.0, "times": []any{0.0, 0.0, 0.0, 0.0}}
 
 	t.Run("reused", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })

@@ -50,6 +50,24 @@ type worker struct {
 	killed  bool
 }
 
+// filterPipe returns the read end of a pipe that holds filter and then
+// EOF, for bwrap --seccomp (the filter is far below a pipe's capacity).
+func filterPipe(filter []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(filter)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
 // startWorker launches the harness for slot and waits for its ready frame.
 func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	reqR, reqW, err := os.Pipe()
@@ -83,7 +101,23 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	w.out = &capWriter{limit: s.cfg.OutputBytes, onExceed: func(int64) {
 		w.kill(KindOutputLimit, fmt.Sprintf("stdout+stderr passed %d bytes", s.cfg.OutputBytes))
 	}}
-	argv := s.argv()
+	seccompFD := -1
+	if s.isolation == IsolationBwrap {
+		if filter := keyringFilter(); filter != nil {
+			r, err := filterPipe(filter)
+			if err != nil {
+				for _, f := range append(extra, reqW, repR, w.ctlW, w.ctlR) {
+					if f != nil {
+						f.Close()
+					}
+				}
+				return nil, &Error{Kind: KindSandbox, Op: "start", Detail: "pass the seccomp filter", Err: err}
+			}
+			extra = append(extra, r)
+			seccompFD = 2 + len(extra) // ExtraFiles[i] is fd 3+i in the child
+		}
+	}
+	argv := s.argv(seccompFD)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = s.childEnv()
 	cmd.Dir = "/"

@@ -696,13 +696,14 @@ def ctypes_errno():
 
 
 def detach_keyrings():
-    """Join a new, empty session keyring and empty the uid's user keyrings.
-    Keyrings are not namespaced by bubblewrap: the session keyring of the
-    process that started spade (a PAM login's, a systemd service's) is
-    otherwise inherited, and every program could read and replace the
-    host's keys in it. Returns an error text, or "" when detached or when
-    keyctl is unavailable here (a seccomp filter, no CONFIG_KEYS: then
-    programs cannot reach keyrings either)."""
+    """Join a new, empty session keyring and empty the slot uid's user
+    keyrings (clear_keyrings). Keyrings are not namespaced: the session
+    keyring of the process that started spade (a PAM login's, a systemd
+    service's) is otherwise inherited, and every program could read and
+    replace the host's keys in it. Under bubblewrap on amd64 and arm64 a
+    seccomp filter makes keyctl fail with ENOSYS for everything in the
+    sandbox, which settles it; this covers the rest. Returns an error
+    text, or "" when detached or when keyctl is unavailable here."""
     global LIBC, KEYRINGS
     if LIBC is None:
         try:
@@ -718,23 +719,46 @@ def detach_keyrings():
         KEYRINGS = True
         # The user keyrings belong to the uid, not to this sandbox: an
         # earlier sandbox of the same slot uid may have left keys there.
-        return "" if clear_keyrings() else "keyrings: the uid's user keyrings could not be cleared"
+        return "" if clear_keyrings() else "keyrings: the slot uid's keyrings could not be cleared"
     if err in (38, 1):  # ENOSYS, EPERM: keyctl is filtered or absent
         return ""
     return f"keyrings: joining a new session keyring failed: {os.strerror(err)}"
 
 
 def clear_keyrings():
-    """Empty the session, user and user-session keyrings a program may have
-    added keys to; True when all three are empty (or keyctl is unavailable
-    here)."""
+    """Empty the keyrings a program may have added keys to: this sandbox's
+    session keyring, and the uid's user and user-session keyrings when the
+    uid is the slot's own ("own_uid": never the invoking user's, whose keys
+    they would be). True when emptied (or keyctl is unavailable here, as
+    under bubblewrap's seccomp filter on amd64 and arm64)."""
     if not KEYRINGS:
         return True
+    rings = [KEY_SPEC_SESSION_KEYRING]
+    if LIMITS.get("own_uid"):
+        rings += [KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING]
     ok = True
-    for ring in (KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+    for ring in rings:
         res, _ = keyctl(KEYCTL_CLEAR, ring)
         ok = ok and res == 0
     return ok
+
+
+def reset_times():
+    """Set the access and modification times of /tmp, /dev/shm, /dev and
+    the symlinks in /dev (the inodes programs share and may own) to the
+    epoch: a program can write 64 bits of nanoseconds into each with utime,
+    a channel to the next program otherwise."""
+    paths = ["/tmp", "/dev/shm", "/dev"]
+    try:
+        with os.scandir("/dev") as it:
+            paths += [e.path for e in it if e.is_symlink()]
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            os.utime(path, ns=(0, 0), follow_symlinks=False)
+        except OSError:
+            pass
 
 
 def clear_xattrs(path):
@@ -951,6 +975,7 @@ def cleanup(dev):
         for path in ("/tmp", "/dev/shm"):
             if os.path.isdir(path) and not clear_xattrs(path):
                 problems.append(f"extended attributes of {path} could not be removed")
+        reset_times()
         now = dev_snapshot()
         changed = sorted(k for k in set(now) | set(dev) if now.get(k) != dev.get(k))
         if changed:
@@ -1050,6 +1075,7 @@ def zygote_main():
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     for fd in (IN_FD, OUT_FD):
         os.set_inheritable(fd, True)
+    reset_times()  # so a fresh sandbox looks like a restored one
     dev = dev_snapshot()
     ctl_send({"ok": True, "ready": True, "python": sys.version.split()[0]})
     child = 0  # the program process's pid, 0 when none runs
