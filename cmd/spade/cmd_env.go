@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/stages/envcheck"
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
@@ -103,15 +104,15 @@ func newEnvCmd() *cobra.Command {
 // printEnvReport writes the human-readable report: a verdict line, then one
 // line per check (PASS, FAIL or SKIP, phase time, detail), with the failing
 // check's traceback tail indented below it. Text from the program is shown
-// through terminalSafe.
+// through termtext.Safe.
 func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
 	verdict := "VALID"
 	if !rep.Valid {
 		verdict = "INVALID (" + rep.Reason + ")"
 	}
-	fmt.Fprintf(w, "%s: %s", terminalSafe(path), verdict)
+	fmt.Fprintf(w, "%s: %s", termtext.Safe(path), verdict)
 	if m := rep.Meta; m != nil {
-		fmt.Fprintf(w, "  [%s class %s, name %q, skill %q, max_turns %d", m.Kind, terminalSafe(m.Class), m.Name, m.Skill, m.MaxTurns)
+		fmt.Fprintf(w, "  [%s class %s, name %q, skill %q, max_turns %d", termtext.Safe(m.Kind), termtext.Safe(m.Class), m.Name, m.Skill, m.MaxTurns)
 		if len(m.RewardRange) == 2 {
 			fmt.Fprintf(w, ", reward_range [%g, %g]", m.RewardRange[0], m.RewardRange[1])
 		}
@@ -124,7 +125,7 @@ func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
 				for i, t := range tools {
 					names[i] = t.Name
 				}
-				fmt.Fprintf(w, ", tools %s", terminalSafe(strings.Join(names, ", ")))
+				fmt.Fprintf(w, ", tools %s", termtext.Safe(strings.Join(names, ", ")))
 			}
 		}
 		fmt.Fprint(w, "]")
@@ -142,10 +143,10 @@ func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
 		if r.ErrorKind != "" && !r.Passed {
 			detail += " [" + r.ErrorKind + "]"
 		}
-		fmt.Fprintf(w, "  %s %-14s %8s  %s\n", status, r.Name, r.Duration.Round(time.Millisecond), terminalSafe(detail))
+		fmt.Fprintf(w, "  %s %-14s %8s  %s\n", status, r.Name, r.Duration.Round(time.Millisecond), termtext.Safe(detail))
 		if !r.Passed && r.TracebackTail != "" {
 			for _, line := range strings.Split(strings.TrimRight(r.TracebackTail, "\n"), "\n") {
-				fmt.Fprintf(w, "       | %s\n", terminalSafe(line))
+				fmt.Fprintf(w, "       | %s\n", termtext.Safe(line))
 			}
 		}
 	}

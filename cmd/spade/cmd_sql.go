@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline/sqlview"
 )
@@ -136,7 +137,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for i, c := range cols {
-		cols[i] = terminalSafe(c)
+		cols[i] = termtext.Safe(c)
 	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, rec := range records {
@@ -146,7 +147,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 			if len(s) > 80 {
 				s = textcut.Prefix(s, 77) + "..."
 			}
-			line[i] = terminalSafe(strings.ReplaceAll(s, "\n", " "))
+			line[i] = termtext.Safe(strings.ReplaceAll(s, "\n", " "))
 		}
 		fmt.Fprintln(tw, strings.Join(line, "\t"))
 	}

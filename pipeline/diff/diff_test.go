@@ -244,3 +244,20 @@ func TestFormatPair(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteTextEscapesControls: a value from a table that would move the
+// cursor or reorder the line on a terminal is shown escaped; --json keeps it.
+func TestWriteTextEscapesControls(t *testing.T) {
+	rep := &Report{A: "a", B: "b", Tables: []TableDiff{{
+		Round: 1, Table: "designs", Status: StatusDifferent, RowsA: 1, RowsB: 1, Changed: 1,
+		Rows: []RowChange{{Change: Changed, Key: []Cell{{Column: "slot_id", Value: "s\u202e1"}},
+			Columns: []ColumnChange{{Column: "response", Old: `"ok"`, New: "\"\u009b2K\u202eevil\""}}}},
+	}}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteText(&buf, true))
+	out := buf.String()
+	require.NotContains(t, out, "\u202e")
+	require.NotContains(t, out, "\u009b")
+	require.Contains(t, out, `slot_id=s\u202e1`)
+	require.Contains(t, out, `"ok" -> "\x9b2K\u202eevil"`)
+}

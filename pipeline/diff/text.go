@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spade-pipeline/spade/internal/termtext"
 )
 
 // WriteText writes the report for people: one line per table that differs
 // (equal tables only when all is true), its listed row changes indented
 // below, and a summary line. Output is deterministic for a given report.
+// Values and keys from the tables are shown through termtext.Safe.
 func (r *Report) WriteText(w io.Writer, all bool) error {
 	bw := bufio.NewWriter(w)
 	counts := map[Status]int{}
@@ -43,9 +46,9 @@ func (r *Report) WriteText(w io.Writer, all bool) error {
 			for i, c := range rc.Key {
 				keys[i] = c.Column + "=" + c.Value
 			}
-			fmt.Fprintf(bw, "  %s %s\n", mark, strings.Join(keys, " "))
+			fmt.Fprintf(bw, "  %s %s\n", mark, termtext.Safe(strings.Join(keys, " ")))
 			for _, c := range rc.Columns {
-				fmt.Fprintf(bw, "      %s: %s -> %s\n", c.Column, c.Old, c.New)
+				fmt.Fprintf(bw, "      %s: %s -> %s\n", c.Column, termtext.Safe(c.Old), termtext.Safe(c.New))
 			}
 		}
 		if t.Truncated {

@@ -327,6 +327,10 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 // metadataProblem checks the class attributes before anything runs.
 func metadataProblem(m sandbox.Meta, o Options) string {
 	switch {
+	case m.Kind != "game" && m.Kind != "tool_use":
+		// The harness derives it; a program that rewrote the harness in its
+		// own process could report anything.
+		return fmt.Sprintf("kind must be game or tool_use, got %q", m.Kind)
 	case m.Kind == "game" && !m.HasStep:
 		return "class " + m.Class + " defines no step method"
 	case m.Kind == "game" && !m.HasReset:

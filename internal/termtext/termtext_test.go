@@ -1,4 +1,4 @@
-package main
+package termtext
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestTerminalSafe(t *testing.T) {
+func TestSafe(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain text, é and 日本": "plain text, é and 日本",
 		"\x1b[2Kcleared":       `\x1b[2Kcleared`,
@@ -17,6 +17,6 @@ func TestTerminalSafe(t *testing.T) {
 		"bidi \u202eesrever":   `bidi \u202eesrever`,
 		"zero\u200bwidth kept": "zero\u200bwidth kept",
 	} {
-		require.Equal(t, want, terminalSafe(in), "%q", in)
+		require.Equal(t, want, Safe(in), "%q", in)
 	}
 }

@@ -1,4 +1,6 @@
-package main
+// Package termtext makes text from programs and tables safe to print on a
+// terminal.
+package termtext
 
 import (
 	"fmt"
@@ -6,14 +8,14 @@ import (
 	"unicode"
 )
 
-// terminalSafe escapes the control characters of s (ANSI escape sequences,
+// Safe escapes the control characters of s (ANSI escape sequences,
 // carriage returns, C1 controls; a tab too, which would break aligned
 // columns) and the bidirectional-text controls (U+202A-U+202E,
 // U+2066-U+2069, which reorder what is displayed) as \xNN or \uNNNN, so
 // text from a program or a table (an exception message, an LLM-written
 // name) cannot rewrite what a terminal shows, e.g. fake a "VALID" line.
 // Machine formats (--json, csv) keep the text as it is.
-func terminalSafe(s string) string {
+func Safe(s string) string {
 	if strings.IndexFunc(s, unsafeRune) < 0 {
 		return s
 	}
