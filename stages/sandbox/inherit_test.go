@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -60,12 +59,7 @@ func TestInheritedDescriptorsClosed(t *testing.T) {
 				c.Workers = 1
 				c.NoBwrap = !bwrap
 			})
-			p, err := sb.Load(context.Background(), fdLister)
-			require.NoError(t, err)
-			defer p.Close()
-			e, err := p.Reset(context.Background(), 1)
-			require.NoError(t, err)
-			defer e.Close()
+			_, e := startEpisode(t, sb, fdLister)
 			var fds []int
 			require.NoError(t, json.Unmarshal([]byte(e.Observation), &fds))
 			assert.Equal(t, []int{3, 4}, fds, "host descriptors %d and %d must not reach the program", fileFD, dirFD)
@@ -125,12 +119,7 @@ os.execve(sys.argv[1], sys.argv[1:], dict(os.environ, SPADE_TEST_KEYRING_CHILD="
 		return
 	}
 	sb := newSandbox(t, func(c *Config) { c.Workers = 1 })
-	p, err := sb.Load(context.Background(), keyringProbe)
-	require.NoError(t, err)
-	defer p.Close()
-	e, err := p.Reset(context.Background(), 1)
-	require.NoError(t, err)
-	defer e.Close()
+	_, e := startEpisode(t, sb, keyringProbe)
 	var seen struct {
 		Found  []string `json:"found"`
 		Search int64    `json:"search"`

@@ -34,6 +34,19 @@ func newSandbox(t testing.TB, mod func(*Config)) *Sandbox {
 	return sb
 }
 
+// startEpisode loads src in sb and resets it with seed 1; both are closed
+// when the test ends (closing twice is harmless).
+func startEpisode(t testing.TB, sb *Sandbox, src string) (*Program, *Episode) {
+	t.Helper()
+	p, err := sb.Load(context.Background(), src)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	e, err := p.Reset(context.Background(), 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return p, e
+}
+
 func readTestdata(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile("testdata/" + name)
@@ -230,18 +243,13 @@ class E(Env):
 	assert.Equal(t, "bad \uFFFD bytes, cut \uFFFD", se.Output)
 
 	// Lone surrogates in Python text arrive as U+FFFD, in the raw Info too.
-	p2, err := sb.Load(ctx, `
+	_, e := startEpisode(t, sb, `
 from spade_env import Env
 class E(Env):
     def reset(self, seed=None):
         super().reset(seed)
         return "a\ud800b", {"note": "c\udfffd"}
 `)
-	require.NoError(t, err)
-	defer p2.Close()
-	e, err := p2.Reset(ctx, 1)
-	require.NoError(t, err)
-	defer e.Close()
 	assert.Equal(t, "a\uFFFDb", e.Observation)
 	assert.True(t, utf8.Valid(e.Info), "info %q", e.Info)
 	assert.JSONEq(t, `{"note": "c\uFFFDd"}`, string(e.Info))
@@ -285,14 +293,9 @@ class E(Env):
         super().reset(seed)
         return "o", {}
 `
-	ctx := context.Background()
-	p, err := sb.Load(ctx, src)
-	require.NoError(t, err)
-	defer p.Close()
-	e, err := p.Reset(ctx, 1)
-	require.NoError(t, err)
+	p, e := startEpisode(t, sb, src)
 	start := time.Now()
-	err = e.Close()
+	err := e.Close()
 	assert.Error(t, err)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.False(t, p.Alive(), "the sandbox of a program that never ends its episode is killed")
