@@ -656,7 +656,13 @@ def program_main(send_ready):
 # Run once at start, before any program code: a process keeps what its
 # parent had, and bubblewrap's namespaces do not cover these two.
 
-KEYCTL_NR = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+# keyctl's syscall number by machine (asm-generic 219: arm64, riscv64,
+# loongarch64); others refuse to start a sandbox rather than leave the
+# host's keyrings reachable.
+KEYCTL_NR = {
+    "x86_64": 250, "i686": 288, "i386": 288, "aarch64": 219, "riscv64": 219, "loongarch64": 219,
+    "armv7l": 311, "armv8l": 311, "ppc64le": 271, "ppc64": 271, "s390x": 280,
+}.get(os.uname().machine)
 KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
 KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -3, -4, -5
 KEYRINGS = False  # whether keyctl works here (then cleanup clears the keyrings)
