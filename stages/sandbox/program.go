@@ -15,8 +15,8 @@ type Meta struct {
 	Class string `json:"class"`
 	// Kind is "tool_use" for spade_env.ToolUseEnv subclasses, else "game".
 	Kind string `json:"kind"`
-	// Name and Skill are the class's name and skill attributes (at most 200
-	// bytes each).
+	// Name is the class's name attribute (at most 200 bytes; "" when
+	// missing).
 	Name string `json:"name"`
 	// Skill is the class's skill attribute (at most 200 bytes; "" when
 	// missing).
