@@ -506,6 +506,7 @@ class Litter(Env):
         add_key = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
         for ring in (-3, -4, -5):  # session, user, user-session keyrings
             libc.syscall(add_key, b"user", b"left", b"x", 1, ring)
+        libc.mq_open(b"/spade-left", 0o100 | 0o2, 0o600, None)  # O_CREAT|O_RDWR: a message queue
         for path in ("/tmp", "/dev/shm", "/dev", "/dev/ptmx"):  # 64 bits each
             os.utime(path, ns=(0x48454C4C4F2D4221, 0x48454C4C4F2D4221), follow_symlinks=False)
         if DEV:
@@ -540,7 +541,9 @@ class Clean(Env):
         for ring in (-3, -4, -5):
             n = libc.syscall(keyctl, 11, ring, None, 0)  # KEYCTL_READ: bytes of key serials
             keys += max(n, 0) // 4
-        seen = {"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"),
+        mq = libc.mq_open(b"/spade-left", 0)  # O_RDONLY
+        mq_errno = ctypes.get_errno() if mq < 0 else 0
+        seen = {"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm"), "mq_errno": mq_errno,
                 "planted": os.path.exists("/dev/planted"), "others": live,
                 "xattrs": os.listxattr("/tmp") + os.listxattr("/dev/shm"), "keys": keys, "times": times}
         d = tempfile.mkdtemp()  # a default ACL would make this read-only
@@ -561,6 +564,9 @@ class Clean(Env):
 		defer e.Close()
 		var seen map[string]any
 		require.NoError(t, json.Unmarshal([]byte(e.Observation), &seen))
+		if keyringFilter() == nil {
+			delete(seen, "mq_errno")
+		}
 		return seen
 	}
 	litterOnce := func(t *testing.T, sb *Sandbox, dev bool) {
@@ -574,7 +580,12 @@ class Clean(Env):
 		time.Sleep(500 * time.Millisecond) // the daemon fills the reply pipe with forged frames
 		require.NoError(t, p.Close())      // the episode is still open: the daemon runs
 	}
-	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}, "xattrs": []any{}, "keys": 0.0, "times": []any{0.0, 0.0, 0.0, 0.0}}
+	clean := map[string]any{"tmp": []any{}, "shm": []any{}, "planted": false, "others": []any{}, "xattrs": []any{}, "keys": 0.0, "times": []any{0.0, 0.0, 0.0, 0.0}, "mq_errno": 38.0}
+	if keyringFilter() == nil {
+		// No seccomp filter on this architecture: a message queue the
+		// litter left is still there (docs/sandbox.md); not checked.
+		delete(clean, "mq_errno")
+	}
 
 	t.Run("reused", func(t *testing.T) {
 		sb := newSandbox(t, func(c *Config) { c.Workers = 1 })

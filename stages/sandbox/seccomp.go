@@ -9,10 +9,14 @@ import (
 // Keyrings are not namespaced: a process of the sandbox running as the
 // invoking user's uid can find that user's keys in /proc/keys and link them
 // into its own keyrings, and the per-uid persistent keyring and key quota
-// are shared by every sandbox of a uid (found by a red team). So under
+// are shared by every sandbox of a uid (found by a red team). POSIX message
+// queues live in the sandbox's IPC namespace, which outlives a program, and
+// without an mqueue filesystem mounted their names cannot be listed to
+// remove them: a channel between two programs of one sandbox. So under
 // bubblewrap the sandbox gets a seccomp filter (bwrap --seccomp) that
-// answers add_key(2), request_key(2) and keyctl(2) with ENOSYS, as on a
-// kernel without keys: nothing in the sandbox needs them.
+// answers add_key(2), request_key(2), keyctl(2) and mq_open(3) (the only
+// way to a message queue) with ENOSYS, as on a kernel without them: nothing
+// in the sandbox needs them.
 
 // Classic BPF opcodes and seccomp constants (linux/filter.h, linux/bpf_common.h,
 // linux/seccomp.h, linux/audit.h).
@@ -30,23 +34,23 @@ const (
 )
 
 // keyArch is one audit architecture a process of the host can run code
-// under, with its numbers of add_key, request_key and keyctl.
+// under, with its numbers of add_key, request_key, keyctl and mq_open.
 type keyArch struct {
 	audit uint32
 	mask  uint32 // ANDed into the syscall number before comparing
-	nrs   [3]uint32
+	nrs   []uint32
 }
 
 // keyArches lists, per GOARCH, the native architecture and its 32-bit
 // compat one (a program could switch to it from ctypes).
 var keyArches = map[string][]keyArch{
 	"amd64": {
-		{audit: 0xc000003e, mask: ^uint32(x32Bit), nrs: [3]uint32{248, 249, 250}}, // AUDIT_ARCH_X86_64 (and x32)
-		{audit: 0x40000003, mask: ^uint32(0), nrs: [3]uint32{286, 287, 288}},      // AUDIT_ARCH_I386
+		{audit: 0xc000003e, mask: ^uint32(x32Bit), nrs: []uint32{248, 249, 250, 240}}, // AUDIT_ARCH_X86_64 (and x32)
+		{audit: 0x40000003, mask: ^uint32(0), nrs: []uint32{286, 287, 288, 277}},      // AUDIT_ARCH_I386
 	},
 	"arm64": {
-		{audit: 0xc00000b7, mask: ^uint32(0), nrs: [3]uint32{217, 218, 219}}, // AUDIT_ARCH_AARCH64
-		{audit: 0x40000028, mask: ^uint32(0), nrs: [3]uint32{309, 310, 311}}, // AUDIT_ARCH_ARM (EABI)
+		{audit: 0xc00000b7, mask: ^uint32(0), nrs: []uint32{217, 218, 219, 180}}, // AUDIT_ARCH_AARCH64
+		{audit: 0x40000028, mask: ^uint32(0), nrs: []uint32{309, 310, 311, 274}}, // AUDIT_ARCH_ARM (EABI)
 	},
 }
 
@@ -60,8 +64,8 @@ type sockFilter struct {
 
 // keyringFilter returns the compiled seccomp program (an array of struct
 // sock_filter in the host's byte order, as bwrap --seccomp reads it) that
-// makes add_key, request_key and keyctl fail with ENOSYS and allows every
-// other call; nil on a GOARCH it has no syscall numbers for.
+// makes add_key, request_key, keyctl and mq_open fail with ENOSYS and
+// allows every other call; nil on a GOARCH it has no syscall numbers for.
 func keyringFilter() []byte { return keyringFilterFor(runtime.GOARCH) }
 
 // keyringFilterFor is keyringFilter for the given GOARCH.
@@ -71,14 +75,17 @@ func keyringFilterFor(goarch string) []byte {
 		return nil
 	}
 	// Layout: ld arch; per architecture a block {jeq arch else next block;
-	// ld nr; and mask; jeq nr0/nr1/nr2 -> deny; ret allow}; ret allow; deny.
-	const blockLen = 7
-	prog := []sockFilter{{Code: bpfLdAbsW, K: offsetArch}}
-	deny := 1 + blockLen*len(arches) + 1 // index of the final "ret errno"
+	// ld nr; and mask; jeq nr -> deny, one per number; ret allow}; ret
+	// allow; deny.
+	deny := 1 + 1 // index of the final "ret errno"
 	for _, a := range arches {
-		start := len(prog)
+		deny += 4 + len(a.nrs)
+	}
+	prog := []sockFilter{{Code: bpfLdAbsW, K: offsetArch}}
+	for _, a := range arches {
+		start, blockLen := len(prog), 4+len(a.nrs)
 		prog = append(prog,
-			sockFilter{Code: bpfJeqK, Jt: 0, Jf: blockLen - 1, K: a.audit},
+			sockFilter{Code: bpfJeqK, Jt: 0, Jf: uint8(blockLen - 1), K: a.audit},
 			sockFilter{Code: bpfLdAbsW, K: offsetNr},
 			sockFilter{Code: bpfAndK, K: a.mask},
 		)
