@@ -749,17 +749,23 @@ def clear_keyrings():
     return ok
 
 
-def reset_times():
-    """Set the access and modification times of /tmp, /dev/shm, /dev and
-    the symlinks in /dev (the inodes programs share and may own) to the
-    epoch: a program can write 64 bits of nanoseconds into each with utime,
-    a channel to the next program otherwise."""
+def shared_inodes():
+    """/tmp, /dev/shm, /dev and the symlinks in /dev: the inodes programs
+    share and may own. Listed once at start; a changed /dev replaces the
+    sandbox (dev_snapshot)."""
     paths = ["/tmp", "/dev/shm", "/dev"]
     try:
         with os.scandir("/dev") as it:
             paths += [e.path for e in it if e.is_symlink()]
     except OSError:
         pass
+    return paths
+
+
+def reset_times(paths):
+    """Set the access and modification times of paths (shared_inodes) to
+    the epoch: a program can write 64 bits of nanoseconds into each with
+    utime, a channel to the next program otherwise."""
     for path in paths:
         try:
             os.utime(path, ns=(0, 0), follow_symlinks=False)
@@ -961,7 +967,7 @@ def drain_requests():
         os.set_blocking(IN_FD, True)
 
 
-def cleanup(dev):
+def cleanup(dev, shared):
     """Restore the sandbox after a program; returns (strays, problems). Any
     failure, even an unexpected exception (a directory nested past the
     recursion limit), is a problem: the Go side then replaces the sandbox."""
@@ -981,7 +987,7 @@ def cleanup(dev):
         for path in ("/tmp", "/dev/shm"):
             if os.path.isdir(path) and not clear_xattrs(path):
                 problems.append(f"extended attributes of {path} could not be removed")
-        reset_times()
+        reset_times(shared)
         now = dev_snapshot()
         changed = sorted(k for k in set(now) | set(dev) if now.get(k) != dev.get(k))
         if changed:
@@ -1060,17 +1066,10 @@ def zygote_main():
 
     import spade_env  # noqa: F401  (discover, metadata)
 
-    try:
-        # Not dumpable: a program process running as the same uid cannot
-        # ptrace this process or write its memory through /proc.
-        import ctypes
-
-        global LIBC
-        if LIBC is None:
-            LIBC = ctypes.CDLL(None, use_errno=True)
-        LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-    except (ImportError, OSError, AttributeError):
-        pass
+    # Not dumpable: a program process running as the same uid cannot ptrace
+    # this process or write its memory through /proc. (main loaded LIBC
+    # before detach_keyrings let the zygote start.)
+    LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
     # SIGCHLD wakes the select below through a pipe: exited processes are
     # reaped at once, so orphans never pile up as zombies against
     # RLIMIT_NPROC while a program runs.
@@ -1081,7 +1080,8 @@ def zygote_main():
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     for fd in (IN_FD, OUT_FD):
         os.set_inheritable(fd, True)
-    reset_times()  # so a fresh sandbox looks like a restored one
+    shared = shared_inodes()
+    reset_times(shared)  # so a fresh sandbox looks like a restored one
     dev = dev_snapshot()
     ctl_send({"ok": True, "ready": True, "python": sys.version.split()[0]})
     child = 0  # the program process's pid, 0 when none runs
@@ -1100,7 +1100,7 @@ def zygote_main():
                 # program channel, where the Go side waits for a reply,
                 # once its strays are gone.
                 child = 0
-                strays, problems = cleanup(dev)
+                strays, problems = cleanup(dev, shared)
                 ended = dict(status_fields(status), strays=strays, unclean=problems)
                 send_if_room(dict({"op": "program_ended"}, **status_fields(status)))
         if CTL_IN_FD not in ready:
@@ -1155,7 +1155,7 @@ def zygote_main():
                     except InterruptedError:
                         continue
                 child = 0
-                strays, problems = cleanup(dev)
+                strays, problems = cleanup(dev, shared)
                 ended = dict(status_fields(status), strays=strays, unclean=problems)
             report = ended or {"strays": False, "unclean": []}
             ctl_send(dict({"ok": True, "clean": not report["unclean"]}, **report))
