@@ -2,50 +2,134 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// uidProcesses lists the pids whose real uid is uid, from /proc. Workers run
-// under a uid of their own when spade runs as root, so this finds every
-// process a sandbox left behind, daemons that called setsid included.
-func uidProcesses(uid int) []int {
+// procInfo is what /proc/PID/status says about one live process.
+type procInfo struct {
+	pid, ppid, uid int // uid: the real uid
+}
+
+// liveProcesses lists every process in /proc that is not a zombie, with its
+// parent and real uid. Processes that end during the scan are skipped.
+func liveProcesses() []procInfo {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	want := strconv.Itoa(uid)
-	var pids []int
+	var out []procInfo
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		f, err := os.Open("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
+		if p, ok := readProc(pid); ok {
+			out = append(out, p)
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := sc.Text()
-			// A zombie can do nothing and is reaped by whoever inherited it.
-			if strings.HasPrefix(line, "State:") && (strings.Contains(line, "Z (") || strings.Contains(line, "X (")) {
-				break
+	}
+	return out
+}
+
+// readProc reads pid's parent and real uid from /proc/PID/status; false
+// when the process is gone or a zombie (which can do nothing and is reaped
+// by whoever inherited it).
+func readProc(pid int) (procInfo, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return procInfo{}, false
+	}
+	defer f.Close()
+	p := procInfo{pid: pid, ppid: -1, uid: -1}
+	sc := bufio.NewScanner(f)
+	// State, PPid and Uid come in that order, near the top (Linux's
+	// fs/proc/array.c).
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "State:"):
+			if strings.Contains(line, "Z (") || strings.Contains(line, "X (") {
+				return procInfo{}, false
 			}
-			if strings.HasPrefix(line, "Uid:") {
-				fields := strings.Fields(line)
-				if len(fields) > 1 && fields[1] == want {
-					pids = append(pids, pid)
-				}
-				break
+		case strings.HasPrefix(line, "PPid:"):
+			p.ppid, _ = strconv.Atoi(strings.TrimSpace(line[len("PPid:"):]))
+		case strings.HasPrefix(line, "Uid:"):
+			if fields := strings.Fields(line); len(fields) > 1 {
+				p.uid, _ = strconv.Atoi(fields[1])
 			}
+			return p, p.uid >= 0
 		}
-		f.Close()
+	}
+	return procInfo{}, false
+}
+
+// uidProcesses lists the pids whose real uid is uid, from /proc. Workers run
+// under a uid of their own when spade runs as root, so this finds every
+// process a sandbox left behind, daemons that called setsid included.
+func uidProcesses(uid int) []int {
+	var pids []int
+	for _, p := range liveProcesses() {
+		if p.uid == uid {
+			pids = append(pids, p.pid)
+		}
 	}
 	return pids
+}
+
+// derivedUIDBase is where slot uids derived from process ids start
+// (Config.UIDBase 0): process p owns derivedUIDBase + UIDStride*p onwards.
+const derivedUIDBase = 1_000_000
+
+// reapOrphans kills what a spade process killed with SIGKILL may leave: a
+// process of one of its derived slot uids, orphaned to pid 1, whose owner
+// process (the pid the uid derives from) is gone. bubblewrap's sandbox
+// process waits on an eventfd for its monitor before it applies
+// --die-with-parent; when the monitor dies in that window (its parent-death
+// signal fires as spade dies), the sandbox process waits forever. Nothing of
+// the owner's can still need such a process. Processes of a live spade are
+// never orphaned to pid 1 (their parent is that spade, its bwrap monitor or
+// the sandbox's own pid 1), so an explicit Config.UIDBase that overlaps
+// the derived range is safe too. Returns the pids signalled. An orphan
+// adopted by a subreaper other than pid 1 is not found.
+func reapOrphans(self int) []int {
+	var killed []int
+	for _, p := range liveProcesses() {
+		if p.ppid != 1 || p.uid < derivedUIDBase {
+			continue
+		}
+		owner := (p.uid - derivedUIDBase) / UIDStride
+		if owner == self || owner <= 1 {
+			continue
+		}
+		if err := syscall.Kill(owner, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // the owner (or a process that took its pid) is alive
+		}
+		if killOrphan(p) {
+			killed = append(killed, p.pid)
+		}
+	}
+	return killed
+}
+
+// killOrphan sends SIGKILL to p if it is still the process the scan saw:
+// a pidfd pins the process, and its status is read again through the pid,
+// so a pid reused after the scan is never signalled.
+func killOrphan(p procInfo) bool {
+	fd, err := unix.PidfdOpen(p.pid, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if now, ok := readProc(p.pid); !ok || now.uid != p.uid || now.ppid != 1 {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
 }
 
 // killUID sends SIGKILL to every process of uid.

@@ -202,6 +202,9 @@ type Sandbox struct {
 // uids stay below 2^31.
 const UIDStride = 512
 
+// reapOnce runs reapOrphans at the first New of this process (as root).
+var reapOnce sync.Once
+
 // New checks the interpreter and bubblewrap once (by starting a sandbox) and
 // returns a Sandbox. Errors: the interpreter is missing or broken;
 // ErrNoIsolation when Strict is set and bubblewrap is unusable.
@@ -220,8 +223,13 @@ func New(cfg Config) (*Sandbox, error) {
 			if cfg.Workers > UIDStride {
 				return nil, fmt.Errorf("sandbox: %d workers, but at most %d when slot uids are derived from the process id (Config.UIDBase 0): set UIDBase to a range of %d free uids", cfg.Workers, UIDStride, cfg.Workers)
 			}
-			s.uidBase = 1_000_000 + UIDStride*os.Getpid()
+			s.uidBase = derivedUIDBase + UIDStride*os.Getpid()
 		}
+		reapOnce.Do(func() {
+			if pids := reapOrphans(os.Getpid()); len(pids) > 0 {
+				cfg.Logger.Warn("sandbox: killed processes left by an earlier spade process that was killed", "pids", pids)
+			}
+		})
 	}
 	dir, err := writeHarness(cfg.Python)
 	if err != nil {
