@@ -58,35 +58,77 @@ type Info struct {
 	ModTime time.Time
 }
 
-// Store is the storage contract every backend honours.
+// Store is the storage contract every backend honours (file://, s3://,
+// mem://; the conformance suite in storage/storagetest checks it for each).
+// Methods are safe for concurrent use. Sizes and offsets are in bytes.
 //
-//   - Get returns the whole object; ErrNotFound if absent. The caller closes
-//     the reader.
-//   - GetRange returns length bytes starting at offset (bytes); a range that
-//     runs past the end is cut at the end; offset beyond the end returns an
-//     empty reader. ErrNotFound if absent.
-//   - Put writes the object atomically: readers see the old object or the
-//     whole new one, never a prefix. size is the number of bytes r yields
-//     (-1 if unknown).
-//   - PutIfAbsent is Put that fails with ErrExists if the key exists. Among
-//     any number of concurrent PutIfAbsent calls on one key exactly one
-//     succeeds (S3: If-None-Match: *; file: link(2)/O_EXCL).
-//   - Stat returns the object's Info; ErrNotFound if absent.
-//   - List returns every object whose key starts with prefix, sorted by key.
-//   - Delete removes the object; ErrNotFound if absent.
-//   - A cancelled ctx aborts the call and returns ctx.Err() (wrapped);
-//     a cancelled Put leaves no object behind.
+// Rules common to every method that takes a key: a key that breaks the key
+// rules of the package doc gives an error wrapping ErrInvalidKey (the file
+// backend also rejects segments starting with ".spade-tmp-", its temp-file
+// prefix); a ctx that is already done, or is cancelled during the call,
+// gives an error wrapping ctx.Err(). Errors name the operation, the key
+// (the prefix for List) and the store URL; test them with errors.Is. Other
+// errors are the backend's own (an I/O error, an HTTP failure after the S3
+// SDK's retries).
 type Store interface {
+	// Get returns a reader over the whole object; the caller closes it.
+	// Reads fail with ctx.Err() once ctx is done. Errors: ErrNotFound
+	// (wrapped) when no object has the key (for the file backend also
+	// when the key is a directory of other keys or a parent of the key is
+	// an object); ErrInvalidKey; ctx.Err().
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// GetRange returns a reader over length bytes starting at offset; the
+	// caller closes it. A range that runs past the end is cut at the end,
+	// and an offset at or past the end gives an empty reader (not an
+	// error). Errors: ErrNotFound (wrapped) when the object is absent;
+	// ErrInvalidKey; a plain error for a negative offset or length;
+	// ctx.Err().
 	GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// Put stores the bytes r yields under key, replacing any object there.
+	// It is atomic: readers see the old object or the whole new one, never
+	// a prefix. size is the number of bytes r yields, or -1 if unknown; a
+	// reader that yields more or fewer bytes than a size >= 0 fails the
+	// call ("reader length does not match declared size") and stores
+	// nothing, as does a failed read or a cancelled ctx. Errors:
+	// ErrInvalidKey; ctx.Err(); the reader's error; for the file backend,
+	// an error when the key is the directory of other keys ("a" when
+	// "a/b" exists) or a parent of the key is an object.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	// PutIfAbsent is Put that stores nothing and returns an error wrapping
+	// ErrExists when an object already has the key. Among any number of
+	// concurrent PutIfAbsent calls on one key exactly one succeeds, also
+	// across processes for the file and S3 backends (S3: a conditional
+	// write with If-None-Match: *; file: link(2); mem: one lock held for
+	// the check and the store). The S3 backend tags its object with a
+	// random token, so a call whose first request did create the object
+	// before the SDK retried it still returns nil. Errors: ErrExists;
+	// otherwise those of Put.
 	PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error
+	// Stat returns the object's Info (key, size in bytes, modification
+	// time in UTC) without reading it. Errors: ErrNotFound (wrapped) when
+	// the object is absent; ErrInvalidKey; ctx.Err().
 	Stat(ctx context.Context, key string) (Info, error)
+	// List returns the Info of every object whose key starts with prefix,
+	// a plain string prefix ("a/b" also matches "a/bc/d"; "" matches
+	// every key), sorted by key. No match gives an empty, non-nil slice
+	// and no error; prefix is not checked against the key rules. The file
+	// backend never lists its temp files; the S3 backend skips objects
+	// whose keys break the key rules (such as "dir/" markers other tools
+	// make). Errors: ctx.Err(); the backend's I/O or HTTP error.
 	List(ctx context.Context, prefix string) ([]Info, error)
+	// Delete removes the object. Errors: ErrNotFound (wrapped) when the
+	// object is absent; ErrInvalidKey; ctx.Err(). On S3 the absence check
+	// is a HEAD before the DELETE, so two concurrent Deletes of one key
+	// may both return nil. The file backend also removes the parent
+	// directories the deletion left empty.
 	Delete(ctx context.Context, key string) error
-	// URL returns the URL the store was opened with, with credentials removed.
+	// URL returns the URL the store was opened with, with user info and
+	// secret-looking query values removed (see Redact).
 	URL() string
-	// Close releases the backend's resources.
+	// Close releases the backend's resources (the S3 backend's idle HTTP
+	// connections; the file and mem backends hold none and return nil).
+	// The store must not be used after Close. It returns nil for every
+	// backend in this module.
 	Close() error
 }
 

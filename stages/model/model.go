@@ -109,6 +109,22 @@ type Response struct {
 // (a cancelled ctx returns promptly with an error wrapping ctx.Err()), and
 // return an error (never an empty Response) when no sample could be drawn.
 type Backend interface {
+	// Chat sends one chat request and returns the model's answer: on
+	// success Response.Choices holds at least one sample (the procedural
+	// backend returns max(1, req.N); the openai backend returns the
+	// choices the server sent, in index order), with Usage in tokens.
+	//
+	// Errors: an error wrapping ctx.Err() when ctx is done before or
+	// during the call. Beyond that each backend documents its own: the
+	// openai backend returns *CallError after its retries (errors.Is works
+	// for ErrEmptyResponse, ErrMalformedResponse, ErrTimeout and
+	// ctx.Err()) and an error wrapping ErrBadRequest for a request it
+	// cannot put on the wire; the procedural backend wraps
+	// procedural.ErrBadRequest for a Meta it cannot use; replay.Replayer
+	// wraps replay.ErrMiss when no recorded call matches and
+	// replay.ErrRecordedFailure when the recorded call failed;
+	// replay.Recorder returns the wrapped backend's error unchanged, or
+	// the error of replay.Canonical when the request cannot be hashed.
 	Chat(ctx context.Context, req Request) (Response, error)
 	// Name identifies the backend and model, e.g. "openai:qwen3-8b" or
 	// "procedural:v1"; it is recorded in tables.
