@@ -504,6 +504,9 @@ func (r *Runner) fingerprint(s Stage, ri RoundInfo, refs []InputRef) string {
 		info, _ := schemas.Lookup(o.KindOf())
 		outs = append(outs, outFP{o.Table, o.KindOf(), info.Fingerprint()})
 	}
+	// Operational settings (workers, timeouts, programs per sandbox) never
+	// reach a fingerprint: a run resumes with other values (docs/config.md).
+	pinned := r.Config.Pinned()
 	return config.DigestOf(struct {
 		Stage   string
 		Round   int
@@ -513,7 +516,7 @@ func (r *Runner) fingerprint(s Stage, ri RoundInfo, refs []InputRef) string {
 		Inputs  []InputRef
 		Seed    int64
 		Code    string
-	}{s.Name(), ri.Round, ri.Regeneration, outs, s.ConfigSubset(&r.Config), refs, ri.Seed, CodeVersion()})
+	}{s.Name(), ri.Round, ri.Regeneration, outs, s.ConfigSubset(&pinned), refs, ri.Seed, CodeVersion()})
 }
 
 func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shard, commit bool) (bool, error) {

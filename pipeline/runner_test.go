@@ -168,6 +168,40 @@ func TestConfigConflict(t *testing.T) {
 	require.ErrorContains(t, err, "sample.slots 24 -> 7")
 }
 
+// wholeConfig is gen whose output depends, by its own account, on the
+// whole config it is given.
+type wholeConfig struct{ *gen }
+
+func (w wholeConfig) ConfigSubset(c *config.Config) any { return *c }
+
+// TestOperationalSettingsResume: a round whose first stage is committed
+// resumes with every Operational setting changed (more workers, longer
+// timeouts, fewer programs per sandbox) without a fingerprint conflict,
+// even for a stage that hashes its whole config.
+func TestOperationalSettingsResume(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	r := newRunner(t, st, "a", nil)
+	r.Stages = []pipeline.Stage{sum{}, wholeConfig{&gen{parts: 2, rows: 6, failPart: -1}}}
+	_, err := r.RunRound(ctx, 0)
+	require.NoError(t, err)
+	_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+
+	r.Config.Workers = 9
+	r.Config.Model.Concurrency, r.Config.Model.TimeoutS, r.Config.Model.MaxRetries, r.Config.Model.APIKeyEnv = 5, 999, 0, "OTHER_KEY"
+	r.Config.GRPO.TimeoutS = 12345
+	r.Config.Sandbox.ProgramsPerSandbox = 1
+	res, err := r.RunRound(ctx, 1)
+	require.NoError(t, err, "operational settings must not change a stage fingerprint")
+	require.Equal(t, []string{"sum"}, res.Ran, "the committed stage is kept")
+
+	// A setting that is not operational still conflicts.
+	r.Config.Sandbox.MemoryMB++
+	_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+}
+
 func TestShardsGiveSameBytes(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)

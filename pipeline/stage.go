@@ -90,7 +90,9 @@ type Stage interface {
 	// stage runs at all this round.
 	Plan(ri RoundInfo, cfg *config.Config) (inputs []Input, runs bool)
 	// ConfigSubset is the part of the config the stage's output depends on;
-	// it is hashed into the stage fingerprint.
+	// it is hashed into the stage fingerprint. cfg is the pinned config
+	// (config.Config.Pinned: the Operational settings are zero), so a run
+	// resumes with other workers, timeouts or programs per sandbox.
 	ConfigSubset(cfg *config.Config) any
 	// Parts returns the number of parts for these inputs (>= 1).
 	Parts(ctx context.Context, env *Env) (int, error)

@@ -63,7 +63,7 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 		Design  config.Design
 		Model   config.Model
 		Sandbox config.Sandbox
-	}{c.Design, c.Pinned().Model, c.Sandbox}
+	}{c.Design, c.Model, c.Sandbox}
 }
 
 // Parts implements pipeline.Stage.

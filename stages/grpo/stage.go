@@ -58,7 +58,6 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 // trainer code's digest (a trainer change is a different stage output).
 func (*Stage) ConfigSubset(c *config.Config) any {
 	g := c.GRPO
-	g.TimeoutS = 0
 	digest := ""
 	if g.Trainer == "torch" {
 		digest = trainer.Digest()

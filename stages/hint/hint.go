@@ -44,7 +44,7 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 }
 
 // ConfigSubset implements pipeline.Stage.
-func (*Stage) ConfigSubset(c *config.Config) any { return c.Pinned().Model }
+func (*Stage) ConfigSubset(c *config.Config) any { return c.Model }
 
 // Parts implements pipeline.Stage.
 func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }

@@ -56,12 +56,11 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any {
-	m := c.Pinned().Model
 	return struct {
 		Rollout config.Rollout
 		Model   config.Model
 		Sandbox config.Sandbox
-	}{c.Rollout, m, c.Sandbox}
+	}{c.Rollout, c.Model, c.Sandbox}
 }
 
 // Target is one environment to play.
