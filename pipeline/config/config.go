@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"sort"
@@ -249,6 +250,7 @@ type Source map[string]string
 func Load(path string, environ []string) (Config, Source, error) {
 	cfg := Default()
 	src := Source{}
+	lines := map[string]int{} // key -> its line in the file
 	for _, k := range Keys() {
 		src[k] = "default"
 	}
@@ -264,7 +266,7 @@ func Load(path string, environ []string) (Config, Source, error) {
 		}
 		var node yaml.Node
 		if err := yaml.Unmarshal(data, &node); err == nil {
-			markSet(&node, "", func(k string) { src[k] = path })
+			markSet(&node, "", func(k string, line int) { src[k], lines[k] = path, line })
 		}
 	}
 	for _, kv := range environ {
@@ -283,11 +285,32 @@ func Load(path string, environ []string) (Config, Source, error) {
 			return cfg, src, fmt.Errorf("%w: environment variable %s: %w", ErrInvalid, name, err)
 		}
 		src[key] = name
+		delete(lines, key)
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, src, err
+	if probs := cfg.problems(); len(probs) > 0 {
+		texts := make([]string, len(probs))
+		for i, p := range probs {
+			texts[i] = p.text + setWhere(p.keys, src, lines)
+		}
+		return cfg, src, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(texts, "; "))
 	}
 	return cfg, src, nil
+}
+
+// setWhere says where the first of keys not left at its default was set:
+// " (spade.yaml line 3)", " (SPADE_SAMPLE_SLOTS)", or "" for defaults.
+func setWhere(keys []string, src Source, lines map[string]int) string {
+	for _, k := range keys {
+		switch where := src[k]; {
+		case where == "" || where == "default":
+			continue
+		case lines[k] > 0:
+			return fmt.Sprintf(" (%s line %d)", where, lines[k])
+		default:
+			return " (" + where + ")"
+		}
+	}
+	return ""
 }
 
 // Variables that configure the CLI rather than the run.
@@ -296,11 +319,45 @@ var cliVars = map[string]bool{"SPADE_STORE": true, "SPADE_RUN": true, "SPADE_CON
 func isConfigVar(name string) bool { return !cliVars[name] }
 
 // Validate checks value ranges; errors wrap ErrInvalid and name the key.
+// Every number must be finite; Load adds where each offending value was
+// set (file and line, or variable).
 func (c Config) Validate() error {
-	var errs []string
+	probs := c.problems()
+	if len(probs) == 0 {
+		return nil
+	}
+	texts := make([]string, len(probs))
+	for i, p := range probs {
+		texts[i] = p.text
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(texts, "; "))
+}
+
+// problem is one failed range check: the keys it concerns and its text.
+type problem struct {
+	keys []string
+	text string
+}
+
+// maxTimeoutS bounds every timeout (seconds): 10^7 s is about 115 days,
+// far below where a time.Duration overflows.
+const maxTimeoutS = 1e7
+
+func (c Config) problems() []problem {
+	var errs []problem
+	add := func(text string, keys ...string) { errs = append(errs, problem{keys, text}) }
+	nonFinite := map[string]bool{}
+	cv := reflect.ValueOf(c)
+	walk(reflect.TypeOf(c), "", func(key string, _ []int) {
+		v, _ := lookup(cv, key)
+		if v.Kind() == reflect.Float64 && (math.IsNaN(v.Float()) || math.IsInf(v.Float(), 0)) {
+			nonFinite[key] = true
+			add(fmt.Sprintf("%s must be a finite number (got %v)", key, v.Float()), key)
+		}
+	})
 	pos := func(key string, v int) {
 		if v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s must be > 0 (got %d)", key, v))
+			add(fmt.Sprintf("%s must be > 0 (got %d)", key, v), key)
 		}
 	}
 	pos("regenerate_every", c.RegenerateEvery)
@@ -318,50 +375,94 @@ func (c Config) Validate() error {
 	pos("sandbox.memory_mb", c.Sandbox.MemoryMB)
 	pos("sandbox.programs_per_sandbox", c.Sandbox.ProgramsPerSandbox)
 	pos("grpo.max_seq_len", c.GRPO.MaxSeqLen)
-	if c.Workers < 0 {
-		errs = append(errs, fmt.Sprintf("workers must be >= 0 (got %d)", c.Workers))
+	nonNeg := func(key string, v int) {
+		if v < 0 {
+			add(fmt.Sprintf("%s must be >= 0 (got %d)", key, v), key)
+		}
 	}
-	if c.Model.MaxRetries < 0 {
-		errs = append(errs, fmt.Sprintf("model.max_retries must be >= 0 (got %d)", c.Model.MaxRetries))
+	nonNeg("workers", c.Workers)
+	nonNeg("model.max_retries", c.Model.MaxRetries)
+	nonNeg("model.max_tokens", c.Model.MaxTokens)
+	// Finite numbers only below: a NaN fails every comparison and is
+	// already reported.
+	floatAtLeast := func(key string, v, min float64, strict bool) {
+		if nonFinite[key] {
+			return
+		}
+		if v < min || (strict && v == min) {
+			op := ">="
+			if strict {
+				op = ">"
+			}
+			add(fmt.Sprintf("%s must be %s %g (got %g)", key, op, min, v), key)
+		}
+	}
+	floatAtLeast("model.temperature", c.Model.Temperature, 0, false)
+	floatAtLeast("grpo.eps", c.GRPO.Eps, 0, false)
+	floatAtLeast("grpo.lr", c.GRPO.LR, 0, true)
+	floatAtLeast("grpo.clip_eps", c.GRPO.ClipEps, 0, true)
+	floatAtLeast("grpo.kl_beta", c.GRPO.KLBeta, 0, false)
+	for _, t := range []struct {
+		key string
+		v   float64
+	}{{"sandbox.call_timeout_s", c.Sandbox.CallTimeoutS}, {"model.timeout_s", c.Model.TimeoutS}, {"grpo.timeout_s", c.GRPO.TimeoutS}} {
+		if !nonFinite[t.key] && (t.v <= 0 || t.v > maxTimeoutS) {
+			add(fmt.Sprintf("%s must be > 0 and <= %g seconds (got %g)", t.key, float64(maxTimeoutS), t.v), t.key)
+		}
+	}
+	if _, _, err := ParseWeightRule(c.GRPO.WeightRule); err != nil {
+		add("grpo.weight_rule: "+err.Error(), "grpo.weight_rule")
 	}
 	if len(c.Sample.Skills) == 0 || c.Sample.ActiveSkills > len(c.Sample.Skills) {
-		errs = append(errs, fmt.Sprintf("sample.active_skills (%d) must be between 1 and the number of sample.skills (%d)", c.Sample.ActiveSkills, len(c.Sample.Skills)))
+		add(fmt.Sprintf("sample.active_skills (%d) must be between 1 and the number of sample.skills (%d)", c.Sample.ActiveSkills, len(c.Sample.Skills)), "sample.active_skills", "sample.skills")
 	}
 	switch c.Sample.Setting {
 	case "game", "tool_use", "mixed":
 	default:
-		errs = append(errs, fmt.Sprintf("sample.setting must be game, tool_use or mixed (got %q)", c.Sample.Setting))
+		add(fmt.Sprintf("sample.setting must be game, tool_use or mixed (got %q)", c.Sample.Setting), "sample.setting")
 	}
 	switch c.Model.Backend {
 	case "procedural", "openai":
 	default:
-		errs = append(errs, fmt.Sprintf("model.backend must be procedural or openai (got %q)", c.Model.Backend))
+		add(fmt.Sprintf("model.backend must be procedural or openai (got %q)", c.Model.Backend), "model.backend")
 	}
 	if c.Model.Backend == "openai" && (c.Model.BaseURL == "" || c.Model.Name == "") && c.Model.Replay == "" {
-		errs = append(errs, "model.backend openai needs model.base_url and model.name")
+		add("model.backend openai needs model.base_url and model.name", "model.backend", "model.base_url", "model.name")
 	}
 	switch c.GRPO.Trainer {
 	case "none", "torch":
 	case "command":
 		if len(c.GRPO.Command) == 0 {
-			errs = append(errs, "grpo.trainer command needs grpo.command")
+			add("grpo.trainer command needs grpo.command", "grpo.trainer", "grpo.command")
 		}
 	default:
-		errs = append(errs, fmt.Sprintf("grpo.trainer must be none, torch or command (got %q)", c.GRPO.Trainer))
+		add(fmt.Sprintf("grpo.trainer must be none, torch or command (got %q)", c.GRPO.Trainer), "grpo.trainer")
 	}
 	if c.GRPO.DesignerNorm != "none" && c.GRPO.DesignerNorm != "std" {
-		errs = append(errs, fmt.Sprintf("grpo.designer_norm must be none or std (got %q)", c.GRPO.DesignerNorm))
+		add(fmt.Sprintf("grpo.designer_norm must be none or std (got %q)", c.GRPO.DesignerNorm), "grpo.designer_norm")
 	}
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
-		errs = append(errs, fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh))
+		add(fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh), "label.band_low", "label.band_high")
 	}
-	if c.Sandbox.CallTimeoutS <= 0 || c.Model.TimeoutS <= 0 || c.GRPO.TimeoutS <= 0 {
-		errs = append(errs, "timeouts (sandbox.call_timeout_s, model.timeout_s, grpo.timeout_s) must be > 0")
+	return errs
+}
+
+// ParseWeightRule checks a grpo.weight_rule text: "ratio", "none" or
+// "fixed:X" with X a finite number > 0 (the designer sample weight,
+// SPADE.md "Designer training"). Returns the kind and, for fixed, X.
+// stages/grpo turns the result into its WeightRule.
+func ParseWeightRule(s string) (kind string, fixed float64, err error) {
+	switch {
+	case s == "ratio" || s == "none":
+		return s, 0, nil
+	case strings.HasPrefix(s, "fixed:"):
+		v, err := strconv.ParseFloat(strings.TrimPrefix(s, "fixed:"), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+			return "", 0, fmt.Errorf("designer weight rule %q: want fixed:X with X a finite number > 0", s)
+		}
+		return "fixed", v, nil
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
-	}
-	return nil
+	return "", 0, fmt.Errorf("designer weight rule %q: want \"ratio\", \"none\" or \"fixed:X\"", s)
 }
 
 // Operational lists the settings that change how a run executes but not
@@ -501,7 +602,7 @@ func setPath(c *Config, key, val string) error {
 	return nil
 }
 
-func markSet(n *yaml.Node, prefix string, fn func(string)) {
+func markSet(n *yaml.Node, prefix string, fn func(key string, line int)) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
@@ -516,7 +617,7 @@ func markSet(n *yaml.Node, prefix string, fn func(string)) {
 			if n.Content[i+1].Kind == yaml.MappingNode {
 				markSet(n.Content[i+1], key, fn)
 			} else {
-				fn(key)
+				fn(key, n.Content[i].Line)
 			}
 		}
 	}

@@ -49,6 +49,28 @@ func TestLoadErrors(t *testing.T) {
 		"openai no url": {"model:\n  backend: openai\n", nil, "needs model.base_url"},
 		"env int":       {"", []string{"SPADE_SEED=x"}, "SPADE_SEED"},
 		"env unknown":   {"", []string{"SPADE_SAMPLE_SLOTZ=3"}, "names no setting"},
+		// Range errors say where the value was set.
+		"zero where":    {"seed: 1\nrollout:\n  group_size: 0\n", nil, "rollout.group_size must be > 0 (got 0) (" /* file */},
+		"zero line":     {"seed: 1\nrollout:\n  group_size: 0\n", nil, "line 3)"},
+		"env where":     {"", []string{"SPADE_ROLLOUT_MAX_TURNS=-1"}, "rollout.max_turns must be > 0 (got -1) (SPADE_ROLLOUT_MAX_TURNS)"},
+		"env over file": {"rollout:\n  max_turns: 3\n", []string{"SPADE_ROLLOUT_MAX_TURNS=0"}, "(got 0) (SPADE_ROLLOUT_MAX_TURNS)"},
+		// Every number must be finite: NaN and Inf used to reach Digest,
+		// which panicked.
+		"nan env":      {"", []string{"SPADE_GRPO_LR=NaN"}, "grpo.lr must be a finite number (got NaN) (SPADE_GRPO_LR)"},
+		"inf env":      {"", []string{"SPADE_MODEL_TEMPERATURE=Inf"}, "model.temperature must be a finite number (got +Inf)"},
+		"nan yaml":     {"label:\n  band_low: .nan\n", nil, "label.band_low must be a finite number"},
+		"inf timeout":  {"sandbox:\n  call_timeout_s: .inf\n", nil, "sandbox.call_timeout_s must be a finite number"},
+		"huge timeout": {"grpo:\n  timeout_s: 1e300\n", nil, "grpo.timeout_s must be > 0 and <= 1e+07 seconds"},
+		// Settings the grpo stage and the model client would refuse at the
+		// end of a round are refused up front.
+		"weight rule":  {"grpo:\n  weight_rule: bogus\n", nil, `grpo.weight_rule: designer weight rule "bogus"`},
+		"weight fixed": {"grpo:\n  weight_rule: fixed:0\n", nil, "fixed:X with X a finite number > 0"},
+		"eps":          {"grpo:\n  eps: -1\n", nil, "grpo.eps must be >= 0 (got -1)"},
+		"lr":           {"grpo:\n  lr: 0\n", nil, "grpo.lr must be > 0 (got 0)"},
+		"clip":         {"grpo:\n  clip_eps: -0.2\n", nil, "grpo.clip_eps must be > 0"},
+		"kl":           {"grpo:\n  kl_beta: -2\n", nil, "grpo.kl_beta must be >= 0"},
+		"max tokens":   {"model:\n  max_tokens: -5\n", nil, "model.max_tokens must be >= 0 (got -5)"},
+		"temperature":  {"model:\n  temperature: -3\n", nil, "model.temperature must be >= 0 (got -3)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := Load(write(t, tc.yaml), tc.env)

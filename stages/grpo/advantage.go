@@ -13,7 +13,8 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
 )
 
 // DefaultEps is the epsilon added to a group's standard deviation before
@@ -216,21 +217,14 @@ func (w WeightRule) String() string {
 }
 
 // ParseWeightRule parses a designer weight rule from config text: "ratio",
-// "none" or "fixed:X". Errors wrap ErrShape and quote the text.
+// "none" or "fixed:X" (config.ParseWeightRule, which config.Validate
+// also uses). Errors wrap ErrShape and quote the text.
 func ParseWeightRule(s string) (WeightRule, error) {
-	switch {
-	case s == string(WeightRatio):
-		return WeightRule{Kind: WeightRatio}, nil
-	case s == string(WeightNone):
-		return WeightRule{Kind: WeightNone}, nil
-	case strings.HasPrefix(s, "fixed:"):
-		v, err := strconv.ParseFloat(strings.TrimPrefix(s, "fixed:"), 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-			return WeightRule{}, fmt.Errorf("designer weight rule %q: want fixed:X with X a finite number > 0: %w", s, ErrShape)
-		}
-		return WeightRule{Kind: WeightFixed, Fixed: v}, nil
+	kind, fixed, err := config.ParseWeightRule(s)
+	if err != nil {
+		return WeightRule{}, fmt.Errorf("%w: %w", err, ErrShape)
 	}
-	return WeightRule{}, fmt.Errorf("designer weight rule %q: want \"ratio\", \"none\" or \"fixed:X\": %w", s, ErrShape)
+	return WeightRule{Kind: WeightKind(kind), Fixed: fixed}, nil
 }
 
 // DesignerOptions configures DesignerAdvantages.
