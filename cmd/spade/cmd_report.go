@@ -32,9 +32,13 @@ func newReportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer a.close()
-			if _, err := pipeline.ReadRunFile(ctx, a.store, g.runName); err != nil {
+			// The run's own config, not this invocation's: the report
+			// describes the run as it was made (its k, its band).
+			rf, err := pipeline.ReadRunFile(ctx, a.store, g.runName)
+			if err != nil {
 				return err
 			}
+			cfg := rf.Config
 			var rounds []report.RoundSummary
 			for r := 1; ; r++ {
 				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, r, "metrics"))
@@ -48,7 +52,7 @@ func newReportCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rounds = append(rounds, roundmetrics.Summary(r, pipeline.NewRoundInfo(g.runName, r, &a.cfg).Regeneration, rows))
+				rounds = append(rounds, roundmetrics.Summary(r, pipeline.NewRoundInfo(g.runName, r, &cfg).Regeneration, rows))
 			}
 			if len(rounds) == 0 {
 				return fmt.Errorf("run %s has no round with metrics yet: %w", g.runName, pipeline.ErrNotCommitted)
@@ -60,7 +64,7 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := report.Render(f, g.runName, rounds); err != nil {
+			if err := report.Render(f, g.runName, report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}, rounds); err != nil {
 				f.Close()
 				return err
 			}

@@ -204,6 +204,19 @@ func TestOps(t *testing.T) {
 		require.NotContains(t, joined, "round=000002/memory", "memory is carried by reference from round 1")
 	})
 
+	t.Run("report uses the run's config", func(t *testing.T) {
+		// The invocation's band and k differ from the run's; the report
+		// describes the run as it was made.
+		out := filepath.Join(t.TempDir(), "r.html")
+		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1", "SPADE_REGENERATE_EVERY=1"}, "report", "--run", "base", "--out", out)
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		html := string(b)
+		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration.")
+		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8].")
+		require.NotContains(t, html, "[0.1, 0.8]")
+	})
+
 	t.Run("diff", func(t *testing.T) {
 		r := o.spade(t, nil, "diff", "base", "base")
 		require.Equal(t, 0, r.code, r.stderr)

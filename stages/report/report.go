@@ -95,6 +95,16 @@ const (
 	TitleValidity  = "Validity rate"
 )
 
+// Band is the learnable band of win rates, bounds included (config
+// label.band_low and label.band_high; SPADE.md, "Learnable band").
+type Band struct {
+	// Low and High are win rates in [0, 1], Low <= High.
+	Low, High float64
+}
+
+// String renders the band as "[0.2, 0.8]".
+func (b Band) String() string { return fmt.Sprintf("[%g, %g]", b.Low, b.High) }
+
 // PlotCount is the number of <svg> plots Render writes.
 const PlotCount = 5
 
@@ -104,14 +114,20 @@ const PlotCount = 5
 // sorted, fixed number formatting), so reports can be diffed and
 // golden-tested.
 //
+// band is the run's learnable band (label.band_low, label.band_high),
+// named in the learnable plot's label and the page's header.
+//
 // Errors: an error naming the round index, round number and field for
 // rounds out of order, negative counts, rates outside [0, 1] or ±Inf
-// values; the error of w.
-func Render(w io.Writer, run string, rounds []RoundSummary) error {
+// values; a band that is not 0 <= Low <= High <= 1; the error of w.
+func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
+	if !(band.Low >= 0 && band.Low <= band.High && band.High <= 1) {
+		return fmt.Errorf("render report for run %q: learnable band [%g, %g] is not within [0, 1] in order", run, band.Low, band.High)
+	}
 	if err := validate(rounds); err != nil {
 		return fmt.Errorf("render report for run %q: %w", run, err)
 	}
-	data := pageData{Run: run, Rounds: len(rounds)}
+	data := pageData{Run: run, Rounds: len(rounds), Band: band.String()}
 	if len(rounds) > 0 {
 		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
 	}
@@ -120,7 +136,7 @@ func Render(w io.Writer, run string, rounds []RoundSummary) error {
 			data.Regenerations++
 		}
 	}
-	for _, c := range charts(rounds) {
+	for _, c := range charts(rounds, band) {
 		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
 	}
 	data.Skills = skillsOf(rounds)
@@ -135,6 +151,7 @@ func Render(w io.Writer, run string, rounds []RoundSummary) error {
 
 type pageData struct {
 	Run                 string
+	Band                string // the learnable band, "[0.2, 0.8]"
 	Rounds, First, Last int
 	Regenerations       int
 	Plots               []template.HTML
@@ -191,7 +208,7 @@ func validate(rounds []RoundSummary) error {
 }
 
 // charts builds the five plots in page order.
-func charts(rounds []RoundSummary) []chart {
+func charts(rounds []RoundSummary, learnable Band) []chart {
 	pts := func(f func(RoundSummary) float64) []point {
 		out := make([]point, len(rounds))
 		for i, r := range rounds {
@@ -229,7 +246,7 @@ func charts(rounds []RoundSummary) []chart {
 			hi: pts(func(r RoundSummary) float64 { return r.RegretP90 })},
 	}
 	return []chart{
-		unit("learnable", TitleLearnable, "share in band [0.2, 0.8]", main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
+		unit("learnable", TitleLearnable, "share in band "+learnable.String(), main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
 		unit("winrate", TitleWinRate, "win rate", win...),
 		regret,
 		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),

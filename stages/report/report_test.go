@@ -59,7 +59,7 @@ func sampleRounds(n int) []RoundSummary {
 func render(t testing.TB, run string, rounds []RoundSummary) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := Render(&b, run, rounds); err != nil {
+	if err := Render(&b, run, Band{0.2, 0.8}, rounds); err != nil {
 		t.Fatalf("Render: %v", err)
 	}
 	return b.Bytes()
@@ -188,7 +188,7 @@ func TestRenderErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rounds := sampleRounds(3)
 			tt.mutate(rounds)
-			err := Render(io.Discard, "r", rounds)
+			err := Render(io.Discard, "r", Band{0.2, 0.8}, rounds)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
@@ -248,7 +248,7 @@ func FuzzRender(f *testing.F) {
 		rounds := sampleRounds(3)
 		rounds[2].PerSkillWinRate[skill] = rate
 		var b bytes.Buffer
-		if err := Render(&b, run, rounds); err != nil {
+		if err := Render(&b, run, Band{0.2, 0.8}, rounds); err != nil {
 			t.Fatal(err)
 		}
 		out := b.String()
@@ -265,4 +265,25 @@ func FuzzRender(f *testing.F) {
 			t.Fatal("raw <script> in output")
 		}
 	})
+}
+
+// TestRenderNamesTheRunsBand: the learnable plot and the header name the
+// band the run labelled with, not the default one.
+func TestRenderNamesTheRunsBand(t *testing.T) {
+	var b bytes.Buffer
+	if err := Render(&b, "r", Band{0.3, 0.6}, sampleRounds(3)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if n := strings.Count(out, "[0.3, 0.6]"); n != 2 {
+		t.Errorf("band [0.3, 0.6] named %d times, want 2 (plot label and header)", n)
+	}
+	if strings.Contains(out, "[0.2, 0.8]") {
+		t.Error("the default band is still named")
+	}
+	for _, bad := range []Band{{0.8, 0.2}, {-0.1, 0.5}, {0.2, 1.5}, {math.NaN(), 0.5}} {
+		if err := Render(io.Discard, "r", bad, sampleRounds(3)); err == nil || !strings.Contains(err.Error(), "learnable band") {
+			t.Errorf("band %v: error %v, want one naming the learnable band", bad, err)
+		}
+	}
 }
