@@ -11,22 +11,27 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/internal/termtext"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
 // The env command registers itself through extraCommands, so the root needs
-// no edit; it ignores the shared globals (it touches no store or run).
+// no edit; of the shared globals it uses the config and the logger (it
+// touches no store or run).
 func init() {
-	extraCommands = append(extraCommands, func(*globals) *cobra.Command { return newEnvCmd() })
+	extraCommands = append(extraCommands, newEnvCmd)
 }
 
 // newEnvCmd implements `spade env check FILE.py [--json]`: the validate
 // stage's checks (stages/envcheck, SPADE.md step 4) for one environment
 // file, run in the same sandbox. Exit status: 0 when the environment is
 // valid, 1 when it is not (an exitError with code exitFailure), 2 for usage
-// errors; the report goes to stdout either way.
-func newEnvCmd() *cobra.Command {
+// errors; the report goes to stdout either way. The sandbox is the validate
+// stage's: sandbox.* from --config and SPADE_SANDBOX_* (call timeout,
+// memory, interpreter, strict, fork_episodes), one worker; --python and
+// --strict override the config.
+func newEnvCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "env",
 		Short: "Work with environment programs (the spade_env contract)",
@@ -59,11 +64,25 @@ func newEnvCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("env check: read %s: %w", path, err)
 			}
-			sb, err := sandbox.New(sandbox.Config{Python: python, Strict: strict, Workers: 1})
+			log, err := g.logger()
 			if err != nil {
-				return fmt.Errorf("env check: start sandbox: %w", err)
+				return err
 			}
-			defer sb.Close()
+			cfg, _, err := config.Load(g.configPath, os.Environ())
+			if err != nil {
+				return err
+			}
+			cfg.Workers = 1
+			if python != "" {
+				cfg.Sandbox.Python = python
+			}
+			cfg.Sandbox.Strict = cfg.Sandbox.Strict || strict
+			eng := &engine.Engines{Config: &cfg, Log: log}
+			defer eng.Close()
+			sb, err := eng.Sandbox()
+			if err != nil {
+				return fmt.Errorf("env check: start %w", err)
+			}
 			opts := envcheck.Options{Seeds: seeds, Timeout: timeout}
 			var rep envcheck.Report
 			if quick {
@@ -93,8 +112,8 @@ func newEnvCmd() *cobra.Command {
 	f := check.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&quick, "quick", false, "run only the quick checks the design stage uses between retries")
-	f.BoolVar(&strict, "strict", false, "refuse to run without bubblewrap isolation")
-	f.StringVar(&python, "python", "", "Python interpreter inside the sandbox (default /usr/bin/python3)")
+	f.BoolVar(&strict, "strict", false, "refuse to run without bubblewrap isolation (or sandbox.strict)")
+	f.StringVar(&python, "python", "", "Python interpreter inside the sandbox (default sandbox.python, /usr/bin/python3)")
 	f.Int64SliceVar(&seeds, "seeds", nil, "reset seeds to test (default 0,1,2; at least 3 are used)")
 	f.DurationVar(&timeout, "timeout", 0, "limit for the whole validation (default 60s)")
 	cmd.AddCommand(check)

@@ -282,6 +282,20 @@ func TestEnvCheckCLI(t *testing.T) {
 			require.Equal(t, fields[0], rep.Reason)
 		})
 	}
+	t.Run("the config's sandbox settings apply", func(t *testing.T) {
+		// As in the validate stage: sandbox.* from --config and SPADE_*.
+		r := spade(t, ".", []string{"SPADE_SANDBOX_MEMORY_MB=-1"}, "env", "check", "../../docs/examples/guess_game.py")
+		require.Equal(t, 2, r.code, "%s%s", r.stdout, r.stderr)
+		require.Contains(t, r.stderr, "sandbox.memory_mb must be > 0 (got -1) (SPADE_SANDBOX_MEMORY_MB)")
+		cfg := filepath.Join(t.TempDir(), "spade.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte("sandbox:\n  python: /nonexistent/python3\n"), 0o644))
+		r = spade(t, ".", nil, "--config", cfg, "env", "check", "../../docs/examples/guess_game.py")
+		require.NotEqual(t, 0, r.code)
+		require.Contains(t, r.stderr, "/nonexistent/python3")
+		r = spade(t, ".", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.25"}, "env", "check", "--json", "../../stages/envcheck/testdata/hostile/infinite_loop_step.py")
+		require.Equal(t, 1, r.code, r.stderr)
+		require.Contains(t, r.stdout, "no reply within 250ms")
+	})
 	t.Run("escape codes in the text report", func(t *testing.T) {
 		// An exception message that would erase the FAIL line and print a
 		// fake verdict on a terminal is shown escaped.
