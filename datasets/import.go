@@ -95,14 +95,14 @@ type ImportOptions struct {
 // RowIssue locates one skipped or repaired row.
 type RowIssue struct {
 	// File is the input file path as given (or found under a directory).
-	File string
+	File string `json:"file"`
 	// Line is the 1-based JSONL line or Parquet row number; 0 for a
 	// directory document (the file is the row).
-	Line int64
+	Line int64 `json:"line"`
 	// Field is the field path concerned, or "" for the whole row.
-	Field string
+	Field string `json:"field"`
 	// Reason says what was wrong, in words.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // String renders the issue as "file:line: field: reason".
@@ -124,23 +124,23 @@ func (r RowIssue) String() string {
 // Imported, Duplicates or Skipped: Read == Imported + Duplicates + Skipped.
 type ImportReport struct {
 	// Files counts input files opened (directory entries included).
-	Files int
+	Files int `json:"files"`
 	// Read counts rows seen: non-blank JSONL lines, Parquet rows,
 	// directory documents.
-	Read int64
+	Read int64 `json:"read"`
 	// Imported counts documents passed to emit.
-	Imported int64
+	Imported int64 `json:"imported"`
 	// Duplicates counts rows whose text hash was already imported.
-	Duplicates int64
+	Duplicates int64 `json:"duplicates"`
 	// Skipped counts rows dropped for a reason listed in Issues.
-	Skipped int64
+	Skipped int64 `json:"skipped"`
 	// Repaired counts JSONL lines imported after repair of invalid escapes
 	// or raw control characters (they are also counted in Imported).
-	Repaired int64
+	Repaired int64 `json:"repaired"`
 	// Issues lists skipped rows in input order, at most MaxReportedIssues.
-	Issues []RowIssue
+	Issues []RowIssue `json:"issues"`
 	// Repairs lists repaired lines, at most MaxReportedIssues.
-	Repairs []RowIssue
+	Repairs []RowIssue `json:"repairs"`
 }
 
 // Import reads every input in opts.Paths, in order, and calls emit once

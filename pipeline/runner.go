@@ -277,18 +277,18 @@ func (r *Runner) StageByName(name string) (Stage, error) {
 // RoundResult summarises what RunRound did.
 type RoundResult struct {
 	// Round is the round asked for.
-	Round int
+	Round int `json:"round"`
 	// Ran names the stages that ran (all or some of their parts) and
 	// committed, in run order.
-	Ran []string
+	Ran []string `json:"ran"`
 	// Skipped names the stages whose outputs were already committed with
 	// the same fingerprint; stages that do not run this round are in
 	// neither list.
-	Skipped []string
+	Skipped []string `json:"skipped"`
 	// Seal is the round's seal.
-	Seal *Seal
+	Seal *Seal `json:"seal"`
 	// AlreadySealed is true when the round was complete before the call.
-	AlreadySealed bool
+	AlreadySealed bool `json:"already_sealed"`
 }
 
 // RunRound runs every stage of round r that is not committed yet, commits

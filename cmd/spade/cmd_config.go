@@ -23,7 +23,12 @@ func newConfigCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				type row struct{ Key, Value, Source, Env string }
+				type row struct {
+					Key    string `json:"key"`
+					Value  string `json:"value"` // the value as JSON text
+					Source string `json:"source"`
+					Env    string `json:"env"`
+				}
 				var rows []row
 				for _, k := range config.Keys() {
 					rows = append(rows, row{k, cfg.Get(k), src[k], config.EnvName(k)})

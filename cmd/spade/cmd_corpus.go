@@ -73,11 +73,14 @@ Example (the unarXive sample):
 				if m.StageFingerprint != "" && !sameImport(ctx, r, st, m) {
 					return exitError{exitConflict, fmt.Sprintf("run %s already has a corpus (%d documents, committed by %s); use a new --run to import another", g.runName, m.Rows, m.Stage)}
 				}
+				if asJSON {
+					return json.NewEncoder(os.Stdout).Encode(importJSON{AlreadyImported: true, Documents: m.Rows})
+				}
 				fmt.Printf("corpus of run %s already imported (%d documents); nothing to do\n", g.runName, m.Rows)
 				return nil
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(rep)
+				return json.NewEncoder(os.Stdout).Encode(importJSON{Documents: rep.Imported, ImportReport: &rep})
 			}
 			fmt.Printf("imported %d documents into run %s (read %d, duplicates %d, skipped %d, repaired %d)\n", rep.Imported, g.runName, rep.Read, rep.Duplicates, rep.Skipped, rep.Repaired)
 			for _, is := range rep.Issues {
@@ -145,4 +148,13 @@ func pathDigest(p string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// importJSON is what `corpus import --json` prints: whether the run
+// already had this corpus, the documents committed, and, when this
+// invocation imported them, the import report's fields.
+type importJSON struct {
+	AlreadyImported bool  `json:"already_imported"`
+	Documents       int64 `json:"documents"`
+	*datasets.ImportReport
 }
