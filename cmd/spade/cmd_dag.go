@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -186,9 +187,19 @@ to every task. Trigger one DAG run per round, in order:
 			if err != nil {
 				return usageError{err}
 			}
-			o.Env = map[string]string{"SPADE_STORE": g.storeURL, "SPADE_RUN": g.runName}
+			// Airflow runs each task in a fresh temporary directory, so
+			// relative paths would name a different store per task.
+			store, err := absoluteStoreURL(g.storeURL)
+			if err != nil {
+				return err
+			}
+			o.Env = map[string]string{"SPADE_STORE": store, "SPADE_RUN": g.runName}
 			if g.configPath != "" {
-				o.Env["SPADE_CONFIG"] = g.configPath
+				abs, err := filepath.Abs(g.configPath)
+				if err != nil {
+					return err
+				}
+				o.Env["SPADE_CONFIG"] = abs
 			}
 			src := airflowDAG(nodes, o)
 			if out == "" || out == "-" {
@@ -447,4 +458,18 @@ with DAG(
 		w("    %s >> %s\n", taskVar(e[0]), taskVar(e[1]))
 	}
 	return b.String()
+}
+
+// absoluteStoreURL turns a file:// store with a relative directory into
+// one with an absolute directory (other schemes are returned as they are).
+func absoluteStoreURL(u string) (string, error) {
+	dir, ok := strings.CutPrefix(u, "file://")
+	if !ok || filepath.IsAbs(dir) {
+		return u, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("store %s: %w", u, err)
+	}
+	return "file://" + abs, nil
 }

@@ -438,6 +438,26 @@ func TestDagAirflow(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(src), `'/opt/spade bin/spade' stage design --round {{ params.round }} --shard \"$SPADE_SHARD\"`)
 	require.Contains(t, string(src), `"shards": Param(6,`)
+	// Every SPADE_* variable the DAG sets must be one spade accepts: a
+	// name Load does not know is refused (exit 2), which failed every
+	// mapped task when SPADE_SHARD was not among them.
+	for _, name := range regexp.MustCompile(`SPADE_[A-Z_]+`).FindAllString(string(src), -1) {
+		if name == "SPADE_ENV" { // the DAG file's own Python dict
+			continue
+		}
+		known := slices.Contains(config.CLIVars, name)
+		for _, k := range config.Keys() {
+			known = known || config.EnvName(k) == name
+		}
+		require.True(t, known, "the DAG sets %s, which spade refuses", name)
+	}
+	r := spade(t, o.dir, []string{"SPADE_SHARD=0/6"}, o.args(o.store, []string{"config", "show"})...)
+	require.Equal(t, 0, r.code, "a mapped task's environment: %s", r.stderr)
+	// The store and config are absolute: Airflow runs each task elsewhere.
+	require.Contains(t, string(src), `"SPADE_STORE": "file://`+filepath.Join(o.dir, "runs")+`"`)
+	rel := spade(t, o.dir, nil, "--store", "file://./runs", "dag", "airflow")
+	require.Equal(t, 0, rel.code, rel.stderr)
+	require.Contains(t, rel.stdout, `"SPADE_STORE": "file://`+filepath.Join(o.dir, "runs")+`"`)
 
 	// The expected graph, straight from the stages: stage s follows t when
 	// s reads a table t writes at the same regeneration round, or at round 0.
@@ -559,7 +579,7 @@ func TestDagAirflow(t *testing.T) {
 		r := o.spade(t, nil, "dag", "runs-at", c.stage, "--round", c.round)
 		require.Equal(t, c.code, r.code, "runs-at %s %s: %s%s", c.stage, c.round, r.stdout, r.stderr)
 	}
-	r := o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
+	r = o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
 	require.Equal(t, exitUsage, r.code)
 }
 

@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,10 +314,14 @@ func setWhere(keys []string, src Source, lines map[string]int) string {
 	return ""
 }
 
-// Variables that configure the CLI rather than the run.
-var cliVars = map[string]bool{"SPADE_STORE": true, "SPADE_RUN": true, "SPADE_CONFIG": true, "SPADE_LOG_FORMAT": true, "SPADE_LOG_LEVEL": true}
+// CLIVars lists the SPADE_* variables that configure the command line
+// rather than the run, so Load leaves them alone: the store, run, config
+// file and log flags' defaults, and SPADE_SHARD, the "i/n" shard the
+// generated Airflow DAG gives each mapped task (docs/operations.md). Any
+// other SPADE_* variable must name a setting.
+var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD"}
 
-func isConfigVar(name string) bool { return !cliVars[name] }
+func isConfigVar(name string) bool { return !slices.Contains(CLIVars, name) }
 
 // Validate checks value ranges; errors wrap ErrInvalid and name the key.
 // Every number must be finite; Load adds where each offending value was
