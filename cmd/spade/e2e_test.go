@@ -164,6 +164,14 @@ func TestBadInput(t *testing.T) {
 		{"corpus after round 0", nil, []string{"stage", "corpus", "--round", "1"}, 2, "stage corpus does not run at round 1 (it runs at round 0 only)"},
 		{"bad env var", []string{"SPADE_ROLLOUT_GROUP_SIZE=eight"}, []string{"round", "1"}, 2, "SPADE_ROLLOUT_GROUP_SIZE"},
 		{"bad run name", nil, []string{"--run", "../x", "round", "1"}, 2, "invalid run name"},
+		// Argument counts and unknown commands are usage errors too.
+		{"round without N", nil, []string{"round"}, 2, "accepts 1 arg(s), received 0"},
+		{"round with two", nil, []string{"round", "1", "2"}, 2, "accepts 1 arg(s), received 2"},
+		{"sql without query", nil, []string{"sql"}, 2, "arg"},
+		{"import without file", nil, []string{"corpus", "import"}, 2, "requires at least 1 arg(s)"},
+		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"unknown subcommand", nil, []string{"corpus", "frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"NaN setting", []string{"SPADE_MODEL_TEMPERATURE=NaN"}, []string{"config", "show"}, 2, "model.temperature must be a finite number (got NaN)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spade(t, dir, tc.env, tc.args...)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
@@ -65,6 +66,11 @@ func run(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	code := exitCode(ctx, err)
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		// cobra's error for a mistyped subcommand, which no Args
+		// validator sees.
+		code = exitUsage
+	}
 	if msg := err.Error(); msg != "" {
 		fmt.Fprintln(os.Stderr, "spade:", msg)
 	}
@@ -149,7 +155,39 @@ func newRootCmd() *cobra.Command {
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(g))
 	}
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes every command's argument-count errors usage errors
+// (exit 2, docs/cli.md), as flag errors already are: cobra's validators
+// return plain errors, which would exit 1, the code schedulers retry.
+func usageArgs(c *cobra.Command) {
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		// A group such as `spade corpus`: cobra would print its help and
+		// exit 0 for `spade corpus frobnicate`.
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		}
+	}
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				var ue usageError
+				if errors.As(err, &ue) {
+					return err
+				}
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // stopProfile ends a --cpuprofile profile (a no-op without one).
