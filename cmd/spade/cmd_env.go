@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -74,6 +75,9 @@ func newEnvCmd(g *globals) *cobra.Command {
 			}
 			cfg.Workers = 1
 			if python != "" {
+				if !filepath.IsAbs(python) {
+					return usagef("env check: --python must be an absolute path (got %q)", python)
+				}
 				cfg.Sandbox.Python = python
 			}
 			cfg.Sandbox.Strict = cfg.Sandbox.Strict || strict

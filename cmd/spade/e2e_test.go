@@ -294,7 +294,7 @@ func TestEnvCheckCLI(t *testing.T) {
 		// As in the validate stage: sandbox.* from --config and SPADE_*.
 		r := spade(t, ".", []string{"SPADE_SANDBOX_MEMORY_MB=-1"}, "env", "check", "../../docs/examples/guess_game.py")
 		require.Equal(t, 2, r.code, "%s%s", r.stdout, r.stderr)
-		require.Contains(t, r.stderr, "sandbox.memory_mb must be > 0 (got -1) (SPADE_SANDBOX_MEMORY_MB)")
+		require.Contains(t, r.stderr, "sandbox.memory_mb must be > 0 and <= 1048576 (got -1) (SPADE_SANDBOX_MEMORY_MB)")
 		cfg := filepath.Join(t.TempDir(), "spade.yaml")
 		require.NoError(t, os.WriteFile(cfg, []byte("sandbox:\n  python: /nonexistent/python3\n"), 0o644))
 		r = spade(t, ".", nil, "--config", cfg, "env", "check", "../../docs/examples/guess_game.py")

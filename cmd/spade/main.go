@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"

@@ -136,7 +136,7 @@ func TestBadInput(t *testing.T) {
 		{name: "unknown top-level key", args: []string{"--config", p("unknown.yaml"), "round", "3"}, code: 2,
 			want: []string{"unknown.yaml", "line 11", "workerz"}},
 		{name: "negative count", args: []string{"--config", p("negative.yaml"), "round", "3"}, code: 2,
-			want: []string{"rollout.group_size must be > 0 (got -3)"}},
+			want: []string{"rollout.group_size must be > 0 and <= 1048576 (got -3)"}},
 		{name: "reversed learnable band", args: []string{"--config", p("band.yaml"), "round", "3"}, code: 2,
 			want: []string{"band_low <= band_high", "0.9, 0.1"}},
 		{name: "missing config file", args: []string{"--config", p("absent.yaml"), "round", "3"}, code: 2,

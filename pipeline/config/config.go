@@ -15,7 +15,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -263,11 +265,25 @@ func Load(path string, environ []string) (Config, Source, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, src, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+			return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, unknownFieldRe.ReplaceAllString(err.Error(), `unknown setting "$1" (settings: see spade config show)`))
+		}
+		var extra yaml.Node
+		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+			return cfg, src, fmt.Errorf("%w: %s: holds more than one YAML document (a second starts at a --- line); spade reads exactly one", ErrInvalid, path)
 		}
 		var node yaml.Node
 		if err := yaml.Unmarshal(data, &node); err == nil {
-			markSet(&node, "", func(k string, line int) { src[k], lines[k] = path, line })
+			var bad []string
+			cv := reflect.ValueOf(&cfg).Elem()
+			markSet(&node, "", func(k string, kn, vn *yaml.Node) {
+				src[k], lines[k] = path, kn.Line
+				if msg := scalarProblem(cv, k, vn); msg != "" {
+					bad = append(bad, fmt.Sprintf("line %d: %s %s", kn.Line, k, msg))
+				}
+			})
+			if len(bad) > 0 {
+				return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, strings.Join(bad, "; "))
+			}
 		}
 	}
 	for _, kv := range environ {
@@ -344,6 +360,11 @@ type problem struct {
 	text string
 }
 
+// MaxCount bounds every count setting (slots, group size, turns,
+// attempts, capacity, concurrency, ...): 2^20. Larger values exhaust
+// memory long before they do anything useful.
+const MaxCount = 1 << 20
+
 // maxTimeoutS bounds every timeout (seconds): 10^7 s is about 115 days,
 // far below where a time.Duration overflows.
 const maxTimeoutS = 1e7
@@ -361,8 +382,8 @@ func (c Config) problems() []problem {
 		}
 	})
 	pos := func(key string, v int) {
-		if v <= 0 {
-			add(fmt.Sprintf("%s must be > 0 (got %d)", key, v), key)
+		if v <= 0 || v > MaxCount {
+			add(fmt.Sprintf("%s must be > 0 and <= %d (got %d)", key, MaxCount, v), key)
 		}
 	}
 	pos("regenerate_every", c.RegenerateEvery)
@@ -413,6 +434,12 @@ func (c Config) problems() []problem {
 	}{{"sandbox.call_timeout_s", c.Sandbox.CallTimeoutS}, {"model.timeout_s", c.Model.TimeoutS}, {"grpo.timeout_s", c.GRPO.TimeoutS}} {
 		if !nonFinite[t.key] && (t.v <= 0 || t.v > maxTimeoutS) {
 			add(fmt.Sprintf("%s must be > 0 and <= %g seconds (got %g)", t.key, float64(maxTimeoutS), t.v), t.key)
+		}
+	}
+	for _, p := range []struct{ key, path string }{{"sandbox.python", c.Sandbox.Python}, {"grpo.python", c.GRPO.Python}} {
+		// The sandbox starts the interpreter from its own working directory.
+		if !filepath.IsAbs(p.path) {
+			add(fmt.Sprintf("%s must be an absolute path (got %q)", p.key, p.path), p.key)
 		}
 	}
 	if _, _, err := ParseWeightRule(c.GRPO.WeightRule); err != nil {
@@ -607,7 +634,29 @@ func setPath(c *Config, key, val string) error {
 	return nil
 }
 
-func markSet(n *yaml.Node, prefix string, fn func(key string, line int)) {
+// unknownFieldRe matches yaml.v3's error for a key no field has.
+var unknownFieldRe = regexp.MustCompile(`field (\S+) not found in type config\.\w+`)
+
+// scalarProblem says what is wrong with the YAML value vn of key, whose
+// Go value is in cv, or "": yaml.v3 decodes a null as "leave the default"
+// and truncates a float into an integer field (seed: 1.5 gave seed 1).
+func scalarProblem(cv reflect.Value, key string, vn *yaml.Node) string {
+	if vn.Kind == yaml.ScalarNode && vn.ShortTag() == "!!null" {
+		return "has no value (null); remove the key to keep the default"
+	}
+	v, ok := lookup(cv, key)
+	if !ok || vn.Kind != yaml.ScalarNode {
+		return ""
+	}
+	// Other mismatches (a string for a number, a number for a bool) are
+	// yaml.v3's own errors.
+	if (v.Kind() == reflect.Int || v.Kind() == reflect.Int64) && vn.ShortTag() != "!!int" {
+		return fmt.Sprintf("wants an integer, got %q", vn.Value)
+	}
+	return ""
+}
+
+func markSet(n *yaml.Node, prefix string, fn func(key string, keyNode, valueNode *yaml.Node)) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
@@ -622,7 +671,7 @@ func markSet(n *yaml.Node, prefix string, fn func(key string, line int)) {
 			if n.Content[i+1].Kind == yaml.MappingNode {
 				markSet(n.Content[i+1], key, fn)
 			} else {
-				fn(key, n.Content[i].Line)
+				fn(key, n.Content[i], n.Content[i+1])
 			}
 		}
 	}
