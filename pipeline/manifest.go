@@ -287,11 +287,18 @@ func PendingKey(run string, r int, stage, fingerprint string, part int) string {
 	return fmt.Sprintf("%s/_pending/%s-%s/part-%05d.json", RoundDir(run, r), stage, fingerprint[:16], part)
 }
 
-// ValidateRunName checks a run name: letters, digits, '-', '_', '.', not
-// starting with '.' or '_'.
+// MaxRunNameBytes is the longest run name accepted, in bytes.
+const MaxRunNameBytes = 128
+
+// ValidateRunName checks a run name: 1 to MaxRunNameBytes letters, digits,
+// '-', '_', '.', not starting with '.', '_' or '-' (a name starting with
+// '-' reads as a flag in shell commands).
 func ValidateRunName(run string) error {
-	if run == "" || strings.HasPrefix(run, ".") || strings.HasPrefix(run, "_") || len(run) > 128 {
-		return fmt.Errorf("invalid run name %q: use letters, digits, '-', '_' and '.', not starting with '.' or '_'", run)
+	if len(run) > MaxRunNameBytes {
+		return fmt.Errorf("invalid run name %.40q...: %d bytes, at most %d", run, len(run), MaxRunNameBytes)
+	}
+	if run == "" || strings.HasPrefix(run, ".") || strings.HasPrefix(run, "_") || strings.HasPrefix(run, "-") {
+		return fmt.Errorf("invalid run name %q: use letters, digits, '-', '_' and '.', not starting with '.', '_' or '-'", run)
 	}
 	for _, c := range run {
 		if !validRunChar(c) {
