@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,3 +162,48 @@ func sweepUID(uid int, wait time.Duration) bool {
 
 // signalOf converts a signal number reported by the harness.
 func signalOf(n int) syscall.Signal { return syscall.Signal(n) }
+
+// harnessDirPrefix starts the name of every harness directory under the
+// temporary directory: spade-sandbox-PID-RANDOM, PID the creating process.
+const harnessDirPrefix = "spade-sandbox-"
+
+// removeStaleHarnessDirs removes the harness directories under tmp that a
+// spade process killed before Sandbox.Close left behind (about 190 KB
+// each): those named spade-sandbox-PID-* whose PID is not self and no
+// longer runs, and that belong to this process's effective uid (tmp is
+// shared with other users). A symlink of that name is removed, never
+// followed. Returns the paths removed. Directories of the older naming,
+// without a pid, are left alone: nothing tells whose they are.
+func removeStaleHarnessDirs(tmp string, self int) []string {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), harnessDirPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == self {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // the owner (or a process that took its pid) runs
+		}
+		path := filepath.Join(tmp, e.Name())
+		fi, err := os.Lstat(path)
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		if os.RemoveAll(path) == nil {
+			removed = append(removed, path)
+		}
+	}
+	return removed
+}

@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +121,58 @@ func TestReapOrphans(t *testing.T) {
 	for _, pid := range []int{ownerAlive, outside, parented.Process.Pid} {
 		if !alive(pid) {
 			t.Errorf("process %d was killed", pid)
+		}
+	}
+}
+
+// TestRemoveStaleHarnessDirs: the harness directory of a dead spade
+// process is removed; those of live processes, of this process, of the
+// old naming and other files are kept; a symlink is removed, not followed.
+func TestRemoveStaleHarnessDirs(t *testing.T) {
+	tmp := t.TempDir()
+	dead := deadPid(t)
+	live := exec.Command("sleep", "60")
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	mk := func(name string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Join(p, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "sub", "spade_harness.py"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stale := mk(fmt.Sprintf("spade-sandbox-%d-123", dead))
+	keep := []string{
+		mk(fmt.Sprintf("spade-sandbox-%d-456", live.Process.Pid)),
+		mk(fmt.Sprintf("spade-sandbox-%d-789", os.Getpid())),
+		mk("spade-sandbox-3141592653"), // the old naming: no pid
+		mk("unrelated-1-2"),
+	}
+	target := mk("target")
+	link := filepath.Join(tmp, fmt.Sprintf("spade-sandbox-%d-999", dead))
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	removed := removeStaleHarnessDirs(tmp, os.Getpid())
+	slices.Sort(removed)
+	want := []string{stale, link}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Fatalf("removed %v, want %v", removed, want)
+	}
+	for _, p := range append(keep, filepath.Join(target, "sub", "spade_harness.py")) {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for _, p := range want {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s still exists (%v)", p, err)
 		}
 	}
 }

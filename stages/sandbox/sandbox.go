@@ -202,8 +202,9 @@ type Sandbox struct {
 // uids stay below 2^31.
 const UIDStride = 512
 
-// reapOnce runs reapOrphans at the first New of this process (as root).
-var reapOnce sync.Once
+// reapOnce runs reapOrphans at the first New of this process (as root);
+// staleOnce runs removeStaleHarnessDirs at the first New.
+var reapOnce, staleOnce sync.Once
 
 // New checks the interpreter and bubblewrap once (by starting a sandbox) and
 // returns a Sandbox. Errors: the interpreter is missing or broken;
@@ -231,6 +232,11 @@ func New(cfg Config) (*Sandbox, error) {
 			}
 		})
 	}
+	staleOnce.Do(func() {
+		if dirs := removeStaleHarnessDirs(os.TempDir(), os.Getpid()); len(dirs) > 0 {
+			cfg.Logger.Info("sandbox: removed harness directories of spade processes that were killed", "dirs", len(dirs))
+		}
+	})
 	dir, err := writeHarness(cfg.Python)
 	if err != nil {
 		return nil, err
@@ -366,7 +372,9 @@ func (s *Sandbox) slotUID(slot int) int {
 // an unprivileged worker uid can read (0755 dirs, 0644 files), and compiles
 // them once so no worker pays for compiling the harness.
 func writeHarness(python string) (string, error) {
-	dir, err := os.MkdirTemp("", "spade-sandbox-")
+	// The pid in the name lets a later process remove the directory if
+	// this one is killed before Close (removeStaleHarnessDirs).
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", harnessDirPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("sandbox: create harness dir: %w", err)
 	}
