@@ -56,6 +56,9 @@ Exit codes: 0 the runs are equal, 1 they differ, 2 usage error.`,
 				return err
 			}
 			defer a.close()
+			if maxRows < -1 {
+				return usagef("--max-rows must be -1 (all) or >= 0 (got %d)", maxRows)
+			}
 			opts := diff.Options{Tables: a.tableNames(), MaxRows: maxRows}
 			if tableF != "" {
 				if !slices.Contains(opts.Tables, tableF) {

@@ -245,6 +245,8 @@ func TestOps(t *testing.T) {
 			{"unknown table", []string{"diff", "base", "base", "--table", "nope"}, exitUsage},
 			{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
 			{"missing run", []string{"diff", "base", "absent"}, exitFailure},
+			{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitFailure},
+			{"bad max rows", []string{"diff", "base", "base", "--max-rows", "-5"}, exitUsage},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				r := o.spade(t, nil, c.args...)

@@ -186,14 +186,18 @@ type Report struct {
 // Runs compares every table of opts.Tables at every selected round of runs
 // a and b, in round then table order. Both runs must exist
 // (pipeline.ErrNotCommitted otherwise). A table committed in neither run
-// at a round is left out.
+// at a round is left out. A round given in opts.Rounds at which neither
+// run has any table is an error wrapping pipeline.ErrNotCommitted (a
+// mistyped round must not compare as equal); without opts.Rounds, the
+// first unsealed round is compared, and listed in Report.Rounds, only
+// when either run has a table there.
 func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 	for _, s := range []Side{a, b} {
 		if _, err := pipeline.ReadRunFile(ctx, s.Store, s.Run); err != nil {
 			return nil, err
 		}
 	}
-	rounds := opts.Rounds
+	rounds, explicit := opts.Rounds, opts.Rounds != nil
 	if rounds == nil {
 		na, err := pipeline.NextRound(ctx, a.Store, a.Run)
 		if err != nil {
@@ -210,8 +214,9 @@ func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 	tables := slices.Clone(opts.Tables)
 	slices.Sort(tables)
 	tables = slices.Compact(tables)
-	rep := &Report{A: a.Run, B: b.Run, Rounds: rounds, Tables: []TableDiff{}, Equal: true}
+	rep := &Report{A: a.Run, B: b.Run, Rounds: []int{}, Tables: []TableDiff{}, Equal: true}
 	for _, r := range rounds {
+		found := false
 		for _, t := range tables {
 			ma, err := readOptional(ctx, a.Store, pipeline.ManifestKey(a.Run, r, t))
 			if err != nil {
@@ -224,6 +229,7 @@ func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 			if ma == nil && mb == nil {
 				continue
 			}
+			found = true
 			td, err := Tables(ctx, a.Store, ma, b.Store, mb, opts)
 			if err != nil {
 				return nil, err
@@ -234,8 +240,23 @@ func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 			}
 			rep.Tables = append(rep.Tables, *td)
 		}
+		switch {
+		case found:
+			rep.Rounds = append(rep.Rounds, r)
+		case explicit:
+			return nil, fmt.Errorf("round %d: neither run %s nor run %s has a committed table %s: %w", r, a.Run, b.Run, roundTablesText(tables), pipeline.ErrNotCommitted)
+		}
 	}
 	return rep, nil
+}
+
+// roundTablesText ends the "no committed table" message: "T there" for
+// one table, "there" for several.
+func roundTablesText(tables []string) string {
+	if len(tables) == 1 {
+		return tables[0] + " there"
+	}
+	return "there"
 }
 
 func readOptional(ctx context.Context, s storage.Store, key string) (*pipeline.Manifest, error) {
