@@ -316,3 +316,44 @@ func TestEnvCheckCLI(t *testing.T) {
 		require.Contains(t, r.stdout, `\x1b[1A\x1b[2K\rok.py: VALID`)
 	})
 }
+
+// TestInterruptMessage: SIGINT during a round exits 130 with one line
+// that says so and how to resume (not one "context canceled" per running
+// part), and the next invocation resumes.
+func TestInterruptMessage(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(spadeBin, "round", "1")
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	// Interrupt once the design stage has started (the run file exists and
+	// the corpus and sample stages are committed).
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(dir, "runs", "default", "round=000001", "slots", "_manifest.json")); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, stderr.String())
+	if ee.ExitCode() == 0 {
+		t.Skip("the round finished before the signal")
+	}
+	require.Equal(t, exitInterrupted, ee.ExitCode(), stderr.String())
+	var spadeLines []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(line, "spade:") {
+			spadeLines = append(spadeLines, line)
+		}
+		require.NotEqual(t, "context canceled", line)
+	}
+	require.Len(t, spadeLines, 1, stderr.String())
+	require.Contains(t, spadeLines[0], "spade: interrupted (round 1 stage ")
+	require.Contains(t, spadeLines[0], "run the same command again to resume")
+	r := spade(t, dir, nil, "round", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+}

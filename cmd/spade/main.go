@@ -71,7 +71,18 @@ func run(ctx context.Context, args []string) int {
 		// validator sees.
 		code = exitUsage
 	}
-	if msg := err.Error(); msg != "" {
+	msg := err.Error()
+	if code == exitInterrupted {
+		// One line, not one "context canceled" per part that was running.
+		where, _, _ := strings.Cut(msg, "\n")
+		where = strings.TrimSuffix(strings.TrimSuffix(where, context.Canceled.Error()), ": ")
+		msg = "interrupted"
+		if where != "" {
+			msg += " (" + where + ")"
+		}
+		msg += "; what was committed is kept: run the same command again to resume"
+	}
+	if msg != "" {
 		fmt.Fprintln(os.Stderr, "spade:", msg)
 	}
 	return code
