@@ -5,6 +5,7 @@ package corpus
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/spade-pipeline/spade/datasets"
 	"github.com/spade-pipeline/spade/pipeline"
@@ -39,6 +40,10 @@ func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out
 	if err != nil {
 		return fmt.Errorf("embedded corpus: %w", err)
 	}
+	// Said out loud: a script whose `corpus import` failed would otherwise
+	// go on with the wrong corpus without a word.
+	slog.Info("no corpus was imported into this run: its round 0 is the embedded corpus (run `spade corpus import` first to use your own)",
+		"documents", len(docs))
 	pipeline.Emit(out, schemas.Corpus, "corpus", docs...)
 	out.Stat("documents", len(docs))
 	return nil
