@@ -212,10 +212,16 @@ func MetaJSON(v any) string {
 	return string(b)
 }
 
-// Close releases the sandbox.
+// Close releases the sandbox and the model backend's idle connections
+// (a backend with a Close method, such as openai's). Returns the
+// sandbox's error.
 func (e *Engines) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if c, ok := e.backend.(interface{ Close() }); ok {
+		c.Close()
+	}
+	e.backend = nil
 	if e.sb != nil {
 		err := e.sb.Close()
 		e.sb = nil

@@ -6,6 +6,7 @@ package roundmetrics
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 
@@ -127,7 +128,10 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 			return err
 		}
 		emit(LearnableFraction, "", lf)
-		ws, _ := metrics.Summarize(winRates)
+		ws, err := metrics.Summarize(winRates)
+		if err != nil {
+			return fmt.Errorf("win rates: %w", err)
+		}
 		emit(WinRate, "", ws.Mean)
 		per, err := metrics.PerSkillWinRate(skills, winRates)
 		if err != nil {
