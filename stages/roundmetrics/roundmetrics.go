@@ -7,6 +7,7 @@ package roundmetrics
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"sort"
 
@@ -172,7 +173,14 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	} else {
 		emit(MemorySize, "", 0)
 	}
-	emit(PoolSize, "", float64(env.Manifest("pool", r).Rows))
+	pool := env.Manifest("pool", r).Rows
+	if pool == 0 {
+		// Every later table of the run will be empty too; say so rather
+		// than let the round end quietly.
+		slog.Warn("the pool is empty: no environment is admitted, so nothing is played or trained; the designs, environments and labels tables say why (error, reason, admitted)",
+			"round", r, "labels", len(labels), "admitted", admitted)
+	}
+	emit(PoolSize, "", float64(pool))
 	emit(TrainSamples, "", float64(env.Manifest("train_batch", r).Rows))
 	if !env.Round.Regeneration {
 		return nil
