@@ -97,8 +97,9 @@ func RootFromURL(u *url.URL) (string, error) {
 	return abs, nil
 }
 
-// OpenURL opens the store a file:// URL names (see the package doc),
-// creating the root directory if needed. Errors name the URL.
+// OpenURL opens the store a file:// URL names (see the package doc). The
+// root directory is created by the first write, so read-only commands
+// (status, diff) leave no directory behind. Errors name the URL.
 func OpenURL(u *url.URL) (*Store, error) {
 	root, err := RootFromURL(u)
 	if err != nil {
@@ -112,20 +113,20 @@ func OpenURL(u *url.URL) (*Store, error) {
 	return s, nil
 }
 
-// New opens a store rooted at dir (made absolute), creating it if needed.
+// New opens a store rooted at dir (made absolute). A missing root is
+// created by the first write (and reads find nothing until then); a root
+// that exists but is not a directory is an error.
 func New(dir string) (*Store, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("file store root %s: %w", dir, err)
 	}
-	if err := mkdirAll(root); err != nil {
-		return nil, fmt.Errorf("create file store root: %w", err)
-	}
 	st, err := os.Stat(root)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
 		return nil, fmt.Errorf("file store root: %w", err)
-	}
-	if !st.IsDir() {
+	case !st.IsDir():
 		return nil, fmt.Errorf("file store root %s is not a directory", root)
 	}
 	return &Store{root: root, url: (&url.URL{Scheme: "file", Path: filepath.ToSlash(root)}).String()}, nil

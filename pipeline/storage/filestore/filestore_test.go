@@ -86,13 +86,22 @@ func TestRootFromURL(t *testing.T) {
 	}
 }
 
-func TestOpenRelativeCreatesRoot(t *testing.T) {
+func TestOpenRelativeCreatesRootAtFirstWrite(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	s, err := storage.Open(context.Background(), "file://./runs/deep")
 	require.NoError(t, err)
 	require.Equal(t, "file://./runs/deep", s.URL())
 	require.Equal(t, filepath.Join(dir, "runs", "deep"), s.(*filestore.Store).Root())
+	// Opening and reading create nothing: read-only commands leave no
+	// directory behind.
+	_, err = storage.ReadAll(context.Background(), s, "r1/manifest.json")
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	infos, err := s.List(context.Background(), "r1/")
+	require.NoError(t, err)
+	require.Empty(t, infos)
+	_, err = os.Stat(filepath.Join(dir, "runs"))
+	require.True(t, os.IsNotExist(err), "open or read created the root: %v", err)
 	require.NoError(t, storage.PutBytes(context.Background(), s, "r1/manifest.json", []byte("{}")))
 	b, err := os.ReadFile(filepath.Join(dir, "runs", "deep", "r1", "manifest.json"))
 	require.NoError(t, err)
