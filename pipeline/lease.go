@@ -1,27 +1,52 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spade-pipeline/spade/pipeline/storage"
 )
 
-// Lease is the content of <run>/_LEASE.json: who runs the run now.
+// Lease is the content of <run>/_LEASE.json: who runs the run now. The
+// same shape is the content of a takeover claim (TakeoverClaimKey). Fields
+// after PID are empty in lease files written by builds before they existed;
+// such leases are still read, and judged by host name and pid alone.
 type Lease struct {
 	// Holder is a random id (16 hex digits) of the invocation holding the
 	// lease; release deletes the lease only while it still names it.
 	Holder string `json:"holder"`
-	// Host is the holder's host name ("" when unknown).
+	// Host is the holder's host name (os.Hostname; "" when unknown).
 	Host string `json:"host"`
 	// PID is the holder's process id on Host.
 	PID int `json:"pid"`
+	// MachineID is the holder host's /etc/machine-id ("" when unknown).
+	MachineID string `json:"machine_id,omitempty"`
+	// BootID is the holder host's kernel boot id at the time the lease was
+	// written (/proc/sys/kernel/random/boot_id; "" when unknown). Another
+	// boot id on the same machine means the holder's process ended in a
+	// reboot.
+	BootID string `json:"boot_id,omitempty"`
+	// PIDNamespace names the holder's pid namespace, the target of
+	// /proc/self/ns/pid such as "pid:[4026531836]" ("" when unknown). PID
+	// means something only in that namespace.
+	PIDNamespace string `json:"pid_ns,omitempty"`
+	// Start is the holder process's start time in clock ticks after boot
+	// (field 22 of /proc/PID/stat; 0 when unknown). A live process with
+	// PID and another start time is another process that reuses the pid.
+	Start uint64 `json:"start,omitempty"`
 	// Expires is when another invocation may take the lease over, unless the
 	// holder renews it first (it renews every TTL/3 while it runs).
 	Expires time.Time `json:"expires"`
@@ -30,30 +55,61 @@ type Lease struct {
 // LeaseKey is the key of the run's lease.
 func LeaseKey(run string) string { return run + "/_LEASE.json" }
 
+// TakeoverClaimKey is the key of the claim that generation gen of a
+// takeover writes (put-if-absent) before it replaces the stale lease whose
+// bytes are stale: "<run>/_LEASE.takeover-<sha256(stale)[:16]>-<gen>.json".
+// Exactly one invocation wins a claim, and only the winner deletes the
+// stale lease. Generation gen+1 is tried only when claim gen was abandoned
+// (its writer's process is gone, or it expired).
+func TakeoverClaimKey(run string, stale []byte, gen int) string {
+	sum := sha256.Sum256(stale)
+	return fmt.Sprintf("%s/_LEASE.takeover-%s-%d.json", run, hex.EncodeToString(sum[:8]), gen)
+}
+
+// maxTakeoverClaims bounds the claim generations one takeover walks: more
+// abandoned claims than this mean something keeps killing takers.
+const maxTakeoverClaims = 4
+
 // AcquireLease takes the run's lease with put-if-absent, for `spade round
-// next` under cron: ErrBusy (wrapped, naming the holder) when a live lease
-// exists; a lease past its expiry is taken over. The returned release
-// stops renewal and deletes the lease. ttl is in seconds.
+// next` under cron. ttl is in seconds: it must be finite and > 0, or
+// AcquireLease fails before it touches the store.
+//
+// When the lease exists it is taken over if it is stale: malformed, past
+// its expiry, or written by a process of this host that no longer runs
+// (same host name, and same machine id, boot id and pid namespace where
+// the lease records them; then the pid is gone or a zombie, or belongs to
+// a process with another start time, or the machine has rebooted since:
+// same machine id, another boot id). A lease of another host, or of a
+// live process of this one, is not stale until it expires: ErrBusy
+// (wrapped, naming the holder, its pid and host, and the expiry).
+//
+// A takeover is safe against other invocations taking over at the same
+// time: the taker first wins a claim (TakeoverClaimKey, put-if-absent),
+// then checks that the lease still holds the stale bytes, deletes it and
+// puts its own with put-if-absent, then deletes the claim. A taker that
+// loses the claim to a live one gets ErrBusy.
+//
+// The returned release stops renewal and deletes the lease if it still
+// names this holder. Renewal (every TTL/3) rewrites the lease only while it
+// still names this holder; once another invocation has taken it over,
+// renewal stops and logs an error.
 func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64, log *slog.Logger) (release func(), err error) {
-	if ttl <= 0 {
-		return nil, fmt.Errorf("lease TTL must be > 0 seconds (got %g)", ttl)
+	if !(ttl > 0) || ttl*float64(time.Second) >= math.MaxInt64 {
+		return nil, fmt.Errorf("lease TTL must be > 0 seconds and finite (got %g)", ttl)
 	}
 	d := time.Duration(ttl * float64(time.Second))
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	host, _ := os.Hostname()
-	me := Lease{Holder: hex.EncodeToString(id[:]), Host: host, PID: os.Getpid()}
+	here := localProcess()
+	me := here.lease(hex.EncodeToString(id[:]))
 	key := LeaseKey(run)
-	put := func(ifAbsent bool) error {
+	encode := func() []byte {
 		me.Expires = time.Now().UTC().Add(d)
 		b, _ := json.Marshal(me)
-		if ifAbsent {
-			return storage.PutBytesIfAbsent(ctx, s, key, b)
-		}
-		return storage.PutBytes(ctx, s, key, b)
+		return b
 	}
 	for attempt := 0; ; attempt++ {
-		err := put(true)
+		err := storage.PutBytesIfAbsent(ctx, s, key, encode())
 		if err == nil {
 			break
 		}
@@ -68,17 +124,27 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			return nil, fmt.Errorf("read lease %s: %w", key, rerr)
 		}
 		var held Lease
-		if jerr := json.Unmarshal(data, &held); jerr == nil && time.Now().Before(held.Expires) {
+		why := ""
+		if jerr := json.Unmarshal(data, &held); jerr != nil {
+			why = "it is not valid JSON"
+		} else if !time.Now().Before(held.Expires) {
+			why = "it expired at " + held.Expires.Format(time.RFC3339)
+		} else {
+			why = here.staleHolder(held, probeProcess)
+		}
+		if why == "" {
 			return nil, fmt.Errorf("%w: run %s is being run by %s (pid %d on %s) until at least %s", ErrBusy, run, held.Holder, held.PID, held.Host, held.Expires.Format(time.RFC3339))
 		}
 		if attempt >= 3 {
-			return nil, fmt.Errorf("%w: could not take over the expired lease %s", ErrBusy, key)
+			return nil, fmt.Errorf("%w: could not take over the stale lease %s (%s): it keeps changing", ErrBusy, key, why)
 		}
-		log.Warn("taking over an expired lease", "key", key, "holder", held.Holder, "expired", held.Expires)
-		// Delete then put-if-absent: of several invocations taking over at
-		// once, exactly one wins the put.
-		if derr := s.Delete(ctx, key); derr != nil && !isNotFound(derr) {
-			return nil, fmt.Errorf("remove expired lease %s: %w", key, derr)
+		log.Warn("taking over a stale lease", "key", key, "holder", held.Holder, "host", held.Host, "pid", held.PID, "why", why)
+		taken, err := takeOver(ctx, s, run, data, encode, here, me.Holder, d)
+		if err != nil {
+			return nil, err
+		}
+		if taken {
+			break
 		}
 	}
 	renewCtx, stop := context.WithCancel(ctx)
@@ -92,7 +158,19 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			case <-renewCtx.Done():
 				return
 			case <-t.C:
-				if err := put(false); err != nil {
+				data, err := storage.ReadAll(renewCtx, s, key)
+				if err == nil {
+					var held Lease
+					if json.Unmarshal(data, &held) != nil || held.Holder != me.Holder {
+						log.Error("lease lost: another invocation has taken it over; no longer renewing", "key", key, "holder", me.Holder, "now", held.Holder)
+						return
+					}
+					err = storage.PutBytes(renewCtx, s, key, encode())
+				} else if isNotFound(err) {
+					log.Error("lease lost: it was removed; no longer renewing", "key", key, "holder", me.Holder)
+					return
+				}
+				if err != nil && renewCtx.Err() == nil {
 					log.Warn("could not renew lease", "key", key, "err", err)
 				}
 			}
@@ -110,4 +188,191 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			_ = s.Delete(context.WithoutCancel(ctx), key)
 		}
 	}, nil
+}
+
+// takeOver replaces the stale lease bytes stale of run by a new lease
+// (encode's bytes) of holder: it wins a takeover claim, checks that the lease still
+// holds stale, deletes it, and puts the new lease with put-if-absent. It
+// reports whether the new lease was put; false with a nil error means the
+// lease changed meanwhile and the caller should look at it again. ErrBusy
+// when a live claim of another invocation exists.
+func takeOver(ctx context.Context, s storage.Store, run string, stale []byte, encode func() []byte, here process, holder string, ttl time.Duration) (bool, error) {
+	key := LeaseKey(run)
+	claim := here.lease(holder)
+	var abandoned []string
+	claimKey := ""
+	for gen, tries := 0, 0; claimKey == ""; tries++ {
+		if gen == maxTakeoverClaims || tries == 2*maxTakeoverClaims {
+			return false, fmt.Errorf("%w: lease %s is stale, but no takeover claim could be won (%d abandoned, from %s on); delete them to let a takeover proceed", ErrBusy, key, gen, TakeoverClaimKey(run, stale, 0))
+		}
+		k := TakeoverClaimKey(run, stale, gen)
+		claim.Expires = time.Now().UTC().Add(ttl)
+		b, _ := json.Marshal(claim)
+		err := storage.PutBytesIfAbsent(ctx, s, k, b)
+		if err == nil {
+			claimKey = k
+			break
+		}
+		if !isExists(err) {
+			return false, fmt.Errorf("claim takeover of lease %s: %w", key, err)
+		}
+		data, err := storage.ReadAll(ctx, s, k)
+		if isNotFound(err) {
+			continue // the claim was removed meanwhile: try the same generation again
+		}
+		if err != nil {
+			return false, fmt.Errorf("read takeover claim %s: %w", k, err)
+		}
+		var other Lease
+		if json.Unmarshal(data, &other) == nil && time.Now().Before(other.Expires) && here.staleHolder(other, probeProcess) == "" {
+			return false, fmt.Errorf("%w: lease %s is stale and another invocation (pid %d on %s) is taking it over (%s)", ErrBusy, key, other.PID, other.Host, k)
+		}
+		abandoned = append(abandoned, k)
+		gen++
+	}
+	defer func() {
+		bg := context.WithoutCancel(ctx)
+		for _, k := range append(abandoned, claimKey) {
+			_ = s.Delete(bg, k)
+		}
+	}()
+	cur, err := storage.ReadAll(ctx, s, key)
+	switch {
+	case isNotFound(err):
+	case err != nil:
+		return false, fmt.Errorf("read lease %s: %w", key, err)
+	case !bytes.Equal(cur, stale):
+		return false, nil
+	default:
+		if err := s.Delete(ctx, key); err != nil && !isNotFound(err) {
+			return false, fmt.Errorf("remove stale lease %s: %w", key, err)
+		}
+	}
+	err = storage.PutBytesIfAbsent(ctx, s, key, encode())
+	if isExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("take lease %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// process identifies a process across hosts, boots and pid namespaces.
+type process struct {
+	host, machineID, bootID, pidNS string
+	pid                            int
+	start                          uint64
+}
+
+// localProcess returns this process's identity; the fields the host does
+// not expose (no /proc, no /etc/machine-id) are left empty.
+func localProcess() process {
+	host, _ := os.Hostname()
+	p := process{host: host, pid: os.Getpid(), machineID: readLine("/etc/machine-id"), bootID: readLine("/proc/sys/kernel/random/boot_id")}
+	p.pidNS, _ = os.Readlink("/proc/self/ns/pid")
+	if st, ok := procStat(p.pid); ok {
+		p.start = st.start
+	}
+	return p
+}
+
+// lease returns a lease of p held by holder, without an expiry.
+func (p process) lease(holder string) Lease {
+	return Lease{Holder: holder, Host: p.host, PID: p.pid, MachineID: p.machineID, BootID: p.bootID, PIDNamespace: p.pidNS, Start: p.start}
+}
+
+// staleHolder says why held, a lease (or takeover claim) that has not
+// expired, names a process that can no longer run, or returns "" when that
+// cannot be known here: held must name this host (host name, and machine
+// id when both sides record one). Then another boot id with the same
+// recorded machine id means a reboot; another pid namespace, or another
+// boot id without a machine id to prove it is this machine, means the pid
+// cannot be checked. In the same boot and namespace, the holder is gone
+// when probe finds no process (or a zombie) with its pid, or one with
+// another start time than the lease records.
+func (p process) staleHolder(held Lease, probe func(pid int) (exists bool, start uint64)) string {
+	if held.Host == "" || held.Host != p.host {
+		return ""
+	}
+	if held.MachineID != "" && p.machineID != "" && held.MachineID != p.machineID {
+		return ""
+	}
+	if held.BootID != "" && p.bootID != "" && held.BootID != p.bootID {
+		if held.MachineID != "" && held.MachineID == p.machineID {
+			return fmt.Sprintf("host %s has rebooted since it was written (boot id %.8s, now %.8s)", held.Host, held.BootID, p.bootID)
+		}
+		return ""
+	}
+	if held.PIDNamespace != "" && p.pidNS != "" && held.PIDNamespace != p.pidNS {
+		return ""
+	}
+	if held.PID <= 0 {
+		return ""
+	}
+	exists, start := probe(held.PID)
+	if !exists {
+		return fmt.Sprintf("its process %d no longer runs on %s", held.PID, held.Host)
+	}
+	if held.Start != 0 && start != 0 && start != held.Start {
+		return fmt.Sprintf("pid %d on %s now belongs to another process (started at tick %d; the holder started at tick %d)", held.PID, held.Host, start, held.Start)
+	}
+	return ""
+}
+
+// probeProcess reports whether a process with pid exists in this pid
+// namespace and is not a zombie, and its start time in clock ticks after
+// boot (0 when /proc cannot tell).
+func probeProcess(pid int) (exists bool, start uint64) {
+	if pid <= 0 {
+		return false, 0
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false, 0
+	}
+	st, ok := procStat(pid)
+	if !ok {
+		return true, 0
+	}
+	return st.state != 'Z' && st.state != 'X', st.start
+}
+
+type procStatus struct {
+	state byte
+	start uint64
+}
+
+// procStat reads the state (field 3) and start time (field 22, clock ticks
+// after boot) of /proc/PID/stat; ok is false when the file cannot be read
+// or parsed.
+func procStat(pid int) (procStatus, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStatus{}, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces and
+	// parentheses itself: the fields after it start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStatus{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStatus{}, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStatus{}, false
+	}
+	return procStatus{state: f[0][0], start: start}, true
+}
+
+// readLine returns the first line of a small file, trimmed ("" on error).
+func readLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -64,9 +66,14 @@ func newRoundCmd(g *globals) *cobra.Command {
 A round that is already sealed is left alone (exit 0). Round N needs round
 N-1 sealed; round 1 commits the run's corpus (round 0) first if needed.
 "next" runs the first unsealed round under the run's lease, for cron: a
-concurrent invocation exits with code 4 (busy).`,
+concurrent invocation exits with code 4 (busy). A lease left by a process
+of this host that no longer runs (killed, OOM, reboot) is taken over at
+once; one of another host only after --lease-ttl seconds.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "next" && (!(leaseTTL > 0) || math.IsInf(leaseTTL, 1) || leaseTTL*float64(time.Second) >= math.MaxInt64) {
+				return usagef("--lease-ttl %g: want a number of seconds > 0 (and below 292 years)", leaseTTL)
+			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)
 			if err != nil {
@@ -104,7 +111,7 @@ concurrent invocation exits with code 4 (busy).`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().Float64Var(&leaseTTL, "lease-ttl", 6*3600, "with next: seconds after which another invocation may take over a lease whose holder stopped renewing it")
+	cmd.Flags().Float64Var(&leaseTTL, "lease-ttl", 6*3600, "with next: seconds after which another invocation may take over a lease whose holder stopped renewing it (> 0)")
 	return cmd
 }
 

@@ -1,0 +1,278 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
+)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// leaseStore is a fresh mem:// store for one test.
+func leaseStore(t *testing.T) storage.Store {
+	t.Helper()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	return s
+}
+
+func putLease(t *testing.T, s storage.Store, run string, l Lease) []byte {
+	t.Helper()
+	b, err := json.Marshal(l)
+	require.NoError(t, err)
+	require.NoError(t, storage.PutBytes(context.Background(), s, LeaseKey(run), b))
+	return b
+}
+
+func readLease(t *testing.T, s storage.Store, run string) Lease {
+	t.Helper()
+	b, err := storage.ReadAll(context.Background(), s, LeaseKey(run))
+	require.NoError(t, err)
+	var l Lease
+	require.NoError(t, json.Unmarshal(b, &l))
+	return l
+}
+
+// sleeper starts a child process that runs until the test ends (or it is
+// killed) and returns its pid and start time.
+func sleeper(t *testing.T) (*exec.Cmd, int, uint64) {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	st, ok := procStat(cmd.Process.Pid)
+	require.True(t, ok, "read /proc/%d/stat", cmd.Process.Pid)
+	return cmd, cmd.Process.Pid, st.start
+}
+
+// deadPID returns the pid of a child process that has exited and been
+// reaped, and the start time it had.
+func deadPID(t *testing.T) (int, uint64) {
+	t.Helper()
+	cmd, pid, start := sleeper(t)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	exists, _ := probeProcess(pid)
+	require.False(t, exists, "pid %d still exists after kill and wait", pid)
+	return pid, start
+}
+
+// TestLeaseStaleOnThisHost: a lease whose holder was a process of this host
+// that no longer runs (SIGKILL, OOM) is taken over at once, long before it
+// expires, in the current format and in the format of older builds (host
+// and pid only). Live holders and holders of other hosts keep it.
+func TestLeaseStaleOnThisHost(t *testing.T) {
+	ctx := context.Background()
+	here := localProcess()
+	require.NotEmpty(t, here.host)
+	dead, deadStart := deadPID(t)
+	_, live, liveStart := sleeper(t)
+	later := time.Now().Add(6 * time.Hour).UTC()
+	cases := []struct {
+		name  string
+		held  Lease
+		taken bool
+	}{
+		{"dead pid", Lease{Holder: "h-dead", Host: here.host, PID: dead, MachineID: here.machineID, BootID: here.bootID, PIDNamespace: here.pidNS, Start: deadStart, Expires: later}, true},
+		{"dead pid, lease of an older build", Lease{Holder: "h-old", Host: here.host, PID: dead, Expires: later}, true},
+		{"pid reused by another process", Lease{Holder: "h-reused", Host: here.host, PID: live, MachineID: here.machineID, BootID: here.bootID, PIDNamespace: here.pidNS, Start: liveStart + 1, Expires: later}, true},
+		{"live holder", Lease{Holder: "h-live", Host: here.host, PID: live, MachineID: here.machineID, BootID: here.bootID, PIDNamespace: here.pidNS, Start: liveStart, Expires: later}, false},
+		{"live holder, lease of an older build", Lease{Holder: "h-live-old", Host: here.host, PID: live, Expires: later}, false},
+		{"dead pid on another host", Lease{Holder: "h-other", Host: here.host + "-other", PID: dead, Expires: later}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := leaseStore(t)
+			putLease(t, s, "r", c.held)
+			release, err := AcquireLease(ctx, s, "r", 3600, quietLog())
+			if !c.taken {
+				require.ErrorIs(t, err, ErrBusy)
+				require.Contains(t, err.Error(), c.held.Holder)
+				require.Equal(t, c.held.Holder, readLease(t, s, "r").Holder, "the lease is untouched")
+				return
+			}
+			require.NoError(t, err)
+			got := readLease(t, s, "r")
+			require.NotEqual(t, c.held.Holder, got.Holder)
+			require.Equal(t, here.pid, got.PID)
+			require.Equal(t, here.start, got.Start)
+			require.Equal(t, here.bootID, got.BootID)
+			release()
+			_, err = s.Stat(ctx, LeaseKey("r"))
+			require.ErrorIs(t, err, storage.ErrNotFound, "released")
+			infos, err := s.List(ctx, "r/")
+			require.NoError(t, err)
+			require.Empty(t, infos, "no takeover claim is left behind")
+		})
+	}
+}
+
+// TestStaleHolder covers the host, machine, boot and pid-namespace rules of
+// staleHolder with a fake process table.
+func TestStaleHolder(t *testing.T) {
+	here := process{host: "vm", machineID: "m1", bootID: "b1", pidNS: "pid:[1]", pid: 100, start: 500}
+	probe := func(pid int) (bool, uint64) {
+		switch pid {
+		case 7:
+			return true, 70
+		case 8:
+			return true, 0 // alive, start time unknown
+		}
+		return false, 0
+	}
+	base := Lease{Host: "vm", MachineID: "m1", BootID: "b1", PIDNamespace: "pid:[1]", PID: 7, Start: 70}
+	with := func(f func(*Lease)) Lease { l := base; f(&l); return l }
+	cases := []struct {
+		name  string
+		held  Lease
+		stale bool
+	}{
+		{"live", base, false},
+		{"dead", with(func(l *Lease) { l.PID = 9 }), true},
+		{"reused pid", with(func(l *Lease) { l.Start = 71 }), true},
+		{"start unknown", with(func(l *Lease) { l.PID = 8 }), false},
+		{"other host", with(func(l *Lease) { l.Host = "vm2"; l.PID = 9 }), false},
+		{"no host", with(func(l *Lease) { l.Host = ""; l.PID = 9 }), false},
+		{"same name, other machine", with(func(l *Lease) { l.MachineID = "m2"; l.PID = 9 }), false},
+		{"rebooted", with(func(l *Lease) { l.BootID = "b0" }), true},
+		{"other boot, machine unknown", with(func(l *Lease) { l.BootID = "b0"; l.MachineID = "" }), false},
+		{"other pid namespace", with(func(l *Lease) { l.PIDNamespace = "pid:[2]"; l.PID = 9 }), false},
+		{"older build, dead", Lease{Host: "vm", PID: 9}, true},
+		{"older build, alive", Lease{Host: "vm", PID: 7}, false},
+		{"pid 0", with(func(l *Lease) { l.PID = 0 }), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			why := here.staleHolder(c.held, probe)
+			require.Equal(t, c.stale, why != "", "why: %q", why)
+		})
+	}
+}
+
+// hookStore calls afterGet after every successful Get.
+type hookStore struct {
+	storage.Store
+	afterGet func(ctx context.Context, key string)
+}
+
+func (h hookStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := h.Store.Get(ctx, key)
+	if err == nil {
+		h.afterGet(ctx, key)
+	}
+	return rc, err
+}
+
+type takerKey struct{}
+
+// TestLeaseTakeoverRace: two invocations find the same stale lease; the
+// first is paused right after it read the lease while the second takes it
+// over. The first must then see the second's live lease and be busy, not
+// delete it and hold the lease too.
+func TestLeaseTakeoverRace(t *testing.T) {
+	ctx := context.Background()
+	mem := leaseStore(t)
+	putLease(t, mem, "r", Lease{Holder: "h-expired", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Minute)})
+	read, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := hookStore{Store: mem, afterGet: func(ctx context.Context, key string) {
+		if key == LeaseKey("r") && ctx.Value(takerKey{}) == "first" {
+			once.Do(func() { close(read); <-resume })
+		}
+	}}
+	type outcome struct {
+		release func()
+		err     error
+	}
+	first := make(chan outcome, 1)
+	go func() {
+		rel, err := AcquireLease(context.WithValue(ctx, takerKey{}, "first"), s, "r", 3600, quietLog())
+		first <- outcome{rel, err}
+	}()
+	<-read
+	releaseSecond, err := AcquireLease(ctx, s, "r", 3600, quietLog())
+	require.NoError(t, err, "the second invocation takes the expired lease over")
+	second := readLease(t, mem, "r").Holder
+	close(resume)
+	got := <-first
+	if got.err == nil {
+		got.release()
+	}
+	require.ErrorIs(t, got.err, ErrBusy, "the first invocation must not take over the lease the second now holds")
+	require.Equal(t, second, readLease(t, mem, "r").Holder)
+	releaseSecond()
+	infos, err := mem.List(ctx, "r/")
+	require.NoError(t, err)
+	require.Empty(t, infos, "lease released and no takeover claim left behind")
+}
+
+// TestLeaseTakeoverClaims: a stale lease with a live claim of another
+// taker is busy; an abandoned claim (its process is gone) is passed over.
+func TestLeaseTakeoverClaims(t *testing.T) {
+	ctx := context.Background()
+	here := localProcess()
+	dead, deadStart := deadPID(t)
+	_, live, liveStart := sleeper(t)
+	stale := Lease{Holder: "h-expired", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Minute)}
+	claimOf := func(pid int, start uint64) []byte {
+		b, _ := json.Marshal(Lease{Holder: "taker", Host: here.host, PID: pid, MachineID: here.machineID, BootID: here.bootID, PIDNamespace: here.pidNS, Start: start, Expires: time.Now().Add(time.Hour)})
+		return b
+	}
+	t.Run("live claim", func(t *testing.T) {
+		s := leaseStore(t)
+		old := putLease(t, s, "r", stale)
+		require.NoError(t, storage.PutBytes(ctx, s, TakeoverClaimKey("r", old, 0), claimOf(live, liveStart)))
+		_, err := AcquireLease(ctx, s, "r", 3600, quietLog())
+		require.ErrorIs(t, err, ErrBusy)
+		require.Contains(t, err.Error(), "taking it over")
+		require.Equal(t, "h-expired", readLease(t, s, "r").Holder)
+	})
+	t.Run("abandoned claim", func(t *testing.T) {
+		s := leaseStore(t)
+		old := putLease(t, s, "r", stale)
+		require.NoError(t, storage.PutBytes(ctx, s, TakeoverClaimKey("r", old, 0), claimOf(dead, deadStart)))
+		release, err := AcquireLease(ctx, s, "r", 3600, quietLog())
+		require.NoError(t, err)
+		require.Equal(t, here.pid, readLease(t, s, "r").PID)
+		release()
+		infos, err := s.List(ctx, "r/")
+		require.NoError(t, err)
+		require.Empty(t, infos)
+	})
+}
+
+// TestLeaseRenewalKeepsATakenOverLease: once another invocation holds the
+// lease, the old holder's renewal must not write over it.
+func TestLeaseRenewalKeepsATakenOverLease(t *testing.T) {
+	ctx := context.Background()
+	s := leaseStore(t)
+	release, err := AcquireLease(ctx, s, "r", 0.6, quietLog()) // renews every 200 ms
+	require.NoError(t, err)
+	defer release()
+	putLease(t, s, "r", Lease{Holder: "h-new", Host: "elsewhere", PID: 1, Expires: time.Now().Add(time.Hour)})
+	time.Sleep(500 * time.Millisecond) // two renewals
+	require.Equal(t, "h-new", readLease(t, s, "r").Holder)
+}
+
+// TestLeaseTTL: a TTL that is not a positive number of seconds that fits a
+// time.Duration is refused before the store is touched.
+func TestLeaseTTL(t *testing.T) {
+	s := leaseStore(t)
+	for _, ttl := range []float64{0, -1, 1e300} {
+		_, err := AcquireLease(context.Background(), s, "r", ttl, quietLog())
+		require.Error(t, err, "ttl %g", ttl)
+	}
+	infos, err := s.List(context.Background(), "r/")
+	require.NoError(t, err)
+	require.Empty(t, infos)
+}
