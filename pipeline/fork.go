@@ -48,8 +48,12 @@ type ForkResult struct {
 // opts.Config and records ForkOf/ForkRound; `spade round Round+1 --run
 // Target` then continues from the shared state with Target's config.
 //
-// Fork is idempotent and resumable: running it again with the same
-// options completes what an interrupted call left and changes nothing else.
+// Fork writes the run file first and round Round's seal last, after every
+// manifest and every earlier seal: until that seal exists the fork is
+// incomplete, and RunRound and `spade status` refuse the run
+// (ErrIncompleteFork, CheckForkComplete). Fork is idempotent and
+// resumable: running it again with the same options completes what an
+// interrupted call left and changes nothing else.
 // Errors: an invalid run name or round; ErrNotCommitted when Source or one
 // of its rounds 0..Round is not sealed; ErrConflict when Target exists and
 // is not this fork (another run, source, round or config); ErrIntegrity
@@ -119,6 +123,29 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 		parent = have.Digest()
 	}
 	return res, nil
+}
+
+// ErrIncompleteFork: a run was created by spade fork, and the fork was
+// interrupted before it wrote its last file (CheckForkComplete). Running
+// the same fork again completes it.
+var ErrIncompleteFork = errors.New("incomplete fork")
+
+// CheckForkComplete returns nil unless rf, the run file of run, records a
+// fork (ForkOf) whose last shared round has no seal in run. Fork writes
+// that seal last, after every manifest and every earlier seal, so its
+// absence means the fork was interrupted. The error wraps
+// ErrIncompleteFork and names the fork command to run again; an error
+// reading the seal is returned as it is. It reads one object.
+func CheckForkComplete(ctx context.Context, s storage.Store, run string, rf *RunFile) error {
+	if rf.ForkOf == "" {
+		return nil
+	}
+	_, err := ReadSeal(ctx, s, run, rf.ForkRound)
+	if errors.Is(err, ErrNotCommitted) {
+		return fmt.Errorf("run %s is an %w of %s at round %d: %s, the last file spade fork writes, is missing, so the fork was interrupted; run the same fork again to complete it (spade fork %s --round %d %s, with the config of digest %.12s)",
+			run, ErrIncompleteFork, rf.ForkOf, rf.ForkRound, SealKey(run, rf.ForkRound), rf.ForkOf, rf.ForkRound, run, rf.ConfigDigest)
+	}
+	return err
 }
 
 // claimForkRun creates the target's _RUN.json, or accepts an existing one

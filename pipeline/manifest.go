@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sourcegraph/conc/pool"
+
 	"github.com/spade-pipeline/spade/pipeline/storage"
 )
 
@@ -205,6 +207,139 @@ func ReadManifest(ctx context.Context, s storage.Store, key string) (*Manifest, 
 		return nil, fmt.Errorf("read manifest %s: %w", key, err)
 	}
 	return DecodeManifest(key, data)
+}
+
+// chainReads is how many seals or manifests VerifyChain reads at once.
+const chainReads = 16
+
+// VerifyChain checks that rounds 0..last of run form the chain a round
+// last+1 builds on. It reads every seal of rounds 0..last and every
+// manifest they list (small JSON objects, chainReads at a time) and checks,
+// for each round r: the seal exists, decodes and says round r; its parent
+// is the round id (Seal.Digest) of round r-1's seal, or "" for round 0;
+// its tables and manifests name the same tables; and each table's manifest,
+// at ManifestKey(run, r, table) (the key readers use, which the seal must
+// list), exists, decodes (DecodeManifest: format version, rows and bytes
+// totals equal to the sums over its files), names round r and the table,
+// and has the content digest the seal records.
+//
+// The first failure, by round and then by table name, is returned. It names
+// the file and what disagrees and wraps ErrIntegrity; a seal or manifest of
+// another format version wraps ErrUnknownVersion instead; a missing seal of
+// round last itself wraps ErrNotCommitted. Storage errors other than a
+// missing object are returned as they are. last < 0 checks nothing.
+func VerifyChain(ctx context.Context, s storage.Store, run string, last int) error {
+	if last < 0 {
+		return nil
+	}
+	seals := make([]*Seal, last+1)
+	errs := make([]error, last+1)
+	p := pool.New().WithMaxGoroutines(chainReads)
+	for r := range seals {
+		p.Go(func() { seals[r], errs[r] = readChainSeal(ctx, s, run, r) })
+	}
+	p.Wait()
+	if isNotFound(errs[last]) {
+		return fmt.Errorf("round %d of run %s: %w (no %s)", last, run, ErrNotCommitted, SealKey(run, last))
+	}
+	type check struct {
+		r     int
+		table string
+	}
+	var checks []check
+	for r, seal := range seals {
+		key := SealKey(run, r)
+		if isNotFound(errs[r]) {
+			return fmt.Errorf("%s is missing, but round %d is sealed: %w; if the manifests of round %d are intact, spade round %d writes it again", key, last, ErrIntegrity, r, r)
+		}
+		if errs[r] != nil {
+			return errs[r]
+		}
+		if seal.Round != r {
+			return fmt.Errorf("%s: %w: it says round %d", key, ErrIntegrity, seal.Round)
+		}
+		want := ""
+		if r > 0 {
+			want = seals[r-1].Digest()
+		}
+		if seal.Parent != want {
+			if r == 0 {
+				return fmt.Errorf("%s: %w: round 0 has parent %.12s, want none", key, ErrIntegrity, seal.Parent)
+			}
+			return fmt.Errorf("%s: %w: parent %.12s is not the round id %.12s of %s", key, ErrIntegrity, seal.Parent, want, SealKey(run, r-1))
+		}
+		for _, table := range sortedKeys(seal.Tables) {
+			if mk, ok := seal.Manifests[table]; !ok {
+				return fmt.Errorf("%s: %w: table %s has a content digest but no manifest", key, ErrIntegrity, table)
+			} else if mk != ManifestKey(run, r, table) {
+				return fmt.Errorf("%s: %w: table %s's manifest is listed as %s, want %s", key, ErrIntegrity, table, mk, ManifestKey(run, r, table))
+			}
+			checks = append(checks, check{r, table})
+		}
+		for _, table := range sortedKeys(seal.Manifests) {
+			if _, ok := seal.Tables[table]; !ok {
+				return fmt.Errorf("%s: %w: table %s has a manifest but no content digest", key, ErrIntegrity, table)
+			}
+		}
+	}
+	merrs := make([]error, len(checks))
+	p = pool.New().WithMaxGoroutines(chainReads)
+	for i, c := range checks {
+		p.Go(func() { merrs[i] = checkSealedManifest(ctx, s, run, seals[c.r], c.table) })
+	}
+	p.Wait()
+	for _, err := range merrs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readChainSeal reads and decodes round r's seal for VerifyChain: a missing
+// seal gives the store's not-found error; a malformed one ErrIntegrity.
+func readChainSeal(ctx context.Context, s storage.Store, run string, r int) (*Seal, error) {
+	key := SealKey(run, r)
+	data, err := storage.ReadAll(ctx, s, key)
+	if err != nil {
+		return nil, err
+	}
+	var seal Seal
+	if err := json.Unmarshal(data, &seal); err != nil {
+		return nil, fmt.Errorf("%s: %w: malformed JSON: %v", key, ErrIntegrity, err)
+	}
+	if seal.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("%s: %w %d (this build reads %d)", key, ErrUnknownVersion, seal.FormatVersion, FormatVersion)
+	}
+	return &seal, nil
+}
+
+// checkSealedManifest checks that table's manifest in seal's round decodes
+// and has the content digest the seal records.
+func checkSealedManifest(ctx context.Context, s storage.Store, run string, seal *Seal, table string) error {
+	sealKey := SealKey(run, seal.Round)
+	key := ManifestKey(run, seal.Round, table)
+	data, err := storage.ReadAll(ctx, s, key)
+	if isNotFound(err) {
+		return fmt.Errorf("%s, listed in %s, is missing: %w", key, sealKey, ErrIntegrity)
+	}
+	if err != nil {
+		return err
+	}
+	m, err := DecodeManifest(key, data)
+	if errors.Is(err, ErrUnknownVersion) {
+		return fmt.Errorf("%w (listed in %s)", err, sealKey)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w (listed in %s)", err, ErrIntegrity, sealKey)
+	}
+	if m.Round != seal.Round || m.Table != table {
+		return fmt.Errorf("%s: %w: it says round %d, table %s", key, ErrIntegrity, m.Round, m.Table)
+	}
+	if d := m.ContentDigest(); d != seal.Tables[table] {
+		return fmt.Errorf("%s: %w: content digest %.12s, but %s records %.12s for table %s", key, ErrIntegrity, d, sealKey, seal.Tables[table], table)
+	}
+	return nil
 }
 
 // CodeVersion identifies the running build: the module version, or the VCS

@@ -292,16 +292,32 @@ type RoundResult struct {
 }
 
 // RunRound runs every stage of round r that is not committed yet, commits
-// them, and seals the round. Round r >= 1 needs round r-1 sealed; without
-// it RunRound fails before it creates the run (its _RUN.json). A sealed
-// round is left as it is.
+// them, and seals the round. A sealed round is left as it is. Before it
+// writes anything (the run's _RUN.json included) it checks what round r
+// builds on:
+//   - a fork whose spade fork was interrupted is refused
+//     (ErrIncompleteFork, CheckForkComplete);
+//   - round r >= 1 needs round r-1 sealed (ErrNotCommitted otherwise);
+//   - rounds 0..r-1 must verify (VerifyChain: every seal present, parents
+//     chained, every listed manifest decoding with the content digest its
+//     seal records); a failure wraps ErrIntegrity and names the file.
 func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) {
 	if round < 0 {
 		return nil, fmt.Errorf("round must be >= 0 (got %d)", round)
 	}
+	if rf, err := ReadRunFile(ctx, r.Store, r.Run); err == nil {
+		if err := CheckForkComplete(ctx, r.Store, r.Run, rf); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, ErrNotCommitted) {
+		return nil, err
+	}
 	if round >= 1 {
 		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
 			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
+		}
+		if err := VerifyChain(ctx, r.Store, r.Run, round-1); err != nil {
+			return nil, fmt.Errorf("round %d cannot build on rounds 0..%d of run %s: %w", round, round-1, r.Run, err)
 		}
 	}
 	if _, err := r.EnsureRun(ctx); err != nil {

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 )
 
 func init() {
@@ -27,10 +30,11 @@ func newForkCmd(g *globals) *cobra.Command {
 manifest in NEW_RUN lists SRC_RUN's data files, and each round's seal keeps
 its round id. NEW_RUN's _RUN.json pins the config this command loads
 (--config, SPADE_* variables), or SRC_RUN's own with --config-from-source,
-and records fork_of and fork_round. Continue with
-  spade round N+1 --run NEW_RUN
-using the same config. Running fork again with the same arguments is a
-no-op; a NEW_RUN that exists as something else is a conflict (exit 3).`,
+and records fork_of and fork_round. It prints the command that continues
+the fork, spade round N+1 --run NEW_RUN with the --config, --store and
+SPADE_* settings this command was given. Running fork again with the same
+arguments is a no-op, and completes a fork that was interrupted; a NEW_RUN
+that exists as something else is a conflict (exit 3).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usagef("fork needs SRC_RUN and NEW_RUN, got %d arguments", len(args))
@@ -70,8 +74,8 @@ no-op; a NEW_RUN that exists as something else is a conflict (exit 3).`,
 					"config_digest": res.Run.ConfigDigest, "manifests": res.Manifests, "round_id": res.Seals[len(res.Seals)-1].Digest(),
 				})
 			}
-			fmt.Printf("run %s forked from %s at round %d (%d manifests by reference, round id %.16s); continue with: spade round %d --run %s\n",
-				args[1], args[0], round, res.Manifests, res.Seals[len(res.Seals)-1].Digest(), round+1, args[1])
+			fmt.Printf("run %s forked from %s at round %d (%d manifests by reference, round id %.16s); %s\n",
+				args[1], args[0], round, res.Manifests, res.Seals[len(res.Seals)-1].Digest(), continueHint(cmd, a, cfg, args[1], round+1))
 			return nil
 		},
 	}
@@ -79,4 +83,34 @@ no-op; a NEW_RUN that exists as something else is a conflict (exit 3).`,
 	cmd.Flags().BoolVar(&fromSource, "config-from-source", false, "pin SRC_RUN's config instead of the loaded one")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// continueHint says how to run round next of the fork run: a shell command
+// with the --config and --store this invocation was given (flag or
+// SPADE_CONFIG/SPADE_STORE) and the SPADE_* variables that set pinned
+// settings, so that its config has the digest the fork pinned (cfg). When
+// cfg is the source's (--config-from-source) and differs from the loaded
+// config, no such command is known, and the hint says so.
+func continueHint(cmd *cobra.Command, a *app, cfg config.Config, run string, next int) string {
+	if cfg.Digest() != a.cfg.Digest() {
+		return fmt.Sprintf("continue with spade round %d --run %s and a config of digest %.12s (the source run's; this command loaded one of digest %.12s)", next, shQuote(run), cfg.Digest(), a.cfg.Digest())
+	}
+	var words []string
+	pinned := a.cfg.Pinned()
+	for _, k := range config.Keys() {
+		name := a.src[k]
+		if name != config.EnvName(k) || pinned.Get(k) != a.cfg.Get(k) {
+			continue // not set by a variable, or an operational setting (not pinned)
+		}
+		words = append(words, name+"="+shQuote(os.Getenv(name)))
+	}
+	words = append(words, "spade")
+	if a.g.configPath != "" {
+		words = append(words, "--config", shQuote(a.g.configPath))
+	}
+	if f := cmd.Flag("store"); (f != nil && f.Changed) || os.Getenv("SPADE_STORE") != "" {
+		words = append(words, "--store", shQuote(a.store.URL()))
+	}
+	words = append(words, "--run", shQuote(run), "round", strconv.Itoa(next))
+	return "continue with: " + strings.Join(words, " ")
 }

@@ -38,7 +38,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--round N] [--json]",
 		Short: "Show the run's committed rounds and tables (rows, bytes, fingerprints)",
-		Args:  cobra.NoArgs,
+		Long: `Show the run's committed rounds and tables: rows, bytes, files, stage,
+stage fingerprint and content digest per table, and the next round to run.
+A run made by a spade fork that was interrupted is refused (exit 1), with
+the fork command to run again.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			a, err := g.open(ctx)
@@ -46,7 +50,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer a.close()
-			if _, err := pipeline.ReadRunFile(ctx, a.store, g.runName); err != nil {
+			rf, err := pipeline.ReadRunFile(ctx, a.store, g.runName)
+			if err != nil {
+				return err
+			}
+			if err := pipeline.CheckForkComplete(ctx, a.store, g.runName, rf); err != nil {
 				return err
 			}
 			r, eng := a.runner()

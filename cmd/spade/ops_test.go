@@ -258,7 +258,7 @@ func TestOps(t *testing.T) {
 
 	t.Run("fork continues identically and gc keeps every table readable", func(t *testing.T) {
 		out := o.must(t, nil, "fork", "base", "--round", "1", "branch")
-		require.Contains(t, out, "spade round 2 --run branch")
+		require.Contains(t, out, "continue with: spade --config "+o.cfg+" --store "+o.store+" --run branch round 2")
 		rf, err := pipeline.ReadRunFile(context.Background(), local, "branch")
 		require.NoError(t, err)
 		require.Equal(t, "base", rf.ForkOf)
