@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -142,14 +143,86 @@ func (p FieldPath) IsZero() bool { return len(p.steps) == 0 }
 // object); such a row is skipped with the error as reason.
 var errNotText = errors.New("value is an object, not text")
 
+// maxNumberExponent bounds the exponent of a JSON number rendered in
+// decimal, so that a literal such as 1e999999999 cannot ask for a
+// billion zeros.
+const maxNumberExponent = 1000
+
+// decimalString renders the JSON number literal lit as its exact value in
+// plain decimal notation: no exponent, no '+', no leading zeros, no
+// trailing zeros after the point and no point when the value is an
+// integer, "-" only for a value below zero. So 1e20 gives
+// "100000000000000000000", 7.0 and 0.7e1 give "7", 2.50e-3 gives "0.0025"
+// and -0 gives "0". A nonzero value whose exponent is beyond
+// ±maxNumberExponent is an error.
+func decimalString(lit string) (string, error) {
+	s := strings.TrimPrefix(lit, "-")
+	neg := len(s) < len(lit)
+	mant, expPart, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := intPart + frac
+	if intPart == "" || strings.Trim(digits, "0123456789") != "" {
+		return "", fmt.Errorf("number %q is not a JSON number", lit)
+	}
+	trimmed := strings.TrimLeft(digits, "0")
+	if trimmed == "" {
+		return "0", nil
+	}
+	exp := 0
+	if hasExp {
+		e, err := strconv.Atoi(expPart)
+		if err != nil || e > maxNumberExponent || e < -maxNumberExponent {
+			return "", fmt.Errorf("number %s has an exponent beyond ±%d, too large to write in decimal", lit, maxNumberExponent)
+		}
+		exp = e
+	}
+	// The value is 0.digits x 10^point.
+	point := len(intPart) + exp - (len(digits) - len(trimmed))
+	digits = strings.TrimRight(trimmed, "0")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch {
+	case point <= 0:
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", -point))
+		b.WriteString(digits)
+	case point >= len(digits):
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", point-len(digits)))
+	default:
+		b.WriteString(digits[:point])
+		b.WriteByte('.')
+		b.WriteString(digits[point:])
+	}
+	return b.String(), nil
+}
+
+// floatDecimal renders f in plain decimal notation with the fewest digits
+// that read back as the same float of the given bit size (no exponent);
+// -0 gives "0". NaN and the infinities have no decimal form and are an
+// error.
+func floatDecimal(f float64, bitSize int) (string, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", fmt.Errorf("number %v has no decimal form", f)
+	}
+	if f == 0 {
+		return "0", nil
+	}
+	return strconv.FormatFloat(f, 'f', -1, bitSize), nil
+}
+
 // Extract walks p through v and returns the text of every value it
 // reaches, in document order. found reports whether the path resolved
 // structurally on this row (every key existed and was not null), even if
 // it produced no values (an empty list under "[]"). Leaves convert as:
-// string as is, json.Number or other numbers in decimal, bool as
-// "true"/"false", []byte as its bytes; a list at the end of a path is
-// flattened; null counts as missing. An object at the end of the path is
-// an error wrapping errNotText.
+// string as is, json.Number and other numbers in plain decimal notation
+// (see decimalString and floatDecimal), bool as "true"/"false", []byte as
+// its bytes; a list at the end of a path is flattened; null counts as
+// missing. An object at the end of the path is an error wrapping
+// errNotText; so is a number that cannot be written in decimal (NaN, an
+// infinity, an exponent beyond ±1000 such as 1e5000).
 func (p FieldPath) Extract(v any) (vals []string, found bool, err error) {
 	return extract(v, p.steps, nil)
 }
@@ -245,15 +318,27 @@ func leafValues(v any, out []string) ([]string, bool, error) {
 	case []byte:
 		return append(out, string(t)), true, nil
 	case json.Number:
-		return append(out, t.String()), true, nil
+		s, err := decimalString(string(t))
+		if err != nil {
+			return out, true, err
+		}
+		return append(out, s), true, nil
 	case bool:
 		return append(out, strconv.FormatBool(t)), true, nil
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 		return append(out, fmt.Sprint(t)), true, nil
 	case float32:
-		return append(out, strconv.FormatFloat(float64(t), 'g', -1, 32)), true, nil
+		s, err := floatDecimal(float64(t), 32)
+		if err != nil {
+			return out, true, err
+		}
+		return append(out, s), true, nil
 	case float64:
-		return append(out, strconv.FormatFloat(t, 'g', -1, 64)), true, nil
+		s, err := floatDecimal(t, 64)
+		if err != nil {
+			return out, true, err
+		}
+		return append(out, s), true, nil
 	}
 	if list, ok := asList(v); ok {
 		found := len(list) == 0

@@ -3,6 +3,7 @@ package datasets
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,4 +140,65 @@ func FuzzFieldPath(f *testing.F) {
 		_ = json.Unmarshal([]byte(`{"a":[{"b":1},[2,{"c":"x"}]],"b":{"list":[{"element":null}]}}`), &v)
 		_, _, _ = p.Extract(v)
 	})
+}
+
+func TestDecimalString(t *testing.T) {
+	for _, tc := range []struct{ lit, want, errHas string }{
+		{lit: "7", want: "7"},
+		{lit: "-12", want: "-12"},
+		{lit: "0", want: "0"},
+		{lit: "-0", want: "0"},
+		{lit: "-0.000e7", want: "0"},
+		{lit: "1e20", want: "100000000000000000000"},
+		{lit: "1E+20", want: "100000000000000000000"},
+		{lit: "12345678901234567890123", want: "12345678901234567890123"},
+		{lit: "7.0", want: "7"},
+		{lit: "0.7e1", want: "7"},
+		{lit: "1.50", want: "1.5"},
+		{lit: "2.50e-3", want: "0.0025"},
+		{lit: "-1.5e-1", want: "-0.15"},
+		{lit: "12.5e1", want: "125"},
+		{lit: "0.001e3", want: "1"},
+		{lit: "100e-2", want: "1"},
+		{lit: "1e1000", want: "1" + strings.Repeat("0", 1000)},
+		{lit: "1e1001", errHas: "exponent beyond ±1000"},
+		{lit: "1e-99999999999999999999", errHas: "exponent beyond ±1000"},
+		{lit: "1x", errHas: "not a JSON number"},
+	} {
+		got, err := decimalString(tc.lit)
+		if tc.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("%s: err = %v, want %q", tc.lit, err, tc.errHas)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %q, %v, want %q", tc.lit, got, err, tc.want)
+		}
+	}
+}
+
+func TestExtractNativeNumbers(t *testing.T) {
+	v := map[string]any{"big": 1e20, "small": 1e-7, "f32": float32(0.1), "negzero": math.Copysign(0, -1),
+		"int": int64(-42), "nan": math.NaN(), "inf": float32(math.Inf(1))}
+	for _, tc := range []struct{ path, want, errHas string }{
+		{path: "big", want: "100000000000000000000"},
+		{path: "small", want: "0.0000001"},
+		{path: "f32", want: "0.1"},
+		{path: "negzero", want: "0"},
+		{path: "int", want: "-42"},
+		{path: "nan", errHas: "number NaN has no decimal form"},
+		{path: "inf", errHas: "number +Inf has no decimal form"},
+	} {
+		vals, found, err := MustParseFieldPath(tc.path).Extract(v)
+		if tc.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("%s: err = %v, want %q", tc.path, err, tc.errHas)
+			}
+			continue
+		}
+		if err != nil || !found || len(vals) != 1 || vals[0] != tc.want {
+			t.Errorf("%s: got %q, %v, %v, want %q", tc.path, vals, found, err, tc.want)
+		}
+	}
 }

@@ -28,12 +28,18 @@ var (
 	// ErrCorruptInput: a file cannot be decoded as its format (bad or
 	// truncated gzip stream, Parquet footer or pages).
 	ErrCorruptInput = errors.New("corrupt input")
-	// ErrNoParsableRows: a JSONL file in which no line parses as a JSON
-	// object; almost always the wrong file or the wrong format.
+	// ErrNoParsableRows: a JSONL file in which no line could be decoded
+	// as a JSON object (each is malformed, not an object, or over the line
+	// cap); almost always the wrong file, the wrong format or a cap set
+	// too low.
 	ErrNoParsableRows = errors.New("no parsable rows")
 	// ErrFieldPathUnmatched: a configured field path resolved on none of
 	// the parsed rows of a file; almost always a misspelt path.
 	ErrFieldPathUnmatched = errors.New("field path matches no row")
+	// ErrNoDocuments: rows were read but every one was skipped, so the
+	// import produced no document. Import returns it as a
+	// *NoDocumentsError, whose message lists the first reasons.
+	ErrNoDocuments = errors.New("import produced no documents")
 )
 
 // Defaults for ImportOptions fields left zero.
@@ -45,6 +51,9 @@ const (
 	// MaxReportedIssues caps ImportReport.Issues and ImportReport.Repairs;
 	// the counters keep counting past it.
 	MaxReportedIssues = 1000
+	// NoDocumentsListed is how many skipped rows a NoDocumentsError's
+	// message lists.
+	NoDocumentsListed = 10
 )
 
 // Format names accepted in ImportOptions.Format.
@@ -105,7 +114,9 @@ type RowIssue struct {
 	Reason string `json:"reason"`
 }
 
-// String renders the issue as "file:line: field: reason".
+// String renders the issue as "file:line field path: reason", or
+// "file:line: reason" when it concerns the whole row (Field is empty).
+// ":line" is left out when Line is 0 (a directory document).
 func (r RowIssue) String() string {
 	var b strings.Builder
 	b.WriteString(r.File)
@@ -113,12 +124,45 @@ func (r RowIssue) String() string {
 		fmt.Fprintf(&b, ":%d", r.Line)
 	}
 	if r.Field != "" {
-		fmt.Fprintf(&b, ": field %s", r.Field)
+		fmt.Fprintf(&b, " field %s", r.Field)
 	}
 	b.WriteString(": ")
 	b.WriteString(r.Reason)
 	return b.String()
 }
+
+// NoDocumentsError is the error Import returns when it read rows but
+// skipped every one of them. It wraps ErrNoDocuments; Report is the
+// import's report, with the reasons in Report.Issues.
+type NoDocumentsError struct {
+	// Report is the report of the failed import.
+	Report ImportReport
+}
+
+// Error says how many rows were read and skipped and lists the first
+// NoDocumentsListed of them, one "skipped <RowIssue>" line each.
+func (e *NoDocumentsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v (%d rows read, %d skipped)", ErrNoDocuments, e.Report.Read, e.Report.Skipped)
+	issues := e.Report.Issues
+	if len(issues) > NoDocumentsListed {
+		issues = issues[:NoDocumentsListed]
+	}
+	if len(issues) > 0 {
+		b.WriteString(":")
+	}
+	for _, is := range issues {
+		b.WriteString("\n  skipped ")
+		b.WriteString(is.String())
+	}
+	if more := e.Report.Skipped - int64(len(issues)); more > 0 && len(issues) > 0 {
+		fmt.Fprintf(&b, "\n  ... and %d more skipped rows", more)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrNoDocuments.
+func (e *NoDocumentsError) Unwrap() error { return ErrNoDocuments }
 
 // ImportReport summarises an Import. Every row read ends in exactly one of
 // Imported, Duplicates or Skipped: Read == Imported + Duplicates + Skipped.
@@ -151,9 +195,10 @@ type ImportReport struct {
 // are skipped and listed in the report. Whole-input failures return an
 // error naming the file (and line or row where there is one) that wraps
 // one of the sentinels above or the os error; emit's error is returned
-// wrapped. After an error some documents may already have been emitted:
-// treat the import as failed. Deterministic: same inputs, same options,
-// same calls to emit.
+// wrapped. An import that reads rows but skips all of them fails with a
+// *NoDocumentsError (ErrNoDocuments) listing the first reasons. After an
+// error some documents may already have been emitted: treat the import as
+// failed. Deterministic: same inputs, same options, same calls to emit.
 func Import(ctx context.Context, opts ImportOptions, emit func(schemas.CorpusDoc) error) (ImportReport, error) {
 	im, err := newImporter(opts, emit)
 	if err != nil {
@@ -167,6 +212,9 @@ func Import(ctx context.Context, opts ImportOptions, emit func(schemas.CorpusDoc
 			return im.rep, err
 		}
 	}
+	if im.rep.Imported == 0 {
+		return im.rep, &NoDocumentsError{Report: im.rep}
+	}
 	return im.rep, nil
 }
 
@@ -179,17 +227,20 @@ type fieldSpec struct {
 }
 
 type importer struct {
-	opts      ImportOptions
-	id        *fieldSpec
-	title     *fieldSpec
-	license   *fieldSpec
-	domain    *fieldSpec
-	text      []*fieldSpec
-	emit      func(schemas.CorpusDoc) error
-	rep       ImportReport
-	seenHash  map[[32]byte]struct{}
-	seenID    map[string]string // doc id -> "file:line" of its first import
-	curSource string
+	opts ImportOptions
+	// lineCapName says where opts.MaxLineBytes came from, for the
+	// over-the-line-cap reason.
+	lineCapName string
+	id          *fieldSpec
+	title       *fieldSpec
+	license     *fieldSpec
+	domain      *fieldSpec
+	text        []*fieldSpec
+	emit        func(schemas.CorpusDoc) error
+	rep         ImportReport
+	seenHash    map[[32]byte]struct{}
+	seenID      map[string]string // doc id -> "file:line" of its first import
+	curSource   string
 }
 
 func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*importer, error) {
@@ -209,17 +260,20 @@ func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*impor
 	if opts.MaxDocBytes <= 0 {
 		opts.MaxDocBytes = DefaultMaxDocBytes
 	}
+	lineCapName := "MaxLineBytes"
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = 4 * opts.MaxDocBytes
+		lineCapName = "4 x MaxDocBytes, set with --max-doc-bytes; raise that to read longer lines"
 	}
 	if len(opts.TextPaths) == 0 {
 		opts.TextPaths = []string{"text"}
 	}
 	im := &importer{
-		opts:     opts,
-		emit:     emit,
-		seenHash: make(map[[32]byte]struct{}),
-		seenID:   make(map[string]string),
+		opts:        opts,
+		lineCapName: lineCapName,
+		emit:        emit,
+		seenHash:    make(map[[32]byte]struct{}),
+		seenID:      make(map[string]string),
 	}
 	parse := func(flag, s string) (*fieldSpec, error) {
 		if s == "" {
@@ -359,11 +413,11 @@ type extracted struct {
 	err   error
 }
 
-// row turns one decoded row into a document, or records why not. marker,
-// when non-empty, stands for invalid UTF-8 bytes the decoder replaced; a
-// value holding it came from invalid UTF-8. The returned error is fatal
-// (emit failed).
-func (im *importer) row(file string, line int64, v any, marker string) error {
+// row turns one decoded row into a document, or records why not. marks
+// names the stand-ins the JSONL decoder put in place of text that is not
+// valid Unicode (zero for other formats); a value holding one came from
+// such text. The returned error is fatal (emit failed).
+func (im *importer) row(file string, line int64, v any, marks Marks) error {
 	// Extract every field first so match counts do not depend on which
 	// check fails first.
 	get := func(f *fieldSpec) extracted {
@@ -381,8 +435,15 @@ func (im *importer) row(file string, line int64, v any, marker string) error {
 	for i, f := range im.text {
 		texts[i] = get(f)
 	}
-	invalid := func(s string) bool {
-		return !utf8.ValidString(s) || (marker != "" && strings.Contains(s, marker))
+	// invalid says why s is not valid Unicode text, or "" if it is.
+	invalid := func(s string) string {
+		switch {
+		case !utf8.ValidString(s) || (marks.Bytes != "" && strings.Contains(s, marks.Bytes)):
+			return "is not valid UTF-8"
+		case marks.Surrogate != "" && strings.Contains(s, marks.Surrogate):
+			return `holds a \u escape of a lone UTF-16 surrogate (D800-DFFF outside a pair), which is no character`
+		}
+		return ""
 	}
 
 	single := func(f *fieldSpec, e extracted, required bool) (string, bool) {
@@ -402,8 +463,8 @@ func (im *importer) row(file string, line int64, v any, marker string) error {
 		case len(e.vals) > 1:
 			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field matched %d values, want one", f.flag, len(e.vals)))
 			return "", false
-		case invalid(e.vals[0]):
-			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field is not valid UTF-8", f.flag))
+		case invalid(e.vals[0]) != "":
+			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field %s", f.flag, invalid(e.vals[0])))
 			return "", false
 		}
 		return strings.TrimSpace(e.vals[0]), true
@@ -447,8 +508,8 @@ func (im *importer) row(file string, line int64, v any, marker string) error {
 			if strings.TrimSpace(s) == "" {
 				continue
 			}
-			if invalid(s) {
-				im.skip(file, line, f.path.String(), "text field is not valid UTF-8")
+			if why := invalid(s); why != "" {
+				im.skip(file, line, f.path.String(), "text field "+why)
 				return nil
 			}
 			if len(pieces) > 0 {

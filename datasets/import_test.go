@@ -44,7 +44,7 @@ func TestImportJSONL(t *testing.T) {
 `,
 			opts:    with(nested, func(o *ImportOptions) { o.LicensePath, o.DomainPath = "", "" }),
 			wantIDs: []string{"p1"}, wantTexts: []string{"a"}, wantTitle: "T",
-			skips: []string{":2: field paper_id: required id field is missing", ":3: field abstract.text, body_text[].text: required text field is missing", ":4: field abstract.text, body_text[].text: text is empty"},
+			skips: []string{":2 field paper_id: required id field is missing", ":3 field abstract.text, body_text[].text: required text field is missing", ":4 field abstract.text, body_text[].text: text is empty"},
 		},
 		{
 			name:    "a misspelt path fails the file",
@@ -66,7 +66,7 @@ func TestImportJSONL(t *testing.T) {
 			data:    `{"id":"x","text":"one"}` + "\n" + `{"id":"x","text":"two"}` + "\n",
 			opts:    ImportOptions{IDPath: "id"},
 			wantIDs: []string{"x"}, wantTexts: []string{"one"},
-			skips: []string{`:2: field id: doc id "x" was already imported from`},
+			skips: []string{`:2 field id: doc id "x" was already imported from`},
 		},
 		{
 			name:    "numeric id and list text",
@@ -79,14 +79,14 @@ func TestImportJSONL(t *testing.T) {
 			data:    "{\"id\":\"a\",\"text\":\"ok\"}\nnot json\n\n[1,2]\n{\"id\":\"b\",\"text\":{\"o\":1}}\n{\"id\":[\"c\",\"d\"],\"text\":\"t\"}\n",
 			opts:    ImportOptions{IDPath: "id"},
 			wantIDs: []string{"a"}, wantTexts: []string{"ok"},
-			skips: []string{":2: not a JSON object: invalid character", ":4: not a JSON object: line holds a JSON array", ":5: field text: text field: value is an object", ":6: field id: id field matched 2 values"},
+			skips: []string{":2: not a JSON object: invalid character", ":4: not a JSON object: line holds a JSON array", ":5 field text: text field: value is an object", ":6 field id: id field matched 2 values"},
 		},
 		{
 			name:    "invalid UTF-8 in text skips the row naming the field",
 			data:    "{\"id\":\"a\",\"title\":\"fine\",\"text\":\"bad \xff byte\"}\n{\"id\":\"b\",\"title\":\"caf\xe9\",\"text\":\"good\"}\n{\"id\":\"c\",\"title\":\"ok\",\"text\":\"good too\"}\n",
 			opts:    ImportOptions{IDPath: "id", TitlePath: "title"},
 			wantIDs: []string{"c"}, wantTexts: []string{"good too"}, wantTitle: "ok",
-			skips: []string{":1: field text: text field is not valid UTF-8", ":2: field title: title field is not valid UTF-8"},
+			skips: []string{":1 field text: text field is not valid UTF-8", ":2 field title: title field is not valid UTF-8"},
 		},
 		{
 			name:    "invalid UTF-8 in an unused field does not matter",
@@ -99,7 +99,7 @@ func TestImportJSONL(t *testing.T) {
 			data:    `{"id":"big","text":"` + strings.Repeat("x", 101) + `"}` + "\n" + `{"id":"ok","text":"` + strings.Repeat("x", 100) + `"}` + "\n",
 			opts:    ImportOptions{IDPath: "id", MaxDocBytes: 100},
 			wantIDs: []string{"ok"}, wantTexts: []string{strings.Repeat("x", 100)},
-			skips: []string{":1: field text: text is 101 bytes, over the cap of 100 bytes (MaxDocBytes)"},
+			skips: []string{":1 field text: text is 101 bytes, over the cap of 100 bytes (MaxDocBytes)"},
 		},
 		{
 			name:    "line cap skips while reading",
@@ -121,9 +121,52 @@ func TestImportJSONL(t *testing.T) {
 			wantIDs: []string{"s"}, wantTexts: []string{"fine"},
 			skips: []string{`:1: not a JSON object: invalid character 's' in \u hexadecimal character escape`},
 		},
+		{
+			name:    "the default line cap names MaxDocBytes and the flag",
+			data:    `{"id":"huge","text":"` + strings.Repeat("y", 500) + `"}` + "\n" + `{"id":"ok","text":"fine"}` + "\n",
+			opts:    ImportOptions{IDPath: "id", MaxDocBytes: 100},
+			wantIDs: []string{"ok"}, wantTexts: []string{"fine"},
+			skips: []string{":1: line is 524 bytes, over the line cap of 400 bytes (4 x MaxDocBytes, set with --max-doc-bytes; raise that to read longer lines)"},
+		},
+		{
+			name:    "a file whose only line is over the line cap says so",
+			data:    `{"text":"` + strings.Repeat("y", 500) + `"}` + "\n",
+			opts:    ImportOptions{MaxDocBytes: 100},
+			wantErr: ErrNoParsableRows,
+			errHas:  "none of 1 lines could be decoded as a JSON object; the first: line 1: line is 512 bytes, over the line cap of 400 bytes (4 x MaxDocBytes, set with --max-doc-bytes",
+		},
+		{
+			name:    "every row skipped fails listing the reasons",
+			data:    `{"text":""}` + "\n" + `{"text":"  "}` + "\n",
+			wantErr: ErrNoDocuments,
+			errHas:  "import produced no documents (2 rows read, 2 skipped):\n  skipped ",
+		},
+		{
+			name: "a lone surrogate escape skips the row naming the field, never becomes U+FFFD",
+			data: `{"id":"a","text":"t4\ud800x"}
+{"id":"b","title":"\udc00","text":"t"}
+{"id":"c","title":"\ud83d\ude00 pair","junk":"\ud800","text":"x \\ud800"}
+`,
+			opts:    ImportOptions{IDPath: "id", TitlePath: "title"},
+			wantIDs: []string{"c"}, wantTexts: []string{`x \ud800`}, wantTitle: "\U0001F600 pair",
+			skips: []string{`:1 field text: text field holds a \u escape of a lone UTF-16 surrogate`, `:2 field title: title field holds a \u escape of a lone UTF-16 surrogate`},
+		},
+		{
+			name: "numbers are written in plain decimal",
+			data: `{"id":1e20,"text":"a"}
+{"id":7.0,"text":"b"}
+{"id":-2.50E-3,"text":"c"}
+{"id":123456789012345678901234567890,"text":"d"}
+{"id":1e5000,"text":"e"}
+{"id":"x","text":[1.5e2,0.25]}
+`,
+			opts:    ImportOptions{IDPath: "id"},
+			wantIDs: []string{"100000000000000000000", "7", "-0.0025", "123456789012345678901234567890", "x"}, wantTexts: []string{"a", "b", "c", "d", "150\n\n0.25"},
+			skips: []string{":5 field id: id field: number 1e5000 has an exponent beyond ±1000"},
+		},
 		{name: "empty file", data: "", wantErr: ErrEmptyInput, errHas: "file is empty"},
 		{name: "blank lines only", data: "\n \n\r\n", wantErr: ErrEmptyInput, errHas: "no non-blank lines"},
-		{name: "no line parses", data: "a,b\n1,2\n", wantErr: ErrNoParsableRows, errHas: "none of 2 lines is a JSON object (first: line 1:"},
+		{name: "no line parses", data: "a,b\n1,2\n", wantErr: ErrNoParsableRows, errHas: "none of 2 lines could be decoded as a JSON object; the first: line 1: not a JSON object"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -240,8 +283,8 @@ func TestImportDir(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
-	wantIssues := []string{"c/bad.md: field text: text is not valid UTF-8", "c/empty.txt: field text: text is empty",
-		"d/big.txt: field text: over the size cap: file is 200 bytes, over the cap of 100 bytes", "d/fm.md: field text: front matter:"}
+	wantIssues := []string{"c/bad.md field text: text is not valid UTF-8", "c/empty.txt field text: text is empty",
+		"d/big.txt field text: over the size cap: file is 200 bytes, over the cap of 100 bytes", "d/fm.md field text: front matter:"}
 	if len(rep.Issues) != len(wantIssues) {
 		t.Fatalf("issues %v", rep.Issues)
 	}
@@ -356,6 +399,56 @@ func TestImportIssueCap(t *testing.T) {
 	checkAccounting(t, docs, rep)
 	if rep.Skipped != MaxReportedIssues+50 || len(rep.Issues) != MaxReportedIssues {
 		t.Fatalf("skipped %d, listed %d", rep.Skipped, len(rep.Issues))
+	}
+}
+
+func TestImportNoDocuments(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < NoDocumentsListed+2; i++ {
+		b.WriteString(`{"text":""}` + "\n")
+	}
+	p := writeFile(t, t.TempDir(), "blank.jsonl", []byte(b.String()))
+	_, rep, err := collect(t, ImportOptions{Paths: []string{p}})
+	var nd *NoDocumentsError
+	if !errors.Is(err, ErrNoDocuments) || !errors.As(err, &nd) {
+		t.Fatalf("err = %v, want a *NoDocumentsError", err)
+	}
+	if nd.Report.Skipped != 12 || len(nd.Report.Issues) != 12 || rep.Skipped != 12 {
+		t.Fatalf("report %+v", nd.Report)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != NoDocumentsListed+2 || lines[0] != "import produced no documents (12 rows read, 12 skipped):" {
+		t.Fatalf("message %q", err)
+	}
+	for i, l := range lines[1 : NoDocumentsListed+1] {
+		if want := fmt.Sprintf("  skipped %s:%d field text: text is empty", p, i+1); l != want {
+			t.Errorf("line %d = %q, want %q", i+1, l, want)
+		}
+	}
+	if last := lines[len(lines)-1]; last != "  ... and 2 more skipped rows" {
+		t.Errorf("last line %q", last)
+	}
+
+	// A row imported from any input means success.
+	good := writeFile(t, t.TempDir(), "good.jsonl", []byte(`{"text":"ok"}`+"\n"))
+	if _, _, err := collect(t, ImportOptions{Paths: []string{p, good}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRowIssueString(t *testing.T) {
+	for _, tc := range []struct {
+		is   RowIssue
+		want string
+	}{
+		{RowIssue{File: "a.jsonl", Line: 3, Field: "abstract.text, body_text[].text", Reason: "text is empty"}, "a.jsonl:3 field abstract.text, body_text[].text: text is empty"},
+		{RowIssue{File: "a.jsonl", Line: 1, Reason: "not a JSON object: line holds a JSON array, not an object"}, "a.jsonl:1: not a JSON object: line holds a JSON array, not an object"},
+		{RowIssue{File: "docs/x.md", Field: "text", Reason: "text is empty"}, "docs/x.md field text: text is empty"},
+		{RowIssue{File: "docs/x.md", Reason: "r"}, "docs/x.md: r"},
+	} {
+		if got := tc.is.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
 	}
 }
 

@@ -76,10 +76,14 @@ func (im *importer) importJSONL(ctx context.Context, name string, r io.Reader, w
 		read++
 		im.rep.Read++
 		if over {
-			im.skip(name, lineNo, "", fmt.Sprintf("line is %d bytes, over the line cap of %d bytes (MaxLineBytes)", total, im.opts.MaxLineBytes))
+			reason := fmt.Sprintf("line is %d bytes, over the line cap of %d bytes (%s)", total, im.opts.MaxLineBytes, im.lineCapName)
+			if firstErr == "" {
+				firstErr = fmt.Sprintf("line %d: %s", lineNo, reason)
+			}
+			im.skip(name, lineNo, "", reason)
 			continue
 		}
-		obj, marker, fixed, err := DecodeJSONLine(line, !im.opts.StrictJSON)
+		obj, marks, fixed, err := DecodeJSONLine(line, !im.opts.StrictJSON)
 		if err != nil {
 			reason := fmt.Sprintf("not a JSON object: %v", err)
 			if firstErr == "" {
@@ -92,7 +96,7 @@ func (im *importer) importJSONL(ctx context.Context, name string, r io.Reader, w
 		if fixed {
 			im.repaired(name, lineNo, "invalid string escapes or raw control characters were kept as literal text")
 		}
-		if err := im.row(name, lineNo, obj, marker); err != nil {
+		if err := im.row(name, lineNo, obj, marks); err != nil {
 			return err
 		}
 	}
@@ -100,7 +104,7 @@ func (im *importer) importJSONL(ctx context.Context, name string, r io.Reader, w
 		return fmt.Errorf("import %s: %w: no non-blank lines", name, ErrEmptyInput)
 	}
 	if parsed == 0 {
-		return fmt.Errorf("import %s: %w: none of %d lines is a JSON object (first: %s)", name, ErrNoParsableRows, read, firstErr)
+		return fmt.Errorf("import %s: %w: none of %d lines could be decoded as a JSON object; the first: %s", name, ErrNoParsableRows, read, firstErr)
 	}
 	return im.checkMatched(name, parsed)
 }
@@ -142,26 +146,47 @@ func readLine(br *bufio.Reader, max int64, buf []byte) (line []byte, total int64
 	return buf, total, over, nil
 }
 
+// Marks names the stand-ins that DecodeJSONLine put into decoded strings
+// in place of text that is not valid Unicode. Each is a Unicode
+// noncharacter (U+FDD0..U+FDEF) absent from the line, so a string holding
+// one came from such text; a field is "" when the line needed none.
+type Marks struct {
+	// Bytes stands for each invalid UTF-8 byte.
+	Bytes string
+	// Surrogate stands for each \uD800..\uDFFF escape that is not half of
+	// a surrogate pair (a high one followed by a low one), and so denotes
+	// no character.
+	Surrogate string
+}
+
 // DecodeJSONLine decodes one JSONL line into a JSON object with numbers
 // kept as json.Number. It is exported for the fuzz target and for tools
 // that preview a file.
 //
-// Invalid UTF-8 bytes are replaced by marker, a Unicode noncharacter
-// (U+FDD0..U+FDEF) absent from the line, so callers can tell which field
-// held them (encoding/json would silently turn them into U+FFFD); marker
-// is "" for a valid line. With repair, a line that fails to decode only
-// because of invalid string escapes (a lone '\' before a character that
-// starts no JSON escape, as left by naive e-mail scrubbing: "\user@...")
-// or raw control characters inside strings is decoded again with those
-// kept as literal text, and repaired is true. Errors: malformed JSON,
-// trailing data after the value, or a value that is not an object.
-func DecodeJSONLine(line []byte, repair bool) (obj map[string]any, marker string, repaired bool, err error) {
+// Text that is not valid Unicode, which encoding/json would silently turn
+// into U+FFFD, is replaced by the stand-ins named in marks, so callers can
+// tell which field held it: invalid UTF-8 bytes, and \u escapes of lone
+// UTF-16 surrogates. With repair, a line that fails to decode only because
+// of invalid string escapes (a lone '\' before a character that starts no
+// JSON escape, as left by naive e-mail scrubbing: "\user@...") or raw
+// control characters inside strings is decoded again with those kept as
+// literal text, and repaired is true. Errors: malformed JSON, trailing
+// data after the value, a value that is not an object, or (in practice
+// never) a line that holds all 32 noncharacters and needs a stand-in.
+func DecodeJSONLine(line []byte, repair bool) (obj map[string]any, marks Marks, repaired bool, err error) {
 	if !utf8.Valid(line) {
-		marker = pickMarker(line)
-		if marker == "" {
-			return nil, "", false, errors.New("line is not valid UTF-8")
+		marks.Bytes = pickMarker(line)
+		if marks.Bytes == "" {
+			return nil, Marks{}, false, errors.New("line is not valid UTF-8")
 		}
-		line = replaceInvalidUTF8(line, marker)
+		line = replaceInvalidUTF8(line, marks.Bytes)
+	}
+	if _, lone := replaceLoneSurrogates(line, ""); lone {
+		marks.Surrogate = pickMarker(line)
+		if marks.Surrogate == "" {
+			return nil, Marks{}, false, errors.New("line holds a \\u escape of a lone UTF-16 surrogate")
+		}
+		line, _ = replaceLoneSurrogates(line, marks.Surrogate)
 	}
 	v, err := decodeJSONValue(line)
 	if err != nil && repair {
@@ -172,13 +197,13 @@ func DecodeJSONLine(line []byte, repair bool) (obj map[string]any, marker string
 		}
 	}
 	if err != nil {
-		return nil, "", false, err
+		return nil, Marks{}, false, err
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, "", false, fmt.Errorf("line holds a JSON %s, not an object", jsonKind(v))
+		return nil, Marks{}, false, fmt.Errorf("line holds a JSON %s, not an object", jsonKind(v))
 	}
-	return obj, marker, repaired, nil
+	return obj, marks, repaired, nil
 }
 
 func decodeJSONValue(b []byte) (any, error) {
@@ -211,12 +236,19 @@ func jsonKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// pickMarker returns the first noncharacter in U+FDD0..U+FDEF that does
-// not occur in b, or "" if all 32 do.
+// pickMarker returns the first noncharacter in U+FDD0..U+FDEF that
+// occurs in b neither as itself nor as a \u escape, or "" if all 32 do.
 func pickMarker(b []byte) string {
+	lower := make([]byte, len(b)) // ASCII letters lowered, for \uFDD0
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
 	for r := rune(0xFDD0); r <= 0xFDEF; r++ {
 		m := string(r)
-		if !bytes.Contains(b, []byte(m)) {
+		if !bytes.Contains(b, []byte(m)) && !bytes.Contains(lower, fmt.Appendf(nil, `\u%04x`, r)) {
 			return m
 		}
 	}
@@ -235,6 +267,81 @@ func replaceInvalidUTF8(b []byte, marker string) []byte {
 		b = b[size:]
 	}
 	return out
+}
+
+// replaceLoneSurrogates rewrites, inside JSON strings only, each \u escape
+// of a UTF-16 surrogate (D800..DFFF) that is not a high one directly
+// followed by an escaped low one as marker; found reports whether there
+// was one. Every other byte, escape and surrogate pair is kept; without a
+// lone surrogate b itself is returned.
+func replaceLoneSurrogates(b []byte, marker string) (out []byte, found bool) {
+	last := 0 // b[:last] is already in out
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		if c == '"' {
+			inString = false
+			continue
+		}
+		if c != '\\' || i+1 >= len(b) {
+			continue
+		}
+		u, ok := unicodeEscapeAt(b, i)
+		if !ok {
+			// Another escape (or a broken one): skip both bytes so that
+			// an escaped '"' or '\\' is not read as structure.
+			i++
+			continue
+		}
+		lone := false
+		switch {
+		case u >= 0xD800 && u <= 0xDBFF:
+			if lo, ok := unicodeEscapeAt(b, i+6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 11 // a pair
+				continue
+			}
+			lone = true
+		case u >= 0xDC00 && u <= 0xDFFF:
+			lone = true
+		}
+		if lone {
+			out = append(out, b[last:i]...)
+			out = append(out, marker...)
+			last = i + 6
+			found = true
+		}
+		i += 5
+	}
+	if !found {
+		return b, false
+	}
+	return append(out, b[last:]...), true
+}
+
+// unicodeEscapeAt returns the code unit of the \uXXXX escape at b[i], or
+// false if there is none there.
+func unicodeEscapeAt(b []byte, i int) (rune, bool) {
+	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+		return 0, false
+	}
+	var u rune
+	for _, h := range b[i+2 : i+6] {
+		switch {
+		case h >= '0' && h <= '9':
+			u = u<<4 | rune(h-'0')
+		case h >= 'a' && h <= 'f':
+			u = u<<4 | rune(h-'a'+10)
+		case h >= 'A' && h <= 'F':
+			u = u<<4 | rune(h-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return u, true
 }
 
 // repairJSONStrings rewrites, inside JSON strings only, a '\' that starts

@@ -67,7 +67,8 @@ func TestDecodeJSONLine(t *testing.T) {
 		wantRepair bool
 		field      string // a top-level key whose value is checked
 		want       string
-		wantMarker bool
+		wantMarker bool // invalid UTF-8 in t, marked by Marks.Bytes
+		wantLone   bool // a lone surrogate escape in t, marked by Marks.Surrogate
 	}{
 		{name: "plain", line: `{"t":"hi"}`, field: "t", want: "hi"},
 		{name: "number kept exact", line: `{"t":12345678901234567890}`, field: "t", want: "12345678901234567890"},
@@ -82,10 +83,18 @@ func TestDecodeJSONLine(t *testing.T) {
 		{name: "valid escapes untouched", line: `{"t":"\"\\\/\b\f\n\r\t\u00e9"}`, repair: true, field: "t", want: "\"\\/\b\f\n\r\té"},
 		{name: "repair cannot fix structure; original error kept", line: `{"t":"a\q"`, repair: true, wantErr: "invalid character 'q'"},
 		{name: "invalid utf8 marked", line: "{\"t\":\"a\xffb\",\"u\":\"ok\"}", field: "t", wantMarker: true},
+		{name: "lone high surrogate marked", line: `{"t":"t4\ud800x","u":"ok"}`, field: "t", wantLone: true},
+		{name: "lone low surrogate marked", line: `{"t":"\uDC00","u":"ok"}`, field: "t", wantLone: true},
+		{name: "high surrogate before a non-surrogate marked", line: `{"t":"\ud83d\u0041","u":"ok"}`, field: "t", wantLone: true},
+		{name: "reversed pair marked", line: `{"t":"\ude00\ud83d","u":"ok"}`, field: "t", wantLone: true},
+		{name: "lone surrogate on a repaired line marked", line: `{"t":"a\user \ud800","u":"ok"}`, repair: true, wantRepair: true, field: "t", wantLone: true},
+		{name: "surrogate pair decoded", line: `{"t":"a\ud83d\ude00b"}`, field: "t", want: "a\U0001F600b"},
+		{name: "escaped backslash before u is no escape", line: `{"t":"\\ud800"}`, field: "t", want: `\ud800`},
+		{name: "escaped noncharacter is not taken as a marker", line: "{\"t\":\"a\xff\",\"u\":\"\\uFDD0\"}", field: "t", wantMarker: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, marker, repaired, err := DecodeJSONLine([]byte(tc.line), tc.repair)
+			obj, marks, repaired, err := DecodeJSONLine([]byte(tc.line), tc.repair)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want containing %q", err, tc.wantErr)
@@ -104,14 +113,21 @@ func TestDecodeJSONLine(t *testing.T) {
 			} else {
 				got, _ = obj[tc.field].(string)
 			}
-			if tc.wantMarker {
-				if marker == "" || !strings.Contains(got, marker) || strings.Contains(obj["u"].(string), marker) {
-					t.Fatalf("marker %q not where expected: t=%q u=%q", marker, got, obj["u"])
+			if tc.wantMarker || tc.wantLone {
+				marker, other := marks.Bytes, marks.Surrogate
+				if tc.wantLone {
+					marker, other = other, marker
+				}
+				if marker == "" || other != "" || !strings.Contains(got, marker) || strings.Contains(obj["u"].(string), marker) {
+					t.Fatalf("marks %+q not where expected: t=%q u=%q", marks, got, obj["u"])
+				}
+				if strings.ContainsRune(got, utf8.RuneError) {
+					t.Fatalf("t = %q holds U+FFFD", got)
 				}
 				return
 			}
-			if marker != "" {
-				t.Errorf("unexpected marker %q", marker)
+			if marks != (Marks{}) {
+				t.Errorf("unexpected marks %+q", marks)
 			}
 			if got != tc.want {
 				t.Errorf("%s = %q, want %q", tc.field, got, tc.want)
@@ -130,13 +146,17 @@ func FuzzJSONLDecode(f *testing.F) {
 	f.Add([]byte(`{"id":"a","text":{"nested":1}}` + "\n" + `not json` + "\n" + `[1]`))
 	f.Add([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"))
 	f.Add([]byte("\ufeff{\"id\":\"x\",\"text\":\"bom\"}\r\n"))
+	f.Add([]byte(`{"id":"s","text":"t4\ud800x \ud83d\ude00 \\udc00"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if obj, marker, _, err := DecodeJSONLine(data, true); err == nil {
+		if obj, marks, _, err := DecodeJSONLine(data, true); err == nil {
 			if obj == nil {
 				t.Fatal("nil object without error")
 			}
-			if marker == "" && !utf8.Valid(data) {
+			if marks.Bytes == "" && !utf8.Valid(data) {
 				t.Fatal("invalid UTF-8 decoded without a marker")
+			}
+			if marks.Bytes != "" && marks.Bytes == marks.Surrogate {
+				t.Fatalf("one stand-in %q for both kinds of invalid text", marks.Bytes)
 			}
 		}
 		im, err := newImporter(ImportOptions{Paths: []string{"fuzz"}, IDPath: "id", TitlePath: "title", TextPaths: []string{"text"}, MaxDocBytes: 1 << 10},

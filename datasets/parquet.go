@@ -80,7 +80,7 @@ func (im *importer) readRowGroup(ctx context.Context, p string, g int, rg parque
 				continue
 			}
 			*parsed++
-			if err := im.row(p, *rowNo, v, ""); err != nil {
+			if err := im.row(p, *rowNo, v, Marks{}); err != nil {
 				return err
 			}
 		}

@@ -77,7 +77,7 @@ func TestImportParquet(t *testing.T) {
 	if rep.Read != 45 || rep.Imported != 43 || rep.Duplicates != 1 || rep.Skipped != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	if got := rep.Issues[0].String(); !strings.Contains(got, "shard-00000.parquet:22: field abstract, body[].text, notes[].text: text is empty") {
+	if got := rep.Issues[0].String(); !strings.Contains(got, "shard-00000.parquet:22 field abstract, body[].text, notes[].text: text is empty") {
 		t.Errorf("issue = %q", got)
 	}
 	d := docs[0]

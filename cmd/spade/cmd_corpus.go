@@ -31,8 +31,9 @@ func newCorpusCmd(g *globals) *cobra.Command {
 fields are addressed by paths: a.b for objects, a[].b to map over a list.
 Several --text paths are concatenated. Documents are deduplicated by the
 sha256 of their text; skipped rows are reported with file, line, field and
-reason. A run has one corpus: importing a different one into a run that
-has a corpus is refused (exit 3); use a new --run.
+reason, also when every row is skipped and the import fails. A run has one
+corpus: importing a different one into a run that has a corpus is refused
+(exit 3); use a new --run.
 
 Example (the unarXive sample):
   spade corpus import --run arxiv ../shared/datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz \
@@ -84,7 +85,7 @@ Example (the unarXive sample):
 			}
 			fmt.Printf("imported %d documents into run %s (read %d, duplicates %d, skipped %d, repaired %d)\n", rep.Imported, g.runName, rep.Read, rep.Duplicates, rep.Skipped, rep.Repaired)
 			for _, is := range rep.Issues {
-				fmt.Printf("  skipped %s:%d field %s: %s\n", is.File, is.Line, is.Field, is.Reason)
+				fmt.Printf("  skipped %s\n", is)
 			}
 			return nil
 		},

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCorpusImportSkipReasons runs `spade corpus import` on inputs whose
+// rows are skipped and checks what the user is told: a line over the line
+// cap is reported as such (with both sizes and the flag that raises the
+// cap) also when it is the file's only line, a failed import lists the
+// skipped rows, and a problem of the whole row is printed without a field.
+func TestCorpusImportSkipReasons(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(data), 0o644))
+		return p
+	}
+	// 17 MiB of text: over the default line cap of 4 x 4 MiB.
+	huge := `{"text":"` + strings.Repeat("x", 17<<20) + `"}` + "\n"
+	good := `{"text":"a good document about tides"}` + "\n"
+
+	t.Run("only line over the line cap", func(t *testing.T) {
+		p := write("huge.jsonl", huge)
+		r := spade(t, dir, nil, "--run", "cap1", "corpus", "import", p)
+		require.Equal(t, 1, r.code, r.stderr)
+		require.Contains(t, r.stderr, p+": no parsable rows: none of 1 lines could be decoded as a JSON object; the first: line 1: line is 17825804 bytes, over the line cap of 16777216 bytes (4 x MaxDocBytes, set with --max-doc-bytes; raise that to read longer lines)")
+	})
+
+	t.Run("line over the line cap among good ones", func(t *testing.T) {
+		p := write("huge-and-good.jsonl", huge+good)
+		r := spade(t, dir, nil, "--run", "cap2", "corpus", "import", p)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "imported 1 documents")
+		require.Contains(t, r.stdout, "  skipped "+p+":1: line is 17825804 bytes, over the line cap of 16777216 bytes (4 x MaxDocBytes, set with --max-doc-bytes")
+		require.NotContains(t, r.stdout, "field :")
+	})
+
+	t.Run("every row skipped", func(t *testing.T) {
+		p := write("blank.jsonl", `{"text":""}`+"\n"+`{"text":"  "}`+"\n")
+		r := spade(t, dir, nil, "--run", "blank", "corpus", "import", p)
+		require.Equal(t, 1, r.code, r.stderr)
+		require.Contains(t, r.stderr, "import produced no documents (2 rows read, 2 skipped):\n"+
+			"  skipped "+p+":1 field text: text is empty\n"+
+			"  skipped "+p+":2 field text: text is empty\n")
+	})
+
+	t.Run("whole-row and field issues", func(t *testing.T) {
+		p := write("mixed.jsonl", "[1,2]\n"+`{"id":"b","text":""}`+"\n"+`{"id":"c","text":"fine"}`+"\n")
+		r := spade(t, dir, nil, "--run", "mixed", "corpus", "import", p, "--id", "id")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "  skipped "+p+":1: not a JSON object: line holds a JSON array, not an object\n")
+		require.Contains(t, r.stdout, "  skipped "+p+":2 field text: text is empty\n")
+		require.NotContains(t, r.stdout, "field :")
+	})
+
+	t.Run("lone surrogates and numeric ids", func(t *testing.T) {
+		p := write("values.jsonl", `{"id":1e20,"text":"one"}`+"\n"+`{"id":2,"text":"t4\ud800x"}`+"\n"+`{"id":3.50,"text":"three"}`+"\n")
+		r := spade(t, dir, nil, "--run", "values", "corpus", "import", p, "--id", "id")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "  skipped "+p+`:2 field text: text field holds a \u escape of a lone UTF-16 surrogate`)
+		q := spade(t, dir, nil, "--run", "values", "sql", "--format", "csv", "select doc_id, text from corpus order by text")
+		require.Equal(t, 0, q.code, q.stderr)
+		require.Equal(t, "doc_id,text\n100000000000000000000,one\n3.5,three\n", q.stdout)
+	})
+}
