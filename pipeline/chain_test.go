@@ -236,3 +236,30 @@ func BenchmarkVerifyChain100Rounds(b *testing.B) {
 		}
 	}
 }
+
+// TestStageByStageChecks: the path Airflow takes (spade stage, spade
+// commit --seal) refuses what RunRound refuses: Seal will not chain a
+// round onto rounds that do not verify, and no stage of an interrupted
+// fork runs.
+func TestStageByStageChecks(t *testing.T) {
+	ctx := context.Background()
+	t.Run("seal", func(t *testing.T) {
+		s := chainStore(t)
+		editJSON(t, s, pipeline.SealKey("src", 2), func(v map[string]any) {
+			v["tables"].(map[string]any)["metrics"] = strings.Repeat("ab", 32)
+		})
+		_, err := forkRunner(s, "src", 3).Seal(ctx, 3)
+		require.ErrorIs(t, err, pipeline.ErrIntegrity)
+		require.ErrorContains(t, err, "round 3 cannot build on rounds 0..2 of run src")
+		_, err = pipeline.ReadSeal(ctx, s, "src", 3)
+		require.ErrorIs(t, err, pipeline.ErrNotCommitted, "no seal written")
+	})
+	t.Run("stage of an interrupted fork", func(t *testing.T) {
+		s := chainStore(t)
+		opts := pipeline.ForkOptions{Source: "src", Round: 2, Target: "half", Config: forkRunner(s, "half", 5).Config}
+		_, err := pipeline.Fork(ctx, &failingStore{Store: s, n: 3}, opts)
+		require.ErrorIs(t, err, errKilled)
+		_, err = forkRunner(s, "half", 5).RunStage(ctx, 3, "walk", pipeline.Shard{Index: 0, Count: 1}, true)
+		require.ErrorIs(t, err, pipeline.ErrIncompleteFork)
+	})
+}

@@ -305,11 +305,7 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 	if round < 0 {
 		return nil, fmt.Errorf("round must be >= 0 (got %d)", round)
 	}
-	if rf, err := ReadRunFile(ctx, r.Store, r.Run); err == nil {
-		if err := CheckForkComplete(ctx, r.Store, r.Run, rf); err != nil {
-			return nil, err
-		}
-	} else if !errors.Is(err, ErrNotCommitted) {
+	if err := r.checkFork(ctx); err != nil {
 		return nil, err
 	}
 	if round >= 1 {
@@ -349,7 +345,7 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 			res.Skipped = append(res.Skipped, s.Name())
 		}
 	}
-	seal, err := r.Seal(ctx, round)
+	seal, err := r.seal(ctx, round) // rounds 0..round-1 were verified above
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +406,11 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 			why = "it runs at round 0 only"
 		}
 		return false, &NotInRoundError{Stage: name, Round: round, Why: why}
+	}
+	// The chain of earlier rounds is verified once per round, by Seal
+	// (`spade commit --seal`), not by every shard task.
+	if err := r.checkFork(ctx); err != nil {
+		return false, err
 	}
 	if _, err := r.EnsureRun(ctx); err != nil {
 		return false, err
@@ -698,8 +699,50 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 }
 
 // Seal writes round r's _ROUND.json once every stage that runs at r has
-// committed its tables (put-if-absent; an existing seal is returned).
+// committed its tables (put-if-absent; an existing seal is returned). It
+// is what `spade commit --seal` does at the end of a round run stage by
+// stage (Airflow, Kubernetes, Slurm), so before writing it checks what the
+// seal chains onto, as RunRound does: the run is not an interrupted fork
+// (ErrIncompleteFork) and rounds 0..r-1 verify (VerifyChain, ErrIntegrity).
 func (r *Runner) Seal(ctx context.Context, round int) (*Seal, error) {
+	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
+		return seal, nil
+	}
+	if err := r.checkBase(ctx, round); err != nil {
+		return nil, err
+	}
+	return r.seal(ctx, round)
+}
+
+// checkFork refuses a run whose spade fork was interrupted
+// (CheckForkComplete); a run not created yet passes.
+func (r *Runner) checkFork(ctx context.Context) error {
+	rf, err := ReadRunFile(ctx, r.Store, r.Run)
+	if errors.Is(err, ErrNotCommitted) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return CheckForkComplete(ctx, r.Store, r.Run, rf)
+}
+
+// checkBase refuses an interrupted fork and, for round >= 1, rounds
+// 0..round-1 that do not verify (VerifyChain).
+func (r *Runner) checkBase(ctx context.Context, round int) error {
+	if err := r.checkFork(ctx); err != nil {
+		return err
+	}
+	if round >= 1 {
+		if err := VerifyChain(ctx, r.Store, r.Run, round-1); err != nil {
+			return fmt.Errorf("round %d cannot build on rounds 0..%d of run %s: %w", round, round-1, r.Run, err)
+		}
+	}
+	return nil
+}
+
+// seal is Seal without the checks of earlier rounds.
+func (r *Runner) seal(ctx context.Context, round int) (*Seal, error) {
 	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
 		return seal, nil
 	}
