@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,7 +45,14 @@ func newSQLCmd(g *globals) *cobra.Command {
 		Short: "Query the run with DuckDB: one view per table (all rounds, with a round column)",
 		Long: `Query the run with DuckDB. Each table of the run is a view over exactly the
 files its committed manifests list, across every round, with an added
-"round" column; e.g. spade sql "select round, avg(regret) from labels group by round".`,
+"round" column; e.g. spade sql "select round, avg(regret) from labels group by round".
+A table committed with no rows is an empty view with the table's columns.
+
+The query is one read statement: one that DuckDB classifies as a SELECT
+(` + sqlview.ReadStatements + `).
+Other statements (COPY, ATTACH, EXPORT, INSTALL, LOAD, CREATE, DROP, SET,
+CALL, EXPLAIN, ...), several statements, and any file other than the
+run's table files are refused with exit code 2 (docs/cli.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch format {
@@ -63,9 +71,9 @@ files its committed manifests list, across every round, with an added
 				return err
 			}
 			defer db.Close()
-			rows, err := db.QueryContext(ctx, args[0])
+			rows, err := sqlview.Query(ctx, db, args[0])
 			if err != nil {
-				return fmt.Errorf("query: %w", err)
+				return queryError(err)
 			}
 			defer rows.Close()
 			return writeRows(os.Stdout, rows, format)
@@ -73,6 +81,17 @@ files its committed manifests list, across every round, with an added
 	}
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
 	return cmd
+}
+
+// queryError prefixes an error of the query with "query: "; a refusal
+// (*sqlview.RefusedError, a DuckDB permission error included) is a usage
+// error (exit 2), any other error a failure (exit 1).
+func queryError(err error) error {
+	err = sqlview.Refusal(err)
+	if errors.As(err, new(*sqlview.RefusedError)) {
+		return usagef("query: %w", err)
+	}
+	return fmt.Errorf("query: %w", err)
 }
 
 func writeRows(w io.Writer, rows *sql.Rows, format string) error {
@@ -93,7 +112,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		records = append(records, vals)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("query: %w", err)
+		return queryError(err)
 	}
 	cell := func(v any) string {
 		switch x := v.(type) {

@@ -1,6 +1,11 @@
 // Package sqlview opens DuckDB over a run: one view per table, over exactly
 // the files the committed manifests list (readers never list directories),
 // with a round column (DESIGN.md "DuckDB over the outputs").
+//
+// The database Open returns is confined: DuckDB may open the run's table
+// files and nothing else, installs or loads no further extension, and
+// refuses any change of its settings. Query runs one statement, and only one that DuckDB classifies
+// as a SELECT (docs/cli.md "sql").
 package sqlview
 
 import (
@@ -15,11 +20,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	_ "github.com/duckdb/duckdb-go/v2" // registers the "duckdb" driver
+	duckdb "github.com/duckdb/duckdb-go/v2" // also registers the "duckdb" driver
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/filestore"
+	"github.com/spade-pipeline/spade/schemas"
 )
 
 // Options configures Open.
@@ -41,7 +48,8 @@ type View struct {
 	// Rounds lists the rounds with a committed manifest of the table, in
 	// increasing order (rounds whose manifest lists no files included).
 	Rounds []int
-	// Files is the number of Parquet files the view reads.
+	// Files is the number of Parquet files the view reads; 0 for a table
+	// committed with no rows in every round, whose view is empty.
 	Files int
 	// Rows is the view's row count, summed from the manifests.
 	Rows int64
@@ -49,14 +57,28 @@ type View struct {
 
 // Open creates an in-memory DuckDB database with one view per table of run
 // across its committed rounds. Files of a file:// store are read in place;
-// other stores' files are copied to the cache, verified by sha256.
+// other stores' files are copied to the cache, verified by sha256. A table
+// whose committed manifests list no files (the stage emitted no rows) is an
+// empty view with the columns and DuckDB types its schema's Parquet files
+// have (round INTEGER first); a table with no committed manifest has no
+// view.
+//
+// Once the views exist, the database is confined (confine): DuckDB may
+// open only the files the views read, loads and installs no extension, and
+// refuses every later change of a setting. Errors: the run file or a
+// manifest cannot be read, a file fails its size or sha256 check
+// (pipeline.ErrIntegrity), an empty table's schema is not this build's, or
+// DuckDB refuses a view or a setting.
 func Open(ctx context.Context, s storage.Store, run string, opts Options) (*sql.DB, []View, error) {
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("open duckdb: %w", err)
 	}
 	db.SetMaxOpenConns(1)
-	views, err := createViews(ctx, db, s, run, opts)
+	views, paths, err := createViews(ctx, db, s, run, opts)
+	if err == nil {
+		err = confine(ctx, db, paths)
+	}
 	if err != nil {
 		db.Close()
 		return nil, nil, err
@@ -64,9 +86,35 @@ func Open(ctx context.Context, s storage.Store, run string, opts Options) (*sql.
 	return db, views, nil
 }
 
-func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, opts Options) ([]View, error) {
+// confine applies DuckDB's own access settings to db: allowed_paths =
+// paths (the only files DuckDB may open, to read or to write; DuckDB takes
+// it only while external access is enabled), autoinstall_known_extensions
+// and autoload_known_extensions = false, enable_external_access = false
+// (no other file, no network, no extension install or load, no ATTACH),
+// and last lock_configuration = true (no SET, RESET or PRAGMA may change
+// any setting afterwards).
+func confine(ctx context.Context, db *sql.DB, paths []string) error {
+	quoted := make([]string, len(paths))
+	for i, p := range paths {
+		quoted[i] = quote(p)
+	}
+	for _, q := range []string{
+		"SET allowed_paths = [" + strings.Join(quoted, ", ") + "]",
+		"SET autoinstall_known_extensions = false",
+		"SET autoload_known_extensions = false",
+		"SET enable_external_access = false",
+		"SET lock_configuration = true",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("confine duckdb: %s: %w", strings.SplitN(q, " = ", 2)[0], err)
+		}
+	}
+	return nil
+}
+
+func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, opts Options) ([]View, []string, error) {
 	if _, err := pipeline.ReadRunFile(ctx, s, run); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var local func(f pipeline.FileEntry) (string, error)
 	if fs, ok := s.(*filestore.Store); ok {
@@ -74,6 +122,8 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 		// the manifest, as every other reader does (pipeline.ReadVerified):
 		// DuckDB would otherwise return rows from a damaged file silently.
 		local = func(f pipeline.FileEntry) (string, error) {
+			// fs.Root() is absolute (filestore.New), so p is the path
+			// allowed_paths names, whatever the working directory.
 			p := filepath.Join(fs.Root(), filepath.FromSlash(f.Key))
 			return p, verifyFile(p, f)
 		}
@@ -87,8 +137,15 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 			dir = filepath.Join(base, "spade")
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("cache dir %s: %w", dir, err)
+			return nil, nil, fmt.Errorf("cache dir %s: %w", dir, err)
 		}
+		// Absolute, so that the paths DuckDB opens are those allowed_paths
+		// names, whatever the working directory.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cache dir %s: %w", dir, err)
+		}
+		dir = abs
 		local = func(f pipeline.FileEntry) (string, error) {
 			p := filepath.Join(dir, f.SHA256+".parquet")
 			if st, err := os.Stat(p); err == nil && st.Size() == f.Bytes {
@@ -108,34 +165,38 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 	// Sealed rounds plus the one in progress (its committed tables show).
 	last, err := pipeline.NextRound(ctx, s, run)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if opts.MaxRound > 0 {
 		last = min(last, opts.MaxRound)
 	}
 	var views []View
+	var allowed []string
 	for _, t := range opts.Tables {
 		v := View{Table: t}
 		var selects []string
+		var empty *pipeline.Manifest // a manifest of t that lists no files
 		for r := 0; r <= last; r++ {
 			m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey(run, r, t))
 			if errors.Is(err, storage.ErrNotFound) {
 				continue
 			}
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if len(m.Files) == 0 {
 				v.Rounds = append(v.Rounds, r)
+				empty = m
 				continue
 			}
 			var paths []string
 			for _, f := range m.Files {
 				p, err := local(f)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				paths = append(paths, quote(p))
+				allowed = append(allowed, p)
 			}
 			v.Rounds = append(v.Rounds, r)
 			v.Files += len(m.Files)
@@ -145,16 +206,75 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 			// (and UNION ALL BY NAME over two rounds then fails).
 			selects = append(selects, fmt.Sprintf("SELECT %d::INTEGER AS round, * FROM read_parquet([%s], hive_partitioning = false)", r, strings.Join(paths, ", ")))
 		}
+		if len(selects) == 0 && empty != nil {
+			q, err := emptySelect(ctx, db, empty)
+			if err != nil {
+				return nil, nil, err
+			}
+			selects = append(selects, q)
+		}
 		if len(selects) == 0 {
 			continue
 		}
 		q := fmt.Sprintf("CREATE VIEW %s AS %s", ident(t), strings.Join(selects, " UNION ALL BY NAME "))
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("create view %s: %w", t, err)
+			return nil, nil, fmt.Errorf("create view %s: %w", t, err)
 		}
 		views = append(views, v)
 	}
-	return views, nil
+	return views, allowed, nil
+}
+
+// emptySelect returns a SELECT of no rows with the columns of m's table: a
+// round INTEGER column, then every column of m.Kind's schema with the type
+// DuckDB reads from a Parquet file of that schema. It writes an empty
+// Parquet file with the schema (as pipeline/table would, without rows) to
+// the temporary directory, has DuckDB DESCRIBE it and removes it. Errors:
+// the kind is unknown, its schema fingerprint is not the manifest's (the
+// run was written by a build with another schema), or the file cannot be
+// written or read.
+func emptySelect(ctx context.Context, db *sql.DB, m *pipeline.Manifest) (string, error) {
+	kind := m.Kind
+	if kind == "" {
+		kind = m.Table
+	}
+	info, ok := schemas.Lookup(kind)
+	if !ok {
+		return "", fmt.Errorf("table %s round %d: unknown kind %q", m.Table, m.Round, kind)
+	}
+	if m.SchemaFingerprint != info.Fingerprint() {
+		return "", fmt.Errorf("table %s round %d: schema fingerprint %.12s is not this build's %s v%d", m.Table, m.Round, m.SchemaFingerprint, info.Name, info.Version)
+	}
+	f, err := os.CreateTemp("", "spade-sqlview-*.parquet")
+	if err != nil {
+		return "", fmt.Errorf("table %s: empty view: %w", m.Table, err)
+	}
+	defer os.Remove(f.Name())
+	w := parquet.NewWriter(f, info.Schema)
+	err = w.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("table %s: empty view: write %s: %w", m.Table, f.Name(), err)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet("+quote(f.Name())+"))")
+	if err != nil {
+		return "", fmt.Errorf("table %s: empty view: %w", m.Table, err)
+	}
+	defer rows.Close()
+	cols := []string{"NULL::INTEGER AS round"}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return "", fmt.Errorf("table %s: empty view: %w", m.Table, err)
+		}
+		cols = append(cols, fmt.Sprintf("CAST(NULL AS %s) AS %s", typ, ident(name)))
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("table %s: empty view: %w", m.Table, err)
+	}
+	return "SELECT " + strings.Join(cols, ", ") + " WHERE false", nil
 }
 
 // verifyFile streams the local file p through sha256 and compares size
@@ -182,3 +302,127 @@ func verifyFile(p string, f pipeline.FileEntry) error {
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// ReadStatements names, for error messages and docs, the statements Query
+// runs: every statement that DuckDB classifies as a SELECT.
+const ReadStatements = "SELECT, WITH, VALUES, FROM ..., TABLE, DESCRIBE, SHOW, SUMMARIZE, PIVOT with an IN list, and the PRAGMAs DuckDB turns into a SELECT (table_info, show_tables, version, ...)"
+
+// RefusedError is the error of a query that Check or Query refuses to run
+// because it is not one read statement, or because it opens a file other
+// than the run's table files.
+type RefusedError struct {
+	// Kind names what is refused: a statement kind ("COPY statement",
+	// "ATTACH statement", ...), "query" when it is not exactly one
+	// statement, or "file access".
+	Kind string
+	// Reason says why, in words.
+	Reason string
+}
+
+// Error returns "<Kind> refused: <Reason>".
+func (e *RefusedError) Error() string { return e.Kind + " refused: " + e.Reason }
+
+// refusedKinds names each statement type Check refuses, and why.
+var refusedKinds = map[duckdb.StmtType][2]string{
+	duckdb.STATEMENT_TYPE_INSERT:       {"INSERT statement", "it changes table data"},
+	duckdb.STATEMENT_TYPE_UPDATE:       {"UPDATE statement", "it changes table data"},
+	duckdb.STATEMENT_TYPE_DELETE:       {"DELETE statement", "it changes table data"},
+	duckdb.STATEMENT_TYPE_EXPLAIN:      {"EXPLAIN statement", "EXPLAIN ANALYZE runs the statement it explains, a COPY too, and DuckDB gives EXPLAIN and EXPLAIN ANALYZE the same statement type"},
+	duckdb.STATEMENT_TYPE_PREPARE:      {"PREPARE statement", "a prepared statement can be any statement"},
+	duckdb.STATEMENT_TYPE_EXECUTE:      {"EXECUTE statement", "a prepared statement can be any statement"},
+	duckdb.STATEMENT_TYPE_CREATE:       {"CREATE statement", "it adds to the catalog"},
+	duckdb.STATEMENT_TYPE_CREATE_FUNC:  {"CREATE FUNCTION statement", "it adds to the catalog"},
+	duckdb.STATEMENT_TYPE_ALTER:        {"ALTER statement", "it changes the catalog"},
+	duckdb.STATEMENT_TYPE_DROP:         {"DROP statement", "it removes catalog entries"},
+	duckdb.STATEMENT_TYPE_TRANSACTION:  {"transaction statement", "a single read statement needs no transaction"},
+	duckdb.STATEMENT_TYPE_COPY:         {"COPY statement", "it writes files (COPY TO) or loads files into tables (COPY FROM)"},
+	duckdb.STATEMENT_TYPE_EXPORT:       {"EXPORT DATABASE statement", "it writes files"},
+	duckdb.STATEMENT_TYPE_ATTACH:       {"ATTACH statement", "it opens or creates database files"},
+	duckdb.STATEMENT_TYPE_DETACH:       {"DETACH statement", "it detaches databases"},
+	duckdb.STATEMENT_TYPE_LOAD:         {"INSTALL/LOAD statement", "it installs or loads extensions"},
+	duckdb.STATEMENT_TYPE_SET:          {"SET/RESET/USE statement", "it changes settings, and the settings are locked"},
+	duckdb.STATEMENT_TYPE_VARIABLE_SET: {"SET VARIABLE statement", "it changes session state"},
+	duckdb.STATEMENT_TYPE_PRAGMA:       {"PRAGMA statement", "this PRAGMA runs a procedure or changes state; only PRAGMAs that DuckDB turns into a SELECT run"},
+	duckdb.STATEMENT_TYPE_CALL:         {"CALL statement", "only statements that DuckDB classifies as SELECT run; SELECT * FROM f(...) reads a table function"},
+	duckdb.STATEMENT_TYPE_ANALYZE:      {"ANALYZE statement", "it updates statistics"},
+	duckdb.STATEMENT_TYPE_VACUUM:       {"VACUUM/ANALYZE statement", "it rewrites storage or statistics"},
+}
+
+// Check prepares query on db (a database from Open) without running it
+// and returns nil if it is exactly one statement that DuckDB classifies
+// as a SELECT (duckdb.Stmt.StatementType; ReadStatements lists what that
+// covers). Otherwise it returns a *RefusedError naming the statement kind
+// and why, or DuckDB's error when the query does not parse or bind.
+//
+// It prepares with duckdb.Conn.Prepare, which refuses a query of zero or
+// several statements without running any of them; PrepareContext, which
+// database/sql uses, would run every statement but the last while
+// preparing, unchecked. Preparing binds the statement, and binding can
+// touch files (EXPORT DATABASE creates its directory then): the
+// confinement Open applies makes DuckDB refuse that, and the refusal is
+// returned as a *RefusedError of Kind "file access".
+func Check(ctx context.Context, db *sql.DB, query string) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(driverConn any) error {
+		c, ok := driverConn.(*duckdb.Conn)
+		if !ok {
+			return fmt.Errorf("sqlview: connection is a %T, not a DuckDB connection", driverConn)
+		}
+		st, err := c.Prepare(query)
+		if err != nil {
+			var de *duckdb.Error
+			if errors.As(err, &de) {
+				return Refusal(err)
+			}
+			return &RefusedError{Kind: "query", Reason: "spade sql runs exactly one statement, and DuckDB found none or several in it (a PIVOT without an IN list is several)"}
+		}
+		defer st.Close()
+		ds, ok := st.(*duckdb.Stmt)
+		if !ok {
+			return fmt.Errorf("sqlview: statement is a %T, not a DuckDB statement", st)
+		}
+		typ, err := ds.StatementType()
+		if err != nil {
+			return err
+		}
+		if typ == duckdb.STATEMENT_TYPE_SELECT {
+			return nil
+		}
+		k, ok := refusedKinds[typ]
+		if !ok {
+			k = [2]string{fmt.Sprintf("statement of DuckDB statement type %d", typ), "it is not a read statement"}
+		}
+		return &RefusedError{Kind: k[0], Reason: k[1] + "; spade sql runs only read statements: " + ReadStatements}
+	})
+}
+
+// Query runs query on db (a database from Open) once Check accepts it and
+// returns its rows; the caller closes them. Errors: Check's, or DuckDB's
+// (a refused file access as a *RefusedError).
+func Query(ctx context.Context, db *sql.DB, query string) (*sql.Rows, error) {
+	if err := Check(ctx, db, query); err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, Refusal(err)
+	}
+	return rows, nil
+}
+
+// Refusal returns err as a *RefusedError of Kind "file access" when it is
+// DuckDB's permission error (the confinement refused to open a file), and
+// err unchanged otherwise. Query applies it; apply it to the errors of
+// the rows Query returns too.
+func Refusal(err error) error {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypePermission {
+		msg, _, _ := strings.Cut(de.Msg, "\n")
+		return &RefusedError{Kind: "file access", Reason: "spade sql reads only the files of the run's tables (" + msg + ")"}
+	}
+	return err
+}

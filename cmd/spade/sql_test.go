@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/internal/testutil/s3server"
+	"github.com/spade-pipeline/spade/pipeline"
+)
+
+// sqlAttack is one query `spade sql` must refuse with exit code 2 and a
+// message containing want.
+type sqlAttack struct {
+	query string
+	want  string
+}
+
+// sqlAttacks are the reviewer's attacks and their neighbours: part is a
+// committed part file, outside a directory outside the store.
+func sqlAttacks(part, outside string) []sqlAttack {
+	return []sqlAttack{
+		{"copy (select * from labels where round=2) to '" + part + "' (format parquet)", "COPY statement refused"},
+		{"copy (select 1) to '" + part + "' (format csv, use_tmp_file false)", "COPY statement refused"},
+		{"explain analyze copy (select 1) to '" + part + "' (format csv, use_tmp_file false)", "EXPLAIN statement refused"},
+		{"copy (select 'x') to 'runs/default/round=000002/evil.csv'", "file access refused"},
+		{"attach '" + filepath.Join(outside, "x.duckdb") + "' as x; create table x.t as select 42", "query refused: spade sql runs exactly one statement"},
+		{"attach '" + filepath.Join(outside, "x.duckdb") + "' as x", "ATTACH statement refused"},
+		{"export database '" + filepath.Join(outside, "exportdb") + "'", "file access refused"},
+		{"install httpfs", "INSTALL/LOAD statement refused"},
+		{"load httpfs", "INSTALL/LOAD statement refused"},
+		{"select * from read_csv('/etc/passwd', sep=':')", "file access refused"},
+		{"select * from read_text('/etc/shadow')", "file access refused"},
+		{"create table t as select 42", "CREATE statement refused"},
+		{"drop view labels", "DROP statement refused"},
+		{"set enable_external_access = true", "SET/RESET/USE statement refused"},
+		{"call checkpoint()", "CALL statement refused"},
+		{"pragma enable_profiling", "PRAGMA statement refused"},
+		{"select 1; select 2", "query refused"},
+	}
+}
+
+// TestSQLReadOnly: on a run of two rounds, `spade sql` refuses every
+// statement that writes, several statements and every file other than the
+// run's table files (exit 2, naming what is refused); the store, the
+// other directory and DuckDB's home directory are left as they were; read
+// queries still run.
+func TestSQLReadOnly(t *testing.T) {
+	o := newOpsEnv(t)
+	o.must(t, nil, "round", "1")
+	o.must(t, nil, "round", "2")
+	home := t.TempDir() // DuckDB keeps extensions under $HOME/.duckdb
+	env := []string{"HOME=" + home}
+	parts, err := filepath.Glob(filepath.Join(o.dir, "runs", "default", "round=000001", "labels", "*.parquet"))
+	require.NoError(t, err)
+	require.Len(t, parts, 1)
+	outside := t.TempDir()
+	before := parquetFiles(t, o.dir)
+
+	for _, a := range sqlAttacks(parts[0], outside) {
+		t.Run(a.query, func(t *testing.T) {
+			r := o.spade(t, env, "sql", a.query)
+			require.Equal(t, exitUsage, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			require.Contains(t, r.stderr, a.want)
+		})
+	}
+	require.Equal(t, before, parquetFiles(t, o.dir), "committed files are unchanged")
+	require.NoFileExists(t, filepath.Join(o.dir, "runs", "default", "round=000002", "evil.csv"))
+	left, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing is written outside the store")
+	require.NoDirExists(t, filepath.Join(home, ".duckdb"), "no extension is installed")
+
+	for q, want := range map[string]string{
+		"select round, count(*) from labels group by round order by round":                                 "round,count_star()\n1,6\n2,5\n",
+		"select count(*) = (select count(*) from labels) from labels l join environments e using (env_id)": "true\n",
+		"with r as (select env_id, count(*) n from rollouts group by env_id) select sum(n) from r":         "68\n",
+		"describe labels":                       "column_name,column_type,null,key,default,extra\nround,INTEGER,YES,NULL,NULL,NULL\nenv_id,VARCHAR,YES,NULL,NULL,NULL\n",
+		"pragma table_info('labels')":           "0,round,INTEGER,false,NULL,false\n",
+		"show tables":                           "\nlabels\n",
+		"select count(*) from (summarize pool)": "\n11\n",
+	} {
+		r := o.spade(t, env, "sql", "--format", "csv", q)
+		require.Equal(t, 0, r.code, "%s\n%s", q, r.stderr)
+		require.Contains(t, r.stdout, want, q)
+	}
+}
+
+// TestSQLEmptyTable: a table committed with no rows (the pool of a run
+// whose learnable band admits no environment) is an empty view with the
+// columns and types the table has when it has rows.
+func TestSQLEmptyTable(t *testing.T) {
+	o := newOpsEnv(t)
+	o.must(t, nil, "round", "1")
+	full := o.must(t, nil, "sql", "--format", "csv", "describe pool")
+	require.Contains(t, full, "round,INTEGER")
+
+	cfg := filepath.Join(t.TempDir(), "empty.yaml")
+	src, err := os.ReadFile(o.cfg)
+	require.NoError(t, err)
+	// No win rate of G = 4 plays is 0.99: no environment is admitted.
+	require.NoError(t, os.WriteFile(cfg, append(src, []byte("label:\n  band_low: 0.99\n  band_high: 0.99\n")...), 0o644))
+	e := &opsEnv{dir: t.TempDir(), cfg: cfg}
+	e.store = "file://" + filepath.Join(e.dir, "runs")
+	e.must(t, nil, "round", "1")
+	m, err := pipeline.ReadManifest(context.Background(), openStore(t, e.store), pipeline.ManifestKey("default", 1, "pool"))
+	require.NoError(t, err)
+	require.Empty(t, m.Files, "the pool is committed with no files")
+	require.Equal(t, "count_star()\n0\n", e.must(t, nil, "sql", "--format", "csv", "select count(*) from pool"))
+	require.Equal(t, full, e.must(t, nil, "sql", "--format", "csv", "describe pool"))
+}
+
+// TestSQLS3: over an S3 store (versitygw) the files DuckDB reads are the
+// verified copies in the cache; queries run, and the cache and host files
+// are as closed to the query as a local store's files.
+func TestSQLS3(t *testing.T) {
+	o := newOpsEnv(t)
+	srv := s3server.Start(t)
+	url := srv.StoreURL("spade/sql", nil)
+	cache := t.TempDir()
+	env := []string{"XDG_CACHE_HOME=" + cache, "HOME=" + t.TempDir()}
+	run := func(args ...string) result { return spade(t, o.dir, env, o.args(url, args)...) }
+	r := run("round", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = run("sql", "--format", "csv", "select count(*), count(distinct env_id) from labels")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "count_star(),count(DISTINCT env_id)\n6,6\n", r.stdout)
+	cached, err := filepath.Glob(filepath.Join(cache, "spade", "*.parquet"))
+	require.NoError(t, err)
+	require.NotEmpty(t, cached)
+	before := map[string][]byte{}
+	for _, p := range cached {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		before[p] = b
+	}
+	outside := t.TempDir()
+	for _, a := range sqlAttacks(cached[0], outside) {
+		if strings.Contains(a.query, "runs/default") {
+			continue // a local store's directory: there is none here
+		}
+		r := run("sql", a.query)
+		require.Equal(t, exitUsage, r.code, "%s\nstdout:\n%s\nstderr:\n%s", a.query, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, a.want, a.query)
+	}
+	for p, b := range before {
+		got, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Equal(t, b, got, "cached file %s is unchanged", p)
+	}
+	left, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
