@@ -148,7 +148,9 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 		dir = abs
 		local = func(f pipeline.FileEntry) (string, error) {
 			p := filepath.Join(dir, f.SHA256+".parquet")
-			if st, err := os.Stat(p); err == nil && st.Size() == f.Bytes {
+			// A copy is reused only if it still hashes to the manifest's
+			// sha256; a damaged one is fetched again.
+			if st, err := os.Stat(p); err == nil && st.Size() == f.Bytes && verifyFile(p, f) == nil {
 				return p, nil
 			}
 			data, err := pipeline.ReadVerified(ctx, s, f)

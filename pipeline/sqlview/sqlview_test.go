@@ -323,4 +323,16 @@ func TestS3(t *testing.T) {
 	}
 	require.Equal(t, cached, sums(t, cache), "the cache is unchanged")
 	require.Empty(t, sums(t, outside))
+
+	// A cached copy damaged in place (same size) is fetched again, not
+	// read: the cache is checked by sha256 like the store's own files.
+	for p := range cached {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+	}
+	db2, _ := open(t, s, "r", cache)
+	require.Equal(t, [][]string{{"4", "8"}}, all(t, db2, "SELECT count(*), sum(\"return\") FROM rollouts"))
+	require.Equal(t, cached, sums(t, cache), "the damaged copies were replaced")
 }
