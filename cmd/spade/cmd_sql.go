@@ -66,7 +66,14 @@ run's table files are refused with exit code 2 (docs/cli.md).`,
 				return err
 			}
 			defer a.close()
-			db, _, err := sqlview.Open(ctx, a.store, g.runName, sqlview.Options{Tables: a.tableNames()})
+			// A private spill directory: DuckDB's default (.tmp in the
+			// working directory) could be a symlink, and queries may read it.
+			tmp, err := os.MkdirTemp("", "spade-sql-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			db, _, err := sqlview.Open(ctx, a.store, g.runName, sqlview.Options{Tables: a.tableNames(), TempDir: tmp})
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/datasets"
+	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -80,13 +81,25 @@ func run(ctx context.Context, args []string) int {
 		if where != "" {
 			msg += " (" + where + ")"
 		}
-		msg += "; what was committed is kept: run the same command again to resume"
+		if c, _, ferr := root.Find(args); ferr == nil && writes[c.Name()] {
+			msg += "; what was committed is kept: run the same command again to resume"
+		}
 	}
 	if msg != "" {
-		fmt.Fprintln(os.Stderr, "spade:", msg)
+		// Messages can quote data (a query's error, a model's text): each
+		// line is shown with its control characters escaped.
+		lines := strings.Split(msg, "\n")
+		for i, l := range lines {
+			lines[i] = termtext.Safe(l)
+		}
+		fmt.Fprintln(os.Stderr, "spade:", strings.Join(lines, "\n"))
 	}
 	return code
 }
+
+// writes names the commands that commit to the store, whose interruption
+// message says how to resume.
+var writes = map[string]bool{"round": true, "stage": true, "commit": true, "import": true, "fork": true, "gc": true}
 
 func exitCode(ctx context.Context, err error) int {
 	var ee exitError

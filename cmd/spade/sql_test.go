@@ -88,6 +88,14 @@ func TestSQLReadOnly(t *testing.T) {
 		require.Equal(t, 0, r.code, "%s\n%s", q, r.stderr)
 		require.Contains(t, r.stdout, want, q)
 	}
+
+	// An error message quoting data reaches the terminal escaped.
+	r := o.spade(t, env, "sql", "select error(chr(27) || '[2J' || chr(7))")
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Contains(t, r.stderr, `\x1b[2J\x07`)
+	require.NotContains(t, r.stderr, "\x1b")
+	// No spill directory is left behind, and none in the working directory.
+	require.NoDirExists(t, filepath.Join(o.dir, ".tmp"))
 }
 
 // TestSQLEmptyTable: a table committed with no rows (the pool of a run

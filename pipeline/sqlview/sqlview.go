@@ -39,6 +39,13 @@ type Options struct {
 	// MaxRound bounds the rounds scanned (0 = up to the first unsealed
 	// round, whose committed tables are included).
 	MaxRound int
+	// TempDir is where DuckDB may spill a query larger than its memory
+	// limit: a private directory the caller created (os.MkdirTemp) and
+	// removes after Close. DuckDB lets queries read and list its temp
+	// directory, so it must hold nothing else; its default, .tmp in the
+	// working directory, could be a symlink to anywhere. "" disables
+	// spilling (such a query fails with an out-of-memory error).
+	TempDir string
 }
 
 // View describes one created view.
@@ -77,7 +84,7 @@ func Open(ctx context.Context, s storage.Store, run string, opts Options) (*sql.
 	db.SetMaxOpenConns(1)
 	views, paths, err := createViews(ctx, db, s, run, opts)
 	if err == nil {
-		err = confine(ctx, db, paths)
+		err = confine(ctx, db, paths, opts.TempDir)
 	}
 	if err != nil {
 		db.Close()
@@ -86,19 +93,31 @@ func Open(ctx context.Context, s storage.Store, run string, opts Options) (*sql.
 	return db, views, nil
 }
 
-// confine applies DuckDB's own access settings to db: allowed_paths =
-// paths (the only files DuckDB may open, to read or to write; DuckDB takes
-// it only while external access is enabled), autoinstall_known_extensions
-// and autoload_known_extensions = false, enable_external_access = false
-// (no other file, no network, no extension install or load, no ATTACH),
-// and last lock_configuration = true (no SET, RESET or PRAGMA may change
-// any setting afterwards).
-func confine(ctx context.Context, db *sql.DB, paths []string) error {
+// confine applies DuckDB's own access settings to db: temp_directory =
+// tempDir (DuckDB adds it to the allowed directories once external access
+// is off, so it is set first, to a private directory or to "" for none);
+// allowed_paths = paths (the only files DuckDB may open, to read or to
+// write; DuckDB takes it only while external access is enabled),
+// autoinstall_known_extensions and autoload_known_extensions = false,
+// enable_external_access = false (no other file, no network, no extension
+// install or load, no ATTACH), and last lock_configuration = true (no SET,
+// RESET or PRAGMA may change any setting afterwards). It then reads
+// allowed_directories back and fails unless it names tempDir alone (or
+// nothing).
+func confine(ctx context.Context, db *sql.DB, paths []string, tempDir string) error {
 	quoted := make([]string, len(paths))
 	for i, p := range paths {
 		quoted[i] = quote(p)
 	}
+	if tempDir != "" {
+		abs, err := filepath.Abs(tempDir)
+		if err != nil {
+			return fmt.Errorf("confine duckdb: temp dir %s: %w", tempDir, err)
+		}
+		tempDir = abs
+	}
 	for _, q := range []string{
+		"SET temp_directory = " + quote(tempDir),
 		"SET allowed_paths = [" + strings.Join(quoted, ", ") + "]",
 		"SET autoinstall_known_extensions = false",
 		"SET autoload_known_extensions = false",
@@ -107,6 +126,15 @@ func confine(ctx context.Context, db *sql.DB, paths []string) error {
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("confine duckdb: %s: %w", strings.SplitN(q, " = ", 2)[0], err)
+		}
+	}
+	var dirs []any
+	if err := db.QueryRowContext(ctx, "SELECT current_setting('allowed_directories')").Scan(&dirs); err != nil {
+		return fmt.Errorf("confine duckdb: read allowed_directories: %w", err)
+	}
+	for _, d := range dirs {
+		if s, ok := d.(string); !ok || tempDir == "" || strings.TrimSuffix(s, "/") != strings.TrimSuffix(tempDir, "/") {
+			return fmt.Errorf("confine duckdb: DuckDB allows directory %v, not only the temp dir %q", d, tempDir)
 		}
 	}
 	return nil
@@ -348,6 +376,10 @@ var refusedKinds = map[duckdb.StmtType][2]string{
 	duckdb.STATEMENT_TYPE_CALL:         {"CALL statement", "only statements that DuckDB classifies as SELECT run; SELECT * FROM f(...) reads a table function"},
 	duckdb.STATEMENT_TYPE_ANALYZE:      {"ANALYZE statement", "it updates statistics"},
 	duckdb.STATEMENT_TYPE_VACUUM:       {"VACUUM/ANALYZE statement", "it rewrites storage or statistics"},
+	duckdb.STATEMENT_TYPE_RELATION:     {"relation statement", "it is not a read statement"},
+	duckdb.STATEMENT_TYPE_EXTENSION:    {"extension statement (UPDATE EXTENSIONS and the like)", "it runs extension code"},
+	duckdb.STATEMENT_TYPE_LOGICAL_PLAN: {"logical plan statement", "it is not a read statement"},
+	duckdb.STATEMENT_TYPE_MULTI:        {"multi-statement", "spade sql runs exactly one statement"},
 }
 
 // Check prepares query on db (a database from Open) without running it
@@ -396,7 +428,7 @@ func Check(ctx context.Context, db *sql.DB, query string) error {
 		}
 		k, ok := refusedKinds[typ]
 		if !ok {
-			k = [2]string{fmt.Sprintf("statement of DuckDB statement type %d", typ), "it is not a read statement"}
+			k = [2]string{fmt.Sprintf("statement of a kind DuckDB numbers %d (not a SELECT)", typ), "it is not a read statement"}
 		}
 		return &RefusedError{Kind: k[0], Reason: k[1] + "; spade sql runs only read statements: " + ReadStatements}
 	})

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -336,3 +337,54 @@ func TestS3(t *testing.T) {
 	require.Equal(t, [][]string{{"4", "8"}}, all(t, db2, "SELECT count(*), sum(\"return\") FROM rollouts"))
 	require.Equal(t, cached, sums(t, cache), "the damaged copies were replaced")
 }
+
+// TestTempDirConfined: DuckDB allows queries into its temp directory once
+// external access is off, and its default is .tmp in the working
+// directory, which may be a symlink to anywhere (a red team read /etc and
+// /root through it). With no TempDir there is no such directory; with a
+// private one, only that directory.
+func TestTempDirConfined(t *testing.T) {
+	s, _ := fileStore(t)
+	makeRun(t, s, "r", false)
+	secret := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(secret, "secret.txt"), []byte("SECRET"), 0o644))
+	t.Chdir(t.TempDir())
+	require.NoError(t, os.Symlink(secret, ".tmp"))
+	private := t.TempDir()
+	for _, tmp := range []string{"", private} {
+		db, _, err := sqlview.Open(context.Background(), s, "r", sqlview.Options{Tables: tables, TempDir: tmp})
+		require.NoError(t, err)
+		var dirs []any
+		require.NoError(t, db.QueryRow("SELECT current_setting('allowed_directories')").Scan(&dirs))
+		if tmp == "" {
+			require.Empty(t, dirs)
+		} else {
+			require.Len(t, dirs, 1)
+			require.Equal(t, strings.TrimSuffix(private, "/"), strings.TrimSuffix(dirs[0].(string), "/"))
+		}
+		for _, q := range []string{
+			"SELECT content FROM read_text('.tmp/secret.txt')",
+			"SELECT content FROM read_text(" + sqlQuote(filepath.Join(secret, "secret.txt")) + ")",
+			"SELECT count(*) FROM glob('.tmp/*')",
+		} {
+			rows, err := sqlview.Query(context.Background(), db, q)
+			if err == nil {
+				var out [][]string
+				for rows.Next() {
+					var v any
+					require.NoError(t, rows.Scan(&v))
+					out = append(out, []string{fmt.Sprint(v)})
+				}
+				err = rows.Err()
+				rows.Close()
+				if err == nil {
+					require.NotContains(t, fmt.Sprint(out), "SECRET", q)
+					require.NotEqual(t, [][]string{{"1"}}, out, "%s lists the secret directory", q)
+				}
+			}
+		}
+		db.Close()
+	}
+}
+
+func sqlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
