@@ -434,7 +434,8 @@ func (r *Runner) CommitStage(ctx context.Context, round int, name string) error 
 	if err != nil {
 		return err
 	}
-	return r.commit(ctx, ri, s, env, fp, parts, time.Duration(0))
+	_, err = r.commit(ctx, ri, s, env, fp, parts, time.Duration(0))
+	return err
 }
 
 type partRecord struct {
@@ -588,8 +589,15 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	if !commit {
 		return true, nil
 	}
-	if err := r.commit(ctx, ri, s, env, fp, parts, time.Since(start)); err != nil {
+	wrote, err := r.commit(ctx, ri, s, env, fp, parts, time.Since(start))
+	if err != nil {
 		return false, err
+	}
+	if wrote == 0 {
+		// Every manifest was already there, with this fingerprint: another
+		// invocation committed the same stage first (identical content).
+		r.log().Info("stage already committed by another invocation", "round", ri.Round, "stage", s.Name(), "seconds", time.Since(start).Seconds())
+		return true, nil
 	}
 	r.log().Info("stage committed", "round", ri.Round, "stage", s.Name(), "seconds", time.Since(start).Seconds())
 	return true, nil
@@ -626,8 +634,12 @@ func (r *Runner) runPart(ctx context.Context, env *Env, s Stage, fp string, p, p
 	return storage.PutBytes(ctx, r.Store, PendingKey(r.Run, env.Round.Round, s.Name(), fp, p), b)
 }
 
-func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration) error {
+// commit writes the manifests of s at round ri from its part records and
+// returns how many this call wrote; a manifest already committed with the
+// same fingerprint (by a concurrent invocation) is kept and not counted.
+func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration) (int, error) {
 	recs := make([]partRecord, parts)
+	wrote := 0
 	var missing []string
 	for p := 0; p < parts; p++ {
 		key := PendingKey(r.Run, ri.Round, s.Name(), fp, p)
@@ -637,19 +649,19 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 			continue
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if err := json.Unmarshal(data, &recs[p]); err != nil {
-			return fmt.Errorf("%s: malformed part record: %w", key, err)
+			return 0, fmt.Errorf("%s: malformed part record: %w", key, err)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("stage %s round %d: %d of %d parts missing (parts %s); run the missing shards, then spade commit", s.Name(), ri.Round, len(missing), parts, strings.Join(missing, ","))
+		return 0, fmt.Errorf("stage %s round %d: %d of %d parts missing (parts %s); run the missing shards, then spade commit", s.Name(), ri.Round, len(missing), parts, strings.Join(missing, ","))
 	}
 	for _, o := range s.Outputs() {
 		info, ok := schemas.Lookup(o.KindOf())
 		if !ok {
-			return fmt.Errorf("stage %s: output %s has unknown kind %s", s.Name(), o.Table, o.KindOf())
+			return 0, fmt.Errorf("stage %s: output %s has unknown kind %s", s.Name(), o.Table, o.KindOf())
 		}
 		m := &Manifest{
 			FormatVersion: FormatVersion, Run: r.Run, Round: ri.Round, Table: o.Table, Kind: info.Name,
@@ -663,7 +675,7 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 			if refKey, ok := recs[p].Refs[o.Table]; ok {
 				src, err := ReadManifest(ctx, r.Store, refKey)
 				if err != nil {
-					return err
+					return 0, err
 				}
 				m.Files = append(m.Files, src.Files...)
 				m.ReferenceOf = refKey
@@ -684,18 +696,19 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 		if isExists(err) {
 			have, rerr := ReadManifest(ctx, r.Store, key)
 			if rerr != nil {
-				return rerr
+				return 0, rerr
 			}
 			if have.StageFingerprint != fp {
-				return fmt.Errorf("%s committed concurrently with another fingerprint: %w", key, ErrConflict)
+				return 0, fmt.Errorf("%s committed concurrently with another fingerprint: %w", key, ErrConflict)
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("commit %s: %w", key, err)
+			return 0, fmt.Errorf("commit %s: %w", key, err)
 		}
+		wrote++
 	}
-	return nil
+	return wrote, nil
 }
 
 // Seal writes round r's _ROUND.json once every stage that runs at r has
