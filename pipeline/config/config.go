@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -441,6 +442,18 @@ func (c Config) problems() []problem {
 		if !filepath.IsAbs(p.path) {
 			add(fmt.Sprintf("%s must be an absolute path (got %q)", p.key, p.path), p.key)
 		}
+	}
+	if c.Model.BaseURL != "" {
+		// The config is stored in the run's _RUN.json: a password in the
+		// URL would be stored with it. The key comes from model.api_key_env.
+		if u, err := url.Parse(c.Model.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
+			add(fmt.Sprintf("model.base_url %q is not an absolute URL like http://127.0.0.1:8000/v1", c.Model.BaseURL), "model.base_url")
+		} else if u.User != nil {
+			add("model.base_url must not carry credentials (user:password@): they would be stored in the run's _RUN.json; put the key in the variable model.api_key_env names", "model.base_url")
+		}
+	}
+	if strings.HasPrefix(c.Model.APIKeyEnv, "SPADE_") {
+		add(fmt.Sprintf("model.api_key_env %q: SPADE_* variables are spade's settings; name another variable", c.Model.APIKeyEnv), "model.api_key_env")
 	}
 	if _, _, err := ParseWeightRule(c.GRPO.WeightRule); err != nil {
 		add("grpo.weight_rule: "+err.Error(), "grpo.weight_rule")

@@ -24,6 +24,10 @@ var (
 	// timeout (distinct from the caller's ctx deadline, which surfaces as
 	// context.DeadlineExceeded).
 	ErrTimeout = errors.New("model: request attempt timed out")
+	// ErrResponseTooLarge means a successful response body passed the
+	// backend's size limit (openai.Config.MaxResponseBytes), counted after
+	// decompression; not retried.
+	ErrResponseTooLarge = errors.New("model: response too large")
 )
 
 // CallError is the typed error a remote backend returns when a chat call

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ const (
 	DefaultBackoffBase   = 1 * time.Second
 	DefaultBackoffMax    = 30 * time.Second
 	DefaultMaxRetryAfter = 2 * time.Minute
+	// DefaultMaxResponseBytes bounds a successful response body after
+	// decompression: 8 MiB, some 500 times a 4,096-token completion.
+	DefaultMaxResponseBytes = 8 << 20
 )
 
 // maxErrorBody bounds how much of an error response body is read (bytes);
@@ -89,6 +93,12 @@ type Config struct {
 	// HTTPClient overrides the HTTP client; nil builds one whose connection
 	// pool matches Concurrency.
 	HTTPClient *http.Client
+	// MaxResponseBytes bounds a 2xx response body as decoded (after gzip),
+	// in bytes (default DefaultMaxResponseBytes): a server that ignores
+	// max_tokens, streams without end or sends a gzip bomb fails the call
+	// with model.ErrResponseTooLarge, not retried, instead of exhausting
+	// memory.
+	MaxResponseBytes int64
 }
 
 // Backend is a model.Backend talking to one OpenAI-compatible server. It is
@@ -140,6 +150,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxRetryAfter == 0 {
 		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	if cfg.HTTPClient == nil {
 		t, ok := http.DefaultTransport.(*http.Transport)
@@ -234,10 +247,37 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 // capture is what the per-attempt middleware saw of the HTTP response,
 // read before the SDK turns it into its own error type.
 type capture struct {
-	status int
-	header http.Header
-	body   []byte
+	status   int
+	header   http.Header
+	body     []byte
+	tooLarge bool // the 2xx body passed Config.MaxResponseBytes
 }
+
+// errBodyTooLarge ends the read of a 2xx body past Config.MaxResponseBytes.
+var errBodyTooLarge = errors.New("response body too large")
+
+// cappedBody reads at most left bytes of r, then fails with
+// errBodyTooLarge (and sets *flag): the SDK then fails to decode.
+type cappedBody struct {
+	r    io.ReadCloser
+	left int64
+	flag *bool
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		*c.flag = true
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *cappedBody) Close() error { return c.r.Close() }
 
 // attempt makes one HTTP request while holding a concurrency slot.
 func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams) (model.Response, *model.CallError) {
@@ -263,6 +303,9 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 			_ = res.Body.Close()
 			c.body = body
 			res.Body = io.NopCloser(bytes.NewReader(body))
+		} else if res.Body != nil {
+			// One more byte than allowed tells "exactly the cap" from "over".
+			res.Body = &cappedBody{r: res.Body, left: b.cfg.MaxResponseBytes + 1, flag: &c.tooLarge}
 		}
 		return res, err
 	})
@@ -311,16 +354,31 @@ func (b *Backend) classify(ctx, actx context.Context, c capture, err error) *mod
 			Message:    b.redact(errorMessage(c.body)),
 		}
 		return e
+	case c.tooLarge:
+		// Not retried: a server that ignores max_tokens does so again.
+		return &model.CallError{Status: c.status,
+			Err: fmt.Errorf("%w: over %d bytes", model.ErrResponseTooLarge, b.cfg.MaxResponseBytes)}
 	case actx.Err() != nil:
 		return &model.CallError{Status: c.status, Retryable: true,
 			Err: fmt.Errorf("%w after %s", model.ErrTimeout, b.cfg.Timeout)}
 	case c.status != 0:
 		// A 2xx whose body did not decode: truncated or not JSON.
 		return &model.CallError{Status: c.status, Retryable: true,
-			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(err.Error()))}
+			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(stableText(err)))}
 	default:
-		return &model.CallError{Retryable: transientTransport(err), Err: fmt.Errorf("transport: %s", b.redact(err.Error()))}
+		return &model.CallError{Retryable: transientTransport(err), Err: fmt.Errorf("transport: %s", b.redact(stableText(err)))}
 	}
+}
+
+// localAddrRe matches the local end of a connection in a net error
+// ("read tcp 127.0.0.1:44948->127.0.0.1:8000: ..."): an ephemeral port.
+var localAddrRe = regexp.MustCompile(`\S+:\d+->`)
+
+// stableText is err's text without the local address of the connection
+// and as valid UTF-8: error texts are stored in tables, and the same
+// failure must give the same bytes on a rerun (docs/determinism.md).
+func stableText(err error) string {
+	return strings.ToValidUTF8(localAddrRe.ReplaceAllString(err.Error(), ""), "\uFFFD")
 }
 
 // transientTransport tells network failures worth retrying (refused or
@@ -518,24 +576,33 @@ func toMessage(m model.Message) (oa.ChatCompletionMessageParamUnion, error) {
 func fromCompletion(c *oa.ChatCompletion) model.Response {
 	choices := append([]oa.ChatCompletionChoice(nil), c.Choices...)
 	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Index < choices[j].Index })
+	// Text from the server reaches Parquet, which needs valid UTF-8
+	// (DuckDB refuses to read a file with an invalid string).
+	valid := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 	out := model.Response{
-		Model: c.Model,
+		Model: valid(c.Model),
 		Usage: model.Usage{
-			PromptTokens:     int(c.Usage.PromptTokens),
-			CompletionTokens: int(c.Usage.CompletionTokens),
+			PromptTokens:     tokenCount(c.Usage.PromptTokens),
+			CompletionTokens: tokenCount(c.Usage.CompletionTokens),
 		},
 		Choices: make([]model.Choice, 0, len(choices)),
 	}
 	for _, ch := range choices {
-		msg := model.Message{Role: model.RoleAssistant, Content: ch.Message.Content}
+		msg := model.Message{Role: model.RoleAssistant, Content: valid(ch.Message.Content)}
 		for _, tc := range ch.Message.ToolCalls {
-			call := model.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+			call := model.ToolCall{ID: valid(tc.ID), Name: valid(tc.Function.Name), Arguments: valid(tc.Function.Arguments)}
 			if tc.Type == "custom" {
-				call.Name, call.Arguments = tc.Custom.Name, tc.Custom.Input
+				call.Name, call.Arguments = valid(tc.Custom.Name), valid(tc.Custom.Input)
 			}
 			msg.ToolCalls = append(msg.ToolCalls, call)
 		}
-		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: ch.FinishReason})
+		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: valid(ch.FinishReason)})
 	}
 	return out
+}
+
+// tokenCount keeps a server's usage count within [0, 10^12] tokens: a
+// negative or absurd count is the server's error, not a measurement.
+func tokenCount(n int64) int {
+	return int(min(max(n, 0), 1_000_000_000_000))
 }
