@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,5 +175,22 @@ func TestRemoveStaleHarnessDirs(t *testing.T) {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s still exists (%v)", p, err)
 		}
+	}
+}
+
+// TestBrokenInterpreter: an interpreter that is not a working Python is
+// reported as such, not as a bubblewrap failure followed by a fallback to
+// running without isolation.
+func TestBrokenInterpreter(t *testing.T) {
+	var logs strings.Builder
+	_, err := New(Config{Python: "/usr/bin/false", Workers: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil {
+		t.Fatal("New accepted /usr/bin/false as the interpreter")
+	}
+	if !strings.Contains(err.Error(), "interpreter /usr/bin/false (sandbox.python) cannot compile the harness") {
+		t.Errorf("error %v does not name the interpreter", err)
+	}
+	if strings.Contains(logs.String(), "WITHOUT ISOLATION") {
+		t.Errorf("a broken interpreter was blamed on bubblewrap: %s", logs.String())
 	}
 }

@@ -35,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
 //go:embed python/spade_harness.py python/spade_run.py python/spade_env/__init__.py
@@ -216,7 +218,7 @@ func New(cfg Config) (*Sandbox, error) {
 		s.slots <- i
 	}
 	if fi, err := os.Stat(cfg.Python); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("sandbox: python interpreter %s is not an executable file (Config.Python)", cfg.Python)
+		return nil, fmt.Errorf("sandbox: python interpreter %s is not an executable file (sandbox.python, Config.Python)", cfg.Python)
 	}
 	if os.Geteuid() == 0 && cfg.UIDBase >= 0 {
 		s.uidBase = cfg.UIDBase
@@ -394,8 +396,13 @@ func writeHarness(python string) (string, error) {
 		return os.WriteFile(dst, data, 0o644)
 	})
 	if err == nil {
-		// Bytecode is an optimisation only: on failure workers compile.
-		_ = exec.Command(python, "-S", "-s", "-m", "compileall", "-q", dir).Run()
+		// Bytecode saves every worker the compile; a failure here also
+		// says the interpreter itself is unusable (not a Python >= 3.10,
+		// not a Python at all), which must not be blamed on bubblewrap.
+		if out, cerr := exec.Command(python, "-S", "-s", "-m", "compileall", "-q", dir).CombinedOutput(); cerr != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("sandbox: interpreter %s (sandbox.python) cannot compile the harness, so it is not a working Python >= 3.10: %v%s", python, cerr, outputTail(out))
+		}
 		err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -642,3 +649,12 @@ func harnessError(op string, r *reply) error {
 
 // errClosedProgram is returned for calls on a closed program.
 var errClosedProgram = fmt.Errorf("program: %w", ErrClosed)
+
+// outputTail is ": " and the last 300 bytes of a command's output, or "".
+func outputTail(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if s == "" {
+		return ""
+	}
+	return ": " + textcut.Suffix(s, 300)
+}
