@@ -130,7 +130,7 @@ func TestBadInput(t *testing.T) {
 		{name: "yaml float field given a word", args: []string{"--config", p("badtype.yaml"), "round", "3"}, code: 2,
 			want: []string{"badtype.yaml", "line 12", "fast"}},
 		{name: "yaml list where a mapping belongs", args: []string{"--config", p("seq.yaml"), "round", "3"}, code: 2,
-			want: []string{"seq.yaml", "line 1", "config.Sample"}},
+			want: []string{"seq.yaml", "line 1", "sample is a section: write its settings under it"}},
 		{name: "yaml syntax (tab)", args: []string{"--config", p("tab.yaml"), "round", "3"}, code: 2,
 			want: []string{"tab.yaml", "line 2"}},
 		{name: "unknown top-level key", args: []string{"--config", p("unknown.yaml"), "round", "3"}, code: 2,

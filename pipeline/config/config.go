@@ -263,6 +263,25 @@ func Load(path string, environ []string) (Config, Source, error) {
 		if err != nil {
 			return cfg, src, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
+		// The node tree first: its checks name the setting and the line in
+		// words, where yaml.v3's decode errors name Go types.
+		var node yaml.Node
+		if err := yaml.Unmarshal(data, &node); err != nil {
+			return cfg, src, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+		}
+		if node.Kind == yaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind != yaml.MappingNode && node.Content[0].ShortTag() != "!!null" {
+			return cfg, src, fmt.Errorf("%w: %s: line %d: the file must be a mapping of settings (key: value), not %s", ErrInvalid, path, node.Content[0].Line, nodeWhat(node.Content[0]))
+		}
+		var bad []string
+		markSet(&node, "", func(k string, kn, vn *yaml.Node) {
+			src[k], lines[k] = path, kn.Line
+			if msg := nodeProblem(k, vn); msg != "" {
+				bad = append(bad, fmt.Sprintf("line %d: %s", kn.Line, msg))
+			}
+		})
+		if len(bad) > 0 {
+			return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, strings.Join(bad, "; "))
+		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
@@ -271,20 +290,6 @@ func Load(path string, environ []string) (Config, Source, error) {
 		var extra yaml.Node
 		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 			return cfg, src, fmt.Errorf("%w: %s: holds more than one YAML document (a second starts at a --- line); spade reads exactly one", ErrInvalid, path)
-		}
-		var node yaml.Node
-		if err := yaml.Unmarshal(data, &node); err == nil {
-			var bad []string
-			cv := reflect.ValueOf(&cfg).Elem()
-			markSet(&node, "", func(k string, kn, vn *yaml.Node) {
-				src[k], lines[k] = path, kn.Line
-				if msg := scalarProblem(cv, k, vn); msg != "" {
-					bad = append(bad, fmt.Sprintf("line %d: %s %s", kn.Line, k, msg))
-				}
-			})
-			if len(bad) > 0 {
-				return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, strings.Join(bad, "; "))
-			}
 		}
 	}
 	for _, kv := range environ {
@@ -650,23 +655,80 @@ func setPath(c *Config, key, val string) error {
 // unknownFieldRe matches yaml.v3's error for a key no field has.
 var unknownFieldRe = regexp.MustCompile(`field (\S+) not found in type config\.\w+`)
 
-// scalarProblem says what is wrong with the YAML value vn of key, whose
-// Go value is in cv, or "": yaml.v3 decodes a null as "leave the default"
-// and truncates a float into an integer field (seed: 1.5 gave seed 1).
-func scalarProblem(cv reflect.Value, key string, vn *yaml.Node) string {
+// nodeProblem says what is wrong with the YAML value vn of the dotted key,
+// in words, or "": an unknown key; a null (yaml.v3 would keep the
+// default); a section given a value; a float for an integer (yaml.v3
+// would truncate seed: 1.5 to 1); a value of the wrong type.
+func nodeProblem(key string, vn *yaml.Node) string {
+	t, ok := fieldType(key)
+	if !ok {
+		return fmt.Sprintf("unknown setting %q (settings: see spade config show)", key)
+	}
 	if vn.Kind == yaml.ScalarNode && vn.ShortTag() == "!!null" {
-		return "has no value (null); remove the key to keep the default"
+		return key + " has no value (null); remove the key to keep the default"
 	}
-	v, ok := lookup(cv, key)
-	if !ok || vn.Kind != yaml.ScalarNode {
-		return ""
-	}
-	// Other mismatches (a string for a number, a number for a bool) are
-	// yaml.v3's own errors.
-	if (v.Kind() == reflect.Int || v.Kind() == reflect.Int64) && vn.ShortTag() != "!!int" {
-		return fmt.Sprintf("wants an integer, got %q", vn.Value)
+	tag := vn.ShortTag()
+	switch t.Kind() {
+	case reflect.Struct:
+		return fmt.Sprintf("%s is a section: write its settings under it, one per line (got %s)", key, nodeWhat(vn))
+	case reflect.Slice:
+		if vn.Kind != yaml.SequenceNode {
+			return fmt.Sprintf("%s wants a list, e.g. [a, b] (got %s)", key, nodeWhat(vn))
+		}
+	case reflect.Int, reflect.Int64:
+		// yaml.v3 resolves an integer past int64 as !!float, so this also
+		// catches seed: 99999999999999999999.
+		if vn.Kind != yaml.ScalarNode || tag != "!!int" {
+			return fmt.Sprintf("%s wants an integer (got %s)", key, nodeWhat(vn))
+		}
+	case reflect.Float64:
+		if vn.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") {
+			return fmt.Sprintf("%s wants a number (got %s)", key, nodeWhat(vn))
+		}
+	case reflect.Bool:
+		if vn.Kind != yaml.ScalarNode || tag != "!!bool" {
+			return fmt.Sprintf("%s wants true or false (got %s)", key, nodeWhat(vn))
+		}
+	case reflect.String:
+		if vn.Kind != yaml.ScalarNode {
+			return fmt.Sprintf("%s wants a text value (got %s)", key, nodeWhat(vn))
+		}
 	}
 	return ""
+}
+
+// nodeWhat describes a YAML node for a message: `"abc"`, a list, a mapping.
+func nodeWhat(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// fieldType is the Go type of the setting or section at the dotted key.
+func fieldType(key string) (reflect.Type, bool) {
+	t := reflect.TypeOf(Config{})
+	for _, part := range strings.Split(key, ".") {
+		if t.Kind() != reflect.Struct {
+			return nil, false
+		}
+		found := false
+		for i := 0; i < t.NumField(); i++ {
+			if strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0] == part {
+				t, found = t.Field(i).Type, true
+				break
+			}
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return t, true
 }
 
 func markSet(n *yaml.Node, prefix string, fn func(key string, keyNode, valueNode *yaml.Node)) {
