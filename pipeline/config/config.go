@@ -739,14 +739,32 @@ func markSet(n *yaml.Node, prefix string, fn func(key string, keyNode, valueNode
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
+			kn, vn := n.Content[i], n.Content[i+1]
+			for vn.Kind == yaml.AliasNode && vn.Alias != nil {
+				vn = vn.Alias // key: *anchor
+			}
+			if kn.ShortTag() == "!!merge" {
+				// <<: *anchor (or a list of them) merges mappings here.
+				markSet(vn, prefix, fn)
+				continue
+			}
+			key := kn.Value
 			if prefix != "" {
 				key = prefix + "." + key
 			}
-			if n.Content[i+1].Kind == yaml.MappingNode {
-				markSet(n.Content[i+1], key, fn)
+			if vn.Kind == yaml.MappingNode {
+				markSet(vn, key, fn)
 			} else {
-				fn(key, n.Content[i], n.Content[i+1])
+				fn(key, kn, vn)
+			}
+		}
+	case yaml.SequenceNode: // the anchors of a merge list
+		for _, c := range n.Content {
+			for c.Kind == yaml.AliasNode && c.Alias != nil {
+				c = c.Alias
+			}
+			if c.Kind == yaml.MappingNode {
+				markSet(c, prefix, fn)
 			}
 		}
 	}

@@ -28,6 +28,12 @@ func TestLoadLayers(t *testing.T) {
 	require.Equal(t, p, src["sample.slots"])
 	require.Equal(t, "SPADE_ROLLOUT_GROUP_SIZE", src["rollout.group_size"])
 	require.Equal(t, "default", src["memory.capacity"])
+	// Anchors, aliases and merge keys are YAML, and read as such.
+	c, _, err = Load(write(t, "model: {timeout_s: &t 7}\nsandbox: {call_timeout_s: *t}\nrollout: &r {group_size: 3}\ndesign:\n  <<: {max_attempts: 2}\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, 7.0, c.Sandbox.CallTimeoutS)
+	require.Equal(t, 3, c.Rollout.GroupSize)
+	require.Equal(t, 2, c.Design.MaxAttempts)
 	empty, _, err := Load(write(t, ""), nil)
 	require.NoError(t, err)
 	require.Equal(t, Default(), empty)
