@@ -269,6 +269,7 @@ func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*impor
 		opts.TextPaths = []string{"text"}
 	}
 	im := &importer{
+		rep:         ImportReport{Issues: []RowIssue{}, Repairs: []RowIssue{}}, // [] not null in JSON
 		opts:        opts,
 		lineCapName: lineCapName,
 		emit:        emit,

@@ -319,7 +319,7 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 	if _, err := r.EnsureRun(ctx); err != nil {
 		return nil, err
 	}
-	res := &RoundResult{Round: round}
+	res := &RoundResult{Round: round, Ran: []string{}, Skipped: []string{}} // [] not null in JSON
 	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
 		res.Seal, res.AlreadySealed = seal, true
 		return res, nil
@@ -398,14 +398,8 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 		return false, err
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
-	if _, runs := s.Plan(ri, &r.Config); !runs {
-		why := fmt.Sprintf("regeneration rounds are 1, 1+k, 1+2k, ... with k = %d", r.Config.RegenerateEvery)
-		if round == 0 {
-			why = "round 0 holds the corpus only"
-		} else if _, at0 := s.Plan(NewRoundInfo(r.Run, 0, &r.Config), &r.Config); at0 {
-			why = "it runs at round 0 only"
-		}
-		return false, &NotInRoundError{Stage: name, Round: round, Why: why}
+	if err := r.runsAt(s, ri); err != nil {
+		return false, err
 	}
 	// The chain of earlier rounds is verified once per round, by Seal
 	// (`spade commit --seal`), not by every shard task.
@@ -418,14 +412,32 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	return r.runStage(ctx, ri, s, shard, commit)
 }
 
+// runsAt returns a *NotInRoundError when s does not run at round ri.
+func (r *Runner) runsAt(s Stage, ri RoundInfo) error {
+	if _, runs := s.Plan(ri, &r.Config); runs {
+		return nil
+	}
+	why := fmt.Sprintf("regeneration rounds are 1, 1+k, 1+2k, ... with k = %d", r.Config.RegenerateEvery)
+	if ri.Round == 0 {
+		why = "round 0 holds the corpus only"
+	} else if _, at0 := s.Plan(NewRoundInfo(r.Run, 0, &r.Config), &r.Config); at0 {
+		why = "it runs at round 0 only"
+	}
+	return &NotInRoundError{Stage: s.Name(), Round: ri.Round, Why: why}
+}
+
 // CommitStage commits a stage whose parts were written by shards; it fails
-// naming the missing parts if any is absent.
+// naming the missing parts if any is absent, and with a *NotInRoundError
+// when the stage does not run at that round.
 func (r *Runner) CommitStage(ctx context.Context, round int, name string) error {
 	s, err := r.StageByName(name)
 	if err != nil {
 		return err
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
+	if err := r.runsAt(s, ri); err != nil {
+		return err
+	}
 	env, fp, done, err := r.prepare(ctx, ri, s)
 	if err != nil || done {
 		return err

@@ -237,7 +237,7 @@ func newDagRunsAtCmd(g *globals) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if round < 0 {
-				return usagef("--round is required (>= 0)")
+				return usagef("--round N is required, N >= 0 (got %d)", round)
 			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)

@@ -94,6 +94,10 @@ func newEnvCmd(g *globals) *cobra.Command {
 			} else {
 				rep = envcheck.Check(cmd.Context(), sb, string(src), opts)
 			}
+			if err := cmd.Context().Err(); err != nil {
+				// Interrupted: the checks it cut short say nothing of the file.
+				return fmt.Errorf("env check %s: %w", path, err)
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)

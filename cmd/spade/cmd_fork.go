@@ -48,7 +48,7 @@ that exists as something else is a conflict (exit 3).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if round < 0 {
-				return usagef("--round is required (a sealed round of %s, >= 0)", args[0])
+				return usagef("--round N is required: a sealed round of %s, N >= 0 (got %d)", args[0], round)
 			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)

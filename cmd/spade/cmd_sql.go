@@ -137,13 +137,40 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 	}
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
-		for _, rec := range records {
-			obj := map[string]any{}
-			for i, c := range cols {
-				obj[c] = rec[i]
+		// JSON Lines: one object per row, keys in column order; a name
+		// that repeats (select 1 as a, 2 as a; a join's shared columns)
+		// gets _2, _3, ... so no column is lost.
+		keys := make([][]byte, len(cols))
+		taken := map[string]bool{} // every column's own name, then each key used
+		for _, c := range cols {
+			taken[c] = true
+		}
+		used := map[string]bool{}
+		for i, c := range cols {
+			name := c
+			if used[name] {
+				for n := 2; taken[name]; n++ {
+					name = fmt.Sprintf("%s_%d", c, n)
+				}
 			}
-			if err := enc.Encode(obj); err != nil {
+			used[name], taken[name] = true, true
+			keys[i], _ = json.Marshal(name)
+		}
+		var line []byte
+		for _, rec := range records {
+			line = append(line[:0], '{')
+			for i, v := range rec {
+				b, err := json.Marshal(v)
+				if err != nil {
+					return fmt.Errorf("row value of column %s: %w", cols[i], err)
+				}
+				if i > 0 {
+					line = append(line, ',')
+				}
+				line = append(append(append(line, keys[i]...), ':'), b...)
+			}
+			line = append(line, '}', '\n')
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -22,7 +21,7 @@ p with p % n == i are written, and the tables are committed by
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if round < 0 {
-				return usagef("--round is required (a number >= 0)")
+				return usagef("--round N is required, N >= 0 (got %d)", round)
 			}
 			sh := pipeline.Shard{Index: 0, Count: 1}
 			if shard != "" {
@@ -43,9 +42,6 @@ p with p % n == i are written, and the tables are committed by
 				return usageError{err}
 			}
 			ran, err := r.RunStage(ctx, round, args[0], sh, shard == "")
-			if nir := (*pipeline.NotInRoundError)(nil); errors.As(err, &nir) {
-				return usageError{err}
-			}
 			if err != nil {
 				return err
 			}
@@ -75,7 +71,7 @@ func newCommitCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if round < 0 || stage == "" {
-				return usagef("--round and --stage are required")
+				return usagef("--round N (N >= 0, got %d) and --stage NAME are required", round)
 			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)

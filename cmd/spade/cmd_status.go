@@ -67,7 +67,7 @@ the fork command to run again.`,
 			if cmd.Flags().Changed("round") {
 				lo, hi = round, round
 			}
-			var rounds []statusRound
+			rounds := []statusRound{} // [] not null in JSON
 			for n := lo; n <= hi; n++ {
 				sr := statusRound{Round: n}
 				if seal, err := pipeline.ReadSeal(ctx, a.store, g.runName, n); err == nil {

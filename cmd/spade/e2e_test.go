@@ -175,6 +175,10 @@ func TestBadInput(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"unknown subcommand", nil, []string{"corpus", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"NaN setting", []string{"SPADE_MODEL_TEMPERATURE=NaN"}, []string{"config", "show"}, 2, "model.temperature must be a finite number (got NaN)"},
+		// commit used to panic for a stage that does not run at the round.
+		{"commit off its rounds", nil, []string{"commit", "--round", "2", "--stage", "design"}, 2, "stage design does not run at round 2"},
+		{"commit corpus after round 0", nil, []string{"commit", "--round", "2", "--stage", "sample"}, 2, "stage sample does not run at round 2"},
+		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spade(t, dir, tc.env, tc.args...)
@@ -359,4 +363,22 @@ func TestInterruptMessage(t *testing.T) {
 	require.Contains(t, spadeLines[0], "run the same command again to resume")
 	r := spade(t, dir, nil, "round", "1")
 	require.Equal(t, 0, r.code, r.stderr)
+}
+
+// TestEnvCheckInterrupted: SIGINT during env check exits 130 ("interrupted"),
+// not 1 with the file reported invalid by the checks it cut short.
+func TestEnvCheckInterrupted(t *testing.T) {
+	cmd := exec.Command(spadeBin, "env", "check", "--timeout", "60s", "../../stages/envcheck/testdata/hostile/infinite_loop_step.py")
+	cmd.Env = append(os.Environ(), "SPADE_SANDBOX_CALL_TIMEOUT_S=30")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	time.Sleep(1500 * time.Millisecond) // inside the endless step by now
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stdout %s stderr %s", stdout.String(), stderr.String())
+	require.Equal(t, exitInterrupted, ee.ExitCode(), "stdout %s stderr %s", stdout.String(), stderr.String())
+	require.Contains(t, stderr.String(), "spade: interrupted")
+	require.NotContains(t, stdout.String(), "INVALID")
 }

@@ -53,6 +53,10 @@ func (e exitError) Error() string { return e.msg }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed output pipe (spade sql ... | head) turns into an EPIPE
+	// error instead of killing the process, so deferred cleanup (the sql
+	// temp directory, sandboxes) still runs.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	code := run(ctx, os.Args[1:])
 	stopProfile()
 	stop()
@@ -63,7 +67,8 @@ func run(ctx context.Context, args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
+	if err == nil || errors.Is(err, syscall.EPIPE) {
+		// The reader of our output went away: nothing more to say.
 		return exitOK
 	}
 	code := exitCode(ctx, err)
@@ -113,7 +118,7 @@ func exitCode(ctx context.Context, err error) int {
 		return exitBusy
 	case errors.Is(err, pipeline.ErrConflict):
 		return exitConflict
-	case errors.As(err, &ue), errors.Is(err, config.ErrInvalid), errors.Is(err, storage.ErrUnknownScheme), errors.Is(err, storage.ErrInvalidKey),
+	case errors.As(err, &ue), errors.As(err, new(*pipeline.NotInRoundError)), errors.Is(err, config.ErrInvalid), errors.Is(err, storage.ErrUnknownScheme), errors.Is(err, storage.ErrInvalidKey),
 		errors.Is(err, storage.ErrBadURL), errors.Is(err, datasets.ErrBadOptions):
 		return exitUsage
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,8 +91,31 @@ func TestSQLReadOnly(t *testing.T) {
 		require.Contains(t, r.stdout, want, q)
 	}
 
+	// JSON Lines keep every column, in column order.
+	r := o.spade(t, env, "sql", "--format", "json", "select 2 as b, 1 as a, 3 as a, 'x' as a_2")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, `{"b":2,"a":1,"a_3":3,"a_2":"x"}`+"\n", r.stdout)
+	// A reader that stops early (| head) is no error, and the temporary
+	// directory is still removed.
+	tmp := t.TempDir()
+	cmd := exec.Command(spadeBin, o.args(o.store, []string{"sql", "select * from range(500000)"})...)
+	cmd.Dir, cmd.Env = o.dir, append(os.Environ(), "HOME="+home, "TMPDIR="+tmp)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var serr strings.Builder
+	cmd.Stderr = &serr
+	require.NoError(t, cmd.Start())
+	buf := make([]byte, 64)
+	_, err = io.ReadFull(out, buf)
+	require.NoError(t, err)
+	require.NoError(t, out.Close())
+	require.NoError(t, cmd.Wait(), serr.String())
+	left, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the sql temp directory is removed")
+
 	// An error message quoting data reaches the terminal escaped.
-	r := o.spade(t, env, "sql", "select error(chr(27) || '[2J' || chr(7))")
+	r = o.spade(t, env, "sql", "select error(chr(27) || '[2J' || chr(7))")
 	require.Equal(t, exitFailure, r.code, r.stderr)
 	require.Contains(t, r.stderr, `\x1b[2J\x07`)
 	require.NotContains(t, r.stderr, "\x1b")

@@ -183,7 +183,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	if opts.Run != "" {
 		prefix = opts.Run + "/"
 	}
-	var garbage []Object
+	garbage := []Object{}           // [] not null in JSON
 	unreadable := map[string]bool{} // rounds with a part record gc could not read
 	for _, in := range all {
 		m := pendingRe.FindStringSubmatch(in.Key)
