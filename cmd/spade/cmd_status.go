@@ -65,6 +65,10 @@ the fork command to run again.`,
 			}
 			lo, hi := 0, next
 			if cmd.Flags().Changed("round") {
+				if round < 0 || round > next {
+					// A round past the first unsealed one cannot hold tables.
+					return usagef("--round %d: run %s has rounds 0 to %d (the next to run)", round, g.runName, next)
+				}
 				lo, hi = round, round
 			}
 			rounds := []statusRound{} // [] not null in JSON

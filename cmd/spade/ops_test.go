@@ -246,6 +246,8 @@ func TestOps(t *testing.T) {
 			{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
 			{"missing run", []string{"diff", "base", "absent"}, exitFailure},
 			{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitFailure},
+			{"status past the next round", []string{"--run", "base", "status", "--round", "99"}, exitUsage},
+			{"status negative round", []string{"--run", "base", "status", "--round", "-3"}, exitUsage},
 			{"bad max rows", []string{"diff", "base", "base", "--max-rows", "-5"}, exitUsage},
 		} {
 			t.Run(c.name, func(t *testing.T) {
