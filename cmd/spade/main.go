@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err == nil || errors.Is(err, syscall.EPIPE) {
+	if err == nil || stdoutClosed(err) {
 		// The reader of our output went away: nothing more to say.
 		return exitOK
 	}
@@ -100,6 +100,14 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "spade:", strings.Join(lines, "\n"))
 	}
 	return code
+}
+
+// stdoutClosed reports whether err is a write to standard output whose
+// reader has gone (EPIPE on /dev/stdout), and not any other broken pipe:
+// one from a sandbox or a storage connection is a real failure.
+func stdoutClosed(err error) bool {
+	var pe *os.PathError
+	return errors.As(err, &pe) && pe.Op == "write" && pe.Path == os.Stdout.Name() && errors.Is(pe.Err, syscall.EPIPE)
 }
 
 // writes names the commands that commit to the store, whose interruption

@@ -7,7 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // spadeBin is the spade binary built once for this package's tests
@@ -55,4 +58,15 @@ func spade(t testing.TB, dir string, env []string, args ...string) result {
 		t.Fatalf("run spade %v: %v", args, err)
 	}
 	return result{code: code, stdout: so.String(), stderr: se.String()}
+}
+
+// TestStdoutClosed: only a write to standard output whose reader has gone
+// ends quietly; a broken pipe anywhere else (a sandbox, a storage
+// connection) is a failure.
+func TestStdoutClosed(t *testing.T) {
+	stdout := &os.PathError{Op: "write", Path: os.Stdout.Name(), Err: syscall.EPIPE}
+	require.True(t, stdoutClosed(fmt.Errorf("write rows: %w", stdout)))
+	require.False(t, stdoutClosed(fmt.Errorf("stage rollout: %w", &os.PathError{Op: "write", Path: "|1", Err: syscall.EPIPE})))
+	require.False(t, stdoutClosed(fmt.Errorf("put: %w", syscall.EPIPE)))
+	require.False(t, stdoutClosed(&os.PathError{Op: "write", Path: os.Stdout.Name(), Err: syscall.ENOSPC}))
 }
