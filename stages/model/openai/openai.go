@@ -351,7 +351,7 @@ func (b *Backend) classify(ctx, actx context.Context, c capture, err error) *mod
 			Status:     c.status,
 			Retryable:  c.status == http.StatusRequestTimeout || c.status == http.StatusTooManyRequests || c.status >= 500,
 			RetryAfter: retryAfter(c.header, time.Now()),
-			Message:    b.redact(errorMessage(c.body)),
+			Message:    b.redact(strings.ToValidUTF8(errorMessage(c.body), "\uFFFD")),
 		}
 		return e
 	case c.tooLarge:
