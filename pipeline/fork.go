@@ -125,9 +125,9 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 	return res, nil
 }
 
-// ErrIncompleteFork: a run was created by spade fork, and the fork was
-// interrupted before it wrote its last file (CheckForkComplete). Running
-// the same fork again completes it.
+// ErrIncompleteFork means a run was created by spade fork, and the fork
+// was interrupted before it wrote its last file (CheckForkComplete).
+// Running the same fork again completes it.
 var ErrIncompleteFork = errors.New("incomplete fork")
 
 // CheckForkComplete returns nil unless rf, the run file of run, records a

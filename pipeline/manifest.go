@@ -306,7 +306,7 @@ func readChainSeal(ctx context.Context, s storage.Store, run string, r int) (*Se
 	}
 	var seal Seal
 	if err := json.Unmarshal(data, &seal); err != nil {
-		return nil, fmt.Errorf("%s: %w: malformed JSON: %v", key, ErrIntegrity, err)
+		return nil, fmt.Errorf("%s: %w: malformed JSON: %w", key, ErrIntegrity, err)
 	}
 	if seal.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("%s: %w %d (this build reads %d)", key, ErrUnknownVersion, seal.FormatVersion, FormatVersion)

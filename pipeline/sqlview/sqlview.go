@@ -400,7 +400,7 @@ func Check(ctx context.Context, db *sql.DB, query string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	return conn.Raw(func(driverConn any) error {
 		c, ok := driverConn.(*duckdb.Conn)
 		if !ok {
@@ -414,7 +414,7 @@ func Check(ctx context.Context, db *sql.DB, query string) error {
 			}
 			return &RefusedError{Kind: "query", Reason: "spade sql runs exactly one statement, and DuckDB found none or several in it (a PIVOT without an IN list is several)"}
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		ds, ok := st.(*duckdb.Stmt)
 		if !ok {
 			return fmt.Errorf("sqlview: statement is a %T, not a DuckDB statement", st)

@@ -126,7 +126,7 @@ func killOrphan(p procInfo) bool {
 	if err != nil {
 		return false
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if now, ok := readProc(p.pid); !ok || now.uid != p.uid || now.ppid != 1 {
 		return false
 	}

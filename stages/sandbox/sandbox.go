@@ -401,7 +401,7 @@ func writeHarness(python string) (string, error) {
 		// not a Python at all), which must not be blamed on bubblewrap.
 		if out, cerr := exec.Command(python, "-S", "-s", "-m", "compileall", "-q", dir).CombinedOutput(); cerr != nil {
 			os.RemoveAll(dir)
-			return "", fmt.Errorf("sandbox: interpreter %s (sandbox.python) cannot compile the harness, so it is not a working Python >= 3.10: %v%s", python, cerr, outputTail(out))
+			return "", fmt.Errorf("sandbox: interpreter %s (sandbox.python) cannot compile the harness, so it is not a working Python >= 3.10: %w%s", python, cerr, outputTail(out))
 		}
 		err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
