@@ -81,6 +81,19 @@ func TestHostileServer(t *testing.T) {
 		require.Contains(t, got, "A\uFFFD")
 		require.Equal(t, 0, resp.Usage.PromptTokens)
 	})
+	for name, body := range map[string]string{
+		"content not a string":     `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":12345}}]}`,
+		"tool call without a name": `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":null,"type":7,"function":null}]}}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(body))
+			})
+			_, err := b.Chat(ctx, simpleRequest())
+			require.ErrorIs(t, err, model.ErrMalformedResponse)
+		})
+	}
 	t.Run("connection reset", func(t *testing.T) {
 		b := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
 			conn, _, err := w.(http.Hijacker).Hijack()

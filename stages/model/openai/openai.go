@@ -316,7 +316,30 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 	if comp == nil || len(comp.Choices) == 0 {
 		return model.Response{}, &model.CallError{Status: c.status, Err: model.ErrEmptyResponse}
 	}
+	if err := checkShape(comp); err != nil {
+		return model.Response{}, &model.CallError{Status: c.status, Retryable: true,
+			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(strings.ToValidUTF8(err.Error(), "\uFFFD")))}
+	}
 	return fromCompletion(comp), nil
+}
+
+// checkShape refuses what the SDK's lenient decoding lets through: a
+// message content that is not a JSON string or null (a number would
+// become the text "12345" and be played as an action), and a tool call
+// without a function name.
+func checkShape(c *oa.ChatCompletion) error {
+	for _, ch := range c.Choices {
+		raw := strings.TrimSpace(ch.Message.JSON.Content.Raw())
+		if raw != "" && raw != "null" && !strings.HasPrefix(raw, `"`) {
+			return fmt.Errorf("choice %d: message content is not a string: %.60s", ch.Index, raw)
+		}
+		for i, tc := range ch.Message.ToolCalls {
+			if tc.Function.Name == "" && tc.Custom.Name == "" {
+				return fmt.Errorf("choice %d: tool call %d has no function name", ch.Index, i)
+			}
+		}
+	}
+	return nil
 }
 
 // inMemoryBody gives r a body net/http recognises as in memory, so that
