@@ -133,7 +133,7 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			why = here.staleHolder(held, probeProcess)
 		}
 		if why == "" {
-			return nil, fmt.Errorf("%w: run %s is being run by %s (pid %d on %s) until at least %s", ErrBusy, run, held.Holder, held.PID, held.Host, held.Expires.Format(time.RFC3339))
+			return nil, fmt.Errorf("%w: run %s is being run by %s (pid %d on %s), whose lease expires at %s unless renewed", ErrBusy, run, held.Holder, held.PID, held.Host, held.Expires.Format(time.RFC3339))
 		}
 		if attempt >= 3 {
 			return nil, fmt.Errorf("%w: could not take over the stale lease %s (%s): it keeps changing", ErrBusy, key, why)

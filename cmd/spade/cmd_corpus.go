@@ -62,7 +62,12 @@ Example (the unarXive sample):
 			res, err := r.RunRound(ctx, 0)
 			if err != nil {
 				if errors.Is(err, pipeline.ErrConflict) {
-					return fmt.Errorf("run %s already has a different corpus: %w", g.runName, err)
+					err = fmt.Errorf("run %s already has a different corpus: %w", g.runName, err)
+				}
+				if asJSON {
+					// The report so far, with the error, so a script reading
+					// stdout sees why (the message also goes to stderr).
+					_ = json.NewEncoder(os.Stdout).Encode(importJSON{Error: err.Error(), ImportReport: &rep})
 				}
 				return err
 			}
@@ -153,9 +158,11 @@ func pathDigest(p string) (string, error) {
 
 // importJSON is what `corpus import --json` prints: whether the run
 // already had this corpus, the documents committed, and, when this
-// invocation imported them, the import report's fields.
+// invocation imported them or tried to, the import report's fields (and
+// the error of a failed import).
 type importJSON struct {
-	AlreadyImported bool  `json:"already_imported"`
-	Documents       int64 `json:"documents"`
+	AlreadyImported bool   `json:"already_imported"`
+	Documents       int64  `json:"documents"`
+	Error           string `json:"error,omitempty"` // why the import failed (nothing was committed)
 	*datasets.ImportReport
 }

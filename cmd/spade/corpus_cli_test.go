@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,24 @@ func TestCorpusImportSkipReasons(t *testing.T) {
 		require.Contains(t, r.stderr, "import produced no documents (2 rows read, 2 skipped):\n"+
 			"  skipped "+p+":1 field text: text is empty\n"+
 			"  skipped "+p+":2 field text: text is empty\n")
+		// --json prints the report and the error on stdout too.
+		j := spade(t, dir, nil, "--run", "blank2", "corpus", "import", "--json", p)
+		require.Equal(t, 1, j.code, j.stderr)
+		var got struct {
+			Error   string `json:"error"`
+			Read    int    `json:"read"`
+			Skipped int    `json:"skipped"`
+			Issues  []struct {
+				Line  int    `json:"line"`
+				Field string `json:"field"`
+			} `json:"issues"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(j.stdout), &got), j.stdout)
+		require.Contains(t, got.Error, "import produced no documents")
+		require.Equal(t, 2, got.Read)
+		require.Equal(t, 2, got.Skipped)
+		require.Len(t, got.Issues, 2)
+		require.Equal(t, "text", got.Issues[1].Field)
 	})
 
 	t.Run("whole-row and field issues", func(t *testing.T) {

@@ -92,14 +92,14 @@ func (im *Import) Run(ctx context.Context, _ *pipeline.Env, _ int, out *pipeline
 		n++
 		return nil
 	})
+	if im.Report != nil {
+		*im.Report = rep // also on failure: what was read and skipped until then
+	}
 	if err != nil {
 		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("import produced no documents (%d rows read, %d skipped)", rep.Read, rep.Skipped)
-	}
-	if im.Report != nil {
-		*im.Report = rep
 	}
 	out.Stat("documents", n)
 	return nil
