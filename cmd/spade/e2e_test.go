@@ -286,6 +286,13 @@ func TestEnvCheckCLI(t *testing.T) {
 			first, _, _ := strings.Cut(string(src), "\n")
 			fields := strings.Fields(strings.TrimPrefix(first, "# expect:"))
 			require.NotEmpty(t, fields, "%s: first line must be '# expect: CHECK ...'", f)
+			// The daemons run `sleep {{MARKER}}` (stages/envcheck's test puts
+			// a unique duration there): left literal, sleep would exit at once
+			// and the daemon could be gone before the cleanup check looks.
+			if strings.Contains(string(src), "{{MARKER}}") {
+				f = filepath.Join(t.TempDir(), filepath.Base(f))
+				require.NoError(t, os.WriteFile(f, []byte(strings.ReplaceAll(string(src), "{{MARKER}}", "3600")), 0o644))
+			}
 			r := spade(t, ".", nil, "env", "check", "--json", f)
 			require.Equal(t, 1, r.code, "%s%s", r.stdout, r.stderr)
 			var rep struct {
