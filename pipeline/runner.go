@@ -312,8 +312,8 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
 			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
 		}
-		if err := VerifyChain(ctx, r.Store, r.Run, round-1); err != nil {
-			return nil, fmt.Errorf("round %d cannot build on rounds 0..%d of run %s: %w", round, round-1, r.Run, err)
+		if err := r.verifyEarlier(ctx, round); err != nil {
+			return nil, err
 		}
 	}
 	if _, err := r.EnsureRun(ctx); err != nil {
@@ -759,9 +759,15 @@ func (r *Runner) checkBase(ctx context.Context, round int) error {
 		return err
 	}
 	if round >= 1 {
-		if err := VerifyChain(ctx, r.Store, r.Run, round-1); err != nil {
-			return fmt.Errorf("round %d cannot build on rounds 0..%d of run %s: %w", round, round-1, r.Run, err)
-		}
+		return r.verifyEarlier(ctx, round)
+	}
+	return nil
+}
+
+// verifyEarlier runs VerifyChain over rounds 0..round-1 (round >= 1).
+func (r *Runner) verifyEarlier(ctx context.Context, round int) error {
+	if err := VerifyChain(ctx, r.Store, r.Run, round-1); err != nil {
+		return fmt.Errorf("round %d cannot build on rounds 0..%d of run %s: %w", round, round-1, r.Run, err)
 	}
 	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -285,7 +284,9 @@ func Load(path string, environ []string) (Config, Source, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, unknownFieldRe.ReplaceAllString(err.Error(), `unknown setting "$1" (settings: see spade config show)`))
+			// Unknown keys and type mismatches were named above; what is
+			// left is yaml.v3's own error, passed on as it is.
+			return cfg, src, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
 		}
 		var extra yaml.Node
 		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -651,9 +652,6 @@ func setPath(c *Config, key, val string) error {
 	}
 	return nil
 }
-
-// unknownFieldRe matches yaml.v3's error for a key no field has.
-var unknownFieldRe = regexp.MustCompile(`field (\S+) not found in type config\.\w+`)
 
 // nodeProblem says what is wrong with the YAML value vn of the dotted key,
 // in words, or "": an unknown key; a null (yaml.v3 would keep the
