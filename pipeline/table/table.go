@@ -55,12 +55,13 @@ func Encode[T any](t schemas.Table[T], rows []T) ([]byte, error) {
 	Sort(t, rows)
 	var buf chunkBuffer
 	defer buf.release()
-	w := parquet.NewGenericWriter[T](&buf,
+	opts := append([]parquet.WriterOption{
 		parquet.Compression(&zstd.Codec{Level: ZstdLevel, Concurrency: 1}),
 		parquet.MaxRowsPerRowGroup(RowGroupRows),
 		parquet.PageBufferSize(PageBytes),
 		parquet.CreatedBy(CreatedBy, CreatedByVersion, ""),
-	)
+	}, skipTextStats(t.Info)...)
+	w := parquet.NewGenericWriter[T](&buf, opts...)
 	for start := 0; start < len(rows); start += RowGroupRows {
 		end := min(start+RowGroupRows, len(rows))
 		if _, err := w.Write(rows[start:end]); err != nil {
@@ -71,6 +72,27 @@ func Encode[T any](t schemas.Table[T], rows []T) ([]byte, error) {
 		return nil, fmt.Errorf("encode %s: %w", t.Name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// skipTextStats returns the writer options that leave min/max statistics
+// out for every string (BYTE_ARRAY) leaf column outside the table's key:
+// no statistics in data page headers and no bounds in the footer's column
+// chunk metadata (the column index keeps its 16-byte truncated bounds; a
+// skipped column's are null). parquet-go writes such statistics untruncated,
+// so a single 1 MiB response was stored about six more times in its file
+// (page header min and max, chunk min and max, ...). Free text has no useful
+// bounds; key columns (env_id, slot_id, ...) keep theirs for DuckDB's row
+// group pruning. Depends on the schema only, so files stay byte-identical.
+func skipTextStats(info schemas.Info) []parquet.WriterOption {
+	var opts []parquet.WriterOption
+	for _, path := range info.Schema.Columns() {
+		leaf, ok := info.Schema.Lookup(path...)
+		if !ok || leaf.Node.Type().Kind() != parquet.ByteArray || slices.Contains(info.Key, path[0]) {
+			continue
+		}
+		opts = append(opts, parquet.SkipPageStatistics(path...), parquet.SkipPageBounds(path...))
+	}
+	return opts
 }
 
 // chunkSize is the size in bytes of chunkBuffer's chunks.

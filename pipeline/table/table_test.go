@@ -172,3 +172,53 @@ func TestDecodeCorrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestTextColumnsCarryNoBounds: a 1 MiB action is stored once (compressed),
+// not again as page and footer min/max statistics, while the key column
+// env_id keeps its bounds for row group pruning.
+func TestTextColumnsCarryNoBounds(t *testing.T) {
+	big := string(bytes.Repeat([]byte("a"), 1<<20))
+	rows := []schemas.Rollout{
+		{EnvID: "env-b", Actions: []string{big}},
+		{EnvID: "env-a", Actions: []string{"x"}},
+	}
+	data, err := table.Encode(schemas.Rollouts, rows)
+	require.NoError(t, err)
+	// 1 MiB of one byte compresses to a few hundred bytes; each uncompressed
+	// statistics copy would add 1 MiB.
+	require.Less(t, len(data), 64<<10, "file is %d bytes", len(data))
+
+	r, err := file.NewParquetReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	defer r.Close()
+	rg := r.MetaData().RowGroup(0)
+	for i := range rg.NumColumns() {
+		col, err := rg.ColumnChunk(i)
+		require.NoError(t, err)
+		name := col.PathInSchema().String()
+		stats, err := col.Statistics()
+		require.NoError(t, err)
+		switch name {
+		case "env_id":
+			require.NotNil(t, stats, name)
+			require.True(t, stats.HasMinMax(), "key column %s lost its bounds", name)
+		case "actions.list.element":
+			if stats != nil {
+				require.False(t, stats.HasMinMax(), "text column %s has bounds", name)
+			}
+		}
+	}
+
+	// DuckDB still reads both rows back, and filters on the key.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.parquet")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	db, err := sql.Open("duckdb", "")
+	require.NoError(t, err)
+	defer db.Close()
+	var n, l int64
+	require.NoError(t, db.QueryRow(fmt.Sprintf(
+		"SELECT count(*), max(length(actions[1])) FROM read_parquet('%s') WHERE env_id >= 'env-a'", path)).Scan(&n, &l))
+	require.Equal(t, int64(2), n)
+	require.Equal(t, int64(1<<20), l)
+}
