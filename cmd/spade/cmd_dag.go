@@ -12,6 +12,7 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 func init() {
@@ -181,6 +182,9 @@ to every task. Trigger one DAG run per round, in order:
 				return err
 			}
 			defer a.close()
+			if err := engine.CheckConfig(&a.cfg); err != nil {
+				return usageError{err}
+			}
 			r, eng := a.runner()
 			defer eng.Close()
 			nodes, err := stageGraph(r.Stages, &a.cfg, o.Sharded)

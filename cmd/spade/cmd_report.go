@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,8 @@ func newReportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg := rf.Config
+			runBand := report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}
+			origin := roundOrigin(ctx, a.store, rf)
 			var rounds []report.RoundSummary
 			for r := 1; ; r++ {
 				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, r, "metrics"))
@@ -52,7 +55,17 @@ func newReportCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rounds = append(rounds, roundmetrics.Summary(r, pipeline.NewRoundInfo(g.runName, r, &cfg).Regeneration, rows))
+				// A fork's rounds up to its fork round were computed by its
+				// source run, with the source's k and band.
+				from, err := origin(r)
+				if err != nil {
+					return err
+				}
+				sum := roundmetrics.Summary(r, pipeline.NewRoundInfo(from.Run, r, &from.Config).Regeneration, rows)
+				if b := (report.Band{Low: from.Config.Label.BandLow, High: from.Config.Label.BandHigh}); b != runBand {
+					sum.Band = &b
+				}
+				rounds = append(rounds, sum)
 			}
 			if len(rounds) == 0 {
 				return fmt.Errorf("run %s has no round with metrics yet: %w", g.runName, pipeline.ErrNotCommitted)
@@ -64,7 +77,7 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := report.Render(f, g.runName, report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}, rounds); err != nil {
+			if err := report.Render(f, g.runName, runBand, rounds); err != nil {
 				f.Close()
 				return err
 			}
@@ -78,4 +91,31 @@ func newReportCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&outPath, "out", "", "output file (default RUN-report.html)")
 	return cmd
+}
+
+// roundOrigin returns a function giving, for a round of the run rf
+// describes, the run file of the run that computed it: rf itself, or for
+// a fork's rounds up to its fork round, its source's (recursively, through
+// forks of forks). Run files are read once each. Errors: reading a source
+// run's file, named with the fork that refers to it.
+func roundOrigin(ctx context.Context, st storage.Store, rf *pipeline.RunFile) func(round int) (*pipeline.RunFile, error) {
+	cache := map[string]*pipeline.RunFile{rf.Run: rf}
+	return func(round int) (*pipeline.RunFile, error) {
+		cur := rf
+		for seen := 0; cur.ForkOf != "" && round <= cur.ForkRound; seen++ {
+			if seen > 64 {
+				return nil, fmt.Errorf("run %s: fork chain longer than 64 runs (a cycle?)", rf.Run)
+			}
+			src, ok := cache[cur.ForkOf]
+			if !ok {
+				var err error
+				if src, err = pipeline.ReadRunFile(ctx, st, cur.ForkOf); err != nil {
+					return nil, fmt.Errorf("round %d of run %s was made by run %s (fork_of): %w", round, cur.Run, cur.ForkOf, err)
+				}
+				cache[cur.ForkOf] = src
+			}
+			cur = src
+		}
+		return cur, nil
+	}
 }

@@ -80,6 +80,9 @@ once; one of another host only after --lease-ttl seconds.`,
 				return err
 			}
 			defer a.close()
+			if err := engine.CheckConfig(&a.cfg); err != nil {
+				return usageError{err}
+			}
 			r, eng := a.runner()
 			defer eng.Close()
 			var round int

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 func newStageCmd(g *globals) *cobra.Command {
@@ -36,6 +37,9 @@ p with p % n == i are written, and the tables are committed by
 				return err
 			}
 			defer a.close()
+			if err := engine.CheckConfig(&a.cfg); err != nil {
+				return usageError{err}
+			}
 			r, eng := a.runner()
 			defer eng.Close()
 			if _, err := r.StageByName(args[0]); err != nil {

@@ -147,6 +147,8 @@ func TestBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(unknown, []byte("sample:\n  slotz: 3\n"), 0o644))
 	zero := filepath.Join(dir, "zero.yaml")
 	require.NoError(t, os.WriteFile(zero, []byte("sample:\n  slots: 0\n"), 0o644))
+	skills := filepath.Join(dir, "skills.yaml")
+	require.NoError(t, os.WriteFile(skills, []byte("sample:\n  skills: [planning, juggling]\n  active_skills: 2\n"), 0o644))
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -157,6 +159,10 @@ func TestBadInput(t *testing.T) {
 		{"bad yaml type", nil, []string{"--config", bad, "round", "1"}, 2, "line 2"},
 		{"unknown key", nil, []string{"--config", unknown, "round", "1"}, 2, "slotz"},
 		{"zero count", nil, []string{"--config", zero, "round", "1"}, 2, "sample.slots must be > 0"},
+		// The procedural model designs for six skills only; another name used
+		// to fail every design of its slots and commit an empty pool.
+		{"skill the procedural model lacks", nil, []string{"--config", skills, "round", "1"}, 2, `sample.skills[1] "juggling" is not a skill the procedural model designs for`},
+		{"same, one stage", nil, []string{"--config", skills, "stage", "sample", "--round", "1"}, 2, `"juggling"`},
 		{"unknown scheme", nil, []string{"--store", "fiel://./runs", "round", "1"}, 2, `unknown store URL scheme "fiel"`},
 		{"unknown stage", nil, []string{"stage", "designn", "--round", "1"}, 2, `unknown stage "designn"`},
 		{"bad round", nil, []string{"round", "zero"}, 2, "want a number"},

@@ -215,6 +215,18 @@ func TestOps(t *testing.T) {
 		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration.")
 		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8].")
 		require.NotContains(t, html, "[0.1, 0.8]")
+
+		// A fork with another band: its round 1 is the base run's, labelled
+		// with the base run's band, and the page says so.
+		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "fork", "base", "--round", "1", "banded")
+		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "round", "2", "--run", "banded")
+		o.must(t, nil, "report", "--run", "banded", "--out", out)
+		b, err = os.ReadFile(out)
+		require.NoError(t, err)
+		html = string(b)
+		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8] (round 1), [0.1, 0.8] (round 2).")
+		require.Contains(t, html, "share in band of its round")
+		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration.")
 	})
 
 	t.Run("diff", func(t *testing.T) {

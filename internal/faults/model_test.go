@@ -207,3 +207,47 @@ func TestModelServerFaults(t *testing.T) {
 	calls := query(`select count(*) filter (where error <> ''), count(*) from design_calls`)
 	require.NotEqual(t, "0", calls[0][0], "failed designer calls are recorded in design_calls")
 }
+
+// TestModelServerOutage: while the model server answers every call with
+// 503, round 1 fails (exit 1, "server unavailable") after
+// model.unavailable_after failed calls instead of committing a round of
+// errors, and nothing of it is committed; once the server answers, the
+// same command resumes the round, which then equals a run that never saw
+// the outage.
+func TestModelServerOutage(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	var refused atomic.Int64
+	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
+	srv := modeltest.Start(t, modeltest.WithHandler(func(req modeltest.Request) modeltest.Reply {
+		if down.Load() {
+			refused.Add(1)
+			return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultUnavailable}}
+		}
+		return base(req)
+	}))
+	dir := t.TempDir()
+	text := strings.Replace(fmt.Sprintf(modelConfig, srv.URL), "  max_retries: 3\n", "  max_retries: 1\n  unavailable_after: 4\n", 1)
+	require.Contains(t, text, "unavailable_after: 4")
+	cfg := writeFile(t, dir, "cfg.yaml", text)
+
+	r := spade(t, dir, nil, "--config", cfg, "--run", "outage", "round", "1")
+	require.Equal(t, 1, r.code, "a round against a server that is down fails: %s", tail(r.stderr, 2000))
+	require.Contains(t, r.stderr, "server unavailable")
+	require.Contains(t, r.stderr, "HTTP 503")
+	// 4 calls in a row (2 attempts each) stop the stage; calls already in
+	// flight (concurrency 4) may add a few more.
+	require.LessOrEqual(t, refused.Load(), int64(2*(4+4)), "the stage stopped calling the server")
+	st := spade(t, dir, nil, "--config", cfg, "--run", "outage", "status", "--json")
+	require.Equal(t, 0, st.code, st.stderr)
+	require.Contains(t, st.stdout, `"next_round":1,`, "round 1 is not sealed: %s", st.stdout)
+	require.NotContains(t, st.stdout, `"table":"designs"`, "the design stage committed nothing: %s", st.stdout)
+
+	down.Store(false)
+	r = spade(t, dir, nil, "--config", cfg, "--run", "outage", "round", "1")
+	require.Equal(t, 0, r.code, "the round resumes once the server answers: %s", tail(r.stderr, 2000))
+	r = spade(t, dir, nil, "--config", cfg, "--run", "clean", "round", "1")
+	require.Equal(t, 0, r.code, tail(r.stderr, 2000))
+	d := spade(t, dir, nil, "--config", cfg, "diff", "outage", "clean")
+	require.Equal(t, 0, d.code, "the resumed run equals a run without the outage: %s%s", d.stdout, d.stderr)
+}

@@ -108,6 +108,15 @@ type Model struct {
 	// retryable failure (HTTP 408, 429, 5xx, network), honouring
 	// Retry-After (default 5; 0 means none, >= 0). Operational.
 	MaxRetries int `yaml:"max_retries" json:"max_retries"`
+	// UnavailableAfter is the number of model calls in a row, within one
+	// stage part, that may fail after their retries with a transient error
+	// (connection refused, attempt timeout, 429, 5xx) before the stage
+	// stops calling and fails, committing nothing (default 32; 0 turns the
+	// early stop off, 0..2^20). Whatever this setting, a stage part whose
+	// every call failed that way fails too: an outage of the model server
+	// fails the round (resumable), it does not commit a round of errors.
+	// Operational (omitted from the pinned config).
+	UnavailableAfter int `yaml:"unavailable_after" json:"unavailable_after,omitempty"`
 	// Temperature is the sampling temperature of every call: designer,
 	// hint writer and agent (default 1.0).
 	Temperature float64 `yaml:"temperature" json:"temperature"`
@@ -233,7 +242,7 @@ func Default() Config {
 			Slots: 24, DocsPerSlot: 1, ActiveSkills: 3, Setting: "mixed", ToolUseEvery: 4,
 			Skills: []string{"logical_deduction", "spatial_reasoning", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"},
 		},
-		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, Temperature: 1.0, MaxTokens: 4096},
+		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32, Temperature: 1.0, MaxTokens: 4096},
 		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256},
 		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8},
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
@@ -409,12 +418,13 @@ func (c Config) problems() []problem {
 	pos("sandbox.programs_per_sandbox", c.Sandbox.ProgramsPerSandbox)
 	pos("grpo.max_seq_len", c.GRPO.MaxSeqLen)
 	nonNeg := func(key string, v int) {
-		if v < 0 {
-			add(fmt.Sprintf("%s must be >= 0 (got %d)", key, v), key)
+		if v < 0 || v > MaxCount {
+			add(fmt.Sprintf("%s must be >= 0 and <= %d (got %d)", key, MaxCount, v), key)
 		}
 	}
 	nonNeg("workers", c.Workers)
 	nonNeg("model.max_retries", c.Model.MaxRetries)
+	nonNeg("model.unavailable_after", c.Model.UnavailableAfter)
 	nonNeg("model.max_tokens", c.Model.MaxTokens)
 	// Finite numbers only below: a NaN fails every comparison and is
 	// already reported.
@@ -519,12 +529,12 @@ func ParseWeightRule(s string) (kind string, fixed float64, err error) {
 // Operational lists the settings that change how a run executes but not
 // what it computes; they are left out of Digest, so a run can be resumed
 // with more workers or a longer timeout (docs/config.md).
-var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.api_key_env", "grpo.timeout_s", "sandbox.programs_per_sandbox"}
+var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "grpo.timeout_s", "sandbox.programs_per_sandbox"}
 
 // Pinned returns c with the Operational settings zeroed.
 func (c Config) Pinned() Config {
 	c.Workers = 0
-	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.APIKeyEnv = 0, 0, 0, ""
+	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.UnavailableAfter, c.Model.APIKeyEnv = 0, 0, 0, 0, ""
 	c.GRPO.TimeoutS = 0
 	c.Sandbox.ProgramsPerSandbox = 0
 	return c

@@ -92,7 +92,7 @@ func TestLoadErrors(t *testing.T) {
 		"lr":           {"grpo:\n  lr: 0\n", nil, "grpo.lr must be > 0 (got 0)"},
 		"clip":         {"grpo:\n  clip_eps: -0.2\n", nil, "grpo.clip_eps must be > 0"},
 		"kl":           {"grpo:\n  kl_beta: -2\n", nil, "grpo.kl_beta must be >= 0"},
-		"max tokens":   {"model:\n  max_tokens: -5\n", nil, "model.max_tokens must be >= 0 (got -5)"},
+		"max tokens":   {"model:\n  max_tokens: -5\n", nil, "model.max_tokens must be >= 0 and <= 1048576 (got -5)"},
 		"temperature":  {"model:\n  temperature: -3\n", nil, "model.temperature must be >= 0 (got -3)"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +81,25 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 	return sb, nil
 }
 
+// CheckConfig reports, before anything runs, a setting the configured
+// model cannot serve: with model.backend procedural (and no model.replay),
+// every sample.skills entry must be a skill the procedural designer knows
+// (procedural.Skills, SPADE.md step 2); any other would fail every design
+// of its slots and leave the round with an empty pool. The error names the
+// setting and the skills allowed.
+func CheckConfig(c *config.Config) error {
+	if c.Model.Backend != "procedural" || c.Model.Replay != "" {
+		return nil
+	}
+	for i, s := range c.Sample.Skills {
+		if !slices.Contains(procedural.Skills, s) {
+			return fmt.Errorf("invalid configuration: sample.skills[%d] %q is not a skill the procedural model designs for (%s); model.backend openai takes any skill name",
+				i, s, strings.Join(procedural.Skills, ", "))
+		}
+	}
+	return nil
+}
+
 // Backend returns the configured model backend (not recording).
 func (e *Engines) Backend() (model.Backend, error) {
 	e.mu.Lock()
@@ -115,35 +136,87 @@ func CallsTable(stage string) string { return stage + "_calls" }
 // StageModel is the backend one stage part uses: every call is recorded,
 // and with replay a miss is remembered so the stage fails instead of
 // recording it as a row error (a replay must reproduce, not improvise).
+//
+// It also watches for an outage of the model server (not when replaying):
+// after model.unavailable_after calls in a row that failed with a
+// transient error past their retries (model.Transient), later calls fail
+// at once without reaching the server, and Emit fails the stage with an
+// error wrapping model.ErrUnavailable; so does a stage part whose every
+// call failed that way. A stage that fails commits nothing, so an outage
+// leaves the round resumable instead of committing a round of errors.
 type StageModel struct {
 	*replay.Recorder
 	stage string
-	mu    sync.Mutex
-	miss  error
+	watch bool // whether to watch for an outage (not with replay)
+	after int  // model.unavailable_after; 0: no early stop
+
+	mu        sync.Mutex
+	miss      error
+	down      error // set once the server is taken to be down
+	calls     int   // calls made through the Recorder
+	transient int   // of which failed transiently past their retries
+	inARow    int   // transient failures since the last other outcome
+	last      error // the last transient failure
 }
 
-// Chat implements model.Backend.
+// Chat implements model.Backend. Once the server is taken to be down it
+// returns an error wrapping model.ErrUnavailable without calling it.
 func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Response, error) {
+	m.mu.Lock()
+	down := m.down
+	m.mu.Unlock()
+	if down != nil {
+		return model.Response{}, down
+	}
 	resp, err := m.Recorder.Chat(ctx, req)
-	if errors.Is(err, replay.ErrMiss) {
-		m.mu.Lock()
-		if m.miss == nil {
-			m.miss = err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if errors.Is(err, replay.ErrMiss) && m.miss == nil {
+		m.miss = err
+	}
+	if m.watch && ctx.Err() == nil {
+		m.calls++
+		if model.Transient(err) {
+			m.transient++
+			m.inARow++
+			m.last = err
+			if m.after > 0 && m.inARow >= m.after && m.down == nil {
+				m.down = fmt.Errorf("%w: %d calls in a row failed after their retries (model.unavailable_after), the last with: %w", model.ErrUnavailable, m.inARow, err)
+			}
+		} else {
+			m.inARow = 0
 		}
-		m.mu.Unlock()
 	}
 	return resp, err
 }
 
-// Emit writes the recorded calls as rows of the stage's llm_calls table
-// (latency only when the run records timings). It returns the first replay
-// miss instead, so that the stage fails and commits nothing.
-func (m *StageModel) Emit(out *pipeline.Out, cfg *config.Config) error {
+// Err is the error that fails the stage instead of committing it, nil if
+// none: the first replay miss (wrapping replay.ErrMiss), or an outage of
+// the model server (wrapping model.ErrUnavailable): the early stop after
+// model.unavailable_after transient failures in a row, or every call of
+// the part failed transiently.
+func (m *StageModel) Err() error {
 	m.mu.Lock()
-	miss := m.miss
-	m.mu.Unlock()
-	if miss != nil {
-		return fmt.Errorf("stage %s: %w", m.stage, miss)
+	defer m.mu.Unlock()
+	if m.miss != nil {
+		return fmt.Errorf("stage %s: %w", m.stage, m.miss)
+	}
+	down := m.down
+	if down == nil && m.watch && m.calls > 0 && m.transient == m.calls {
+		down = fmt.Errorf("%w: all %d calls of the stage part failed after their retries, the last with: %w", model.ErrUnavailable, m.calls, m.last)
+	}
+	if down != nil {
+		return fmt.Errorf("%w; the stage is not committed: run the round again once the server answers", down)
+	}
+	return nil
+}
+
+// Emit writes the recorded calls as rows of the stage's llm_calls table
+// (latency only when the run records timings). It returns Err instead
+// when that is not nil, so that the stage fails and commits nothing.
+func (m *StageModel) Emit(out *pipeline.Out, cfg *config.Config) error {
+	if err := m.Err(); err != nil {
+		return err
 	}
 	calls := m.Calls()
 	rows := make([]schemas.LLMCall, 0, len(calls))
@@ -169,7 +242,7 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 		if err != nil {
 			return nil, err
 		}
-		return &StageModel{Recorder: replay.NewRecorder(b), stage: stage}, nil
+		return &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter}, nil
 	}
 	key := fmt.Sprintf("%s@%d", stage, round)
 	e.mu.Lock()

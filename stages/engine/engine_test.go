@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,5 +26,60 @@ func TestMaxRetries(t *testing.T) {
 		_, err = b.Chat(context.Background(), model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}})
 		require.Error(t, err)
 		require.Len(t, srv.Requests(), retries+1, "max_retries %d", retries)
+	}
+}
+
+// TestOutage: after model.unavailable_after transient failures in a row the
+// stage model stops calling the server and fails the stage; a stage part
+// whose every call failed transiently fails even without the early stop;
+// an answer (even a 400) in between resets the count, and such a part
+// commits with its errors on the rows.
+func TestOutage(t *testing.T) {
+	fail := modeltest.Fault{Kind: modeltest.FaultServerError}
+	bad := modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: "too long"}
+	req := model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}}
+	for _, tc := range []struct {
+		name    string
+		after   int
+		seq     []modeltest.Fault // first answers; later ones are 500s too when allFail
+		allFail bool
+		calls   int
+		reached int    // requests the server saw
+		err     string // "" when the stage may commit
+	}{
+		{"early stop", 3, nil, true, 6, 3, "3 calls in a row failed"},
+		{"no early stop, all failed", 0, nil, true, 5, 5, "all 5 calls of the stage part failed"},
+		{"an answer resets the run", 3, []modeltest.Fault{fail, fail, bad, fail, fail, {}}, false, 6, 6, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []modeltest.Option{modeltest.WithFaultSequence(tc.seq...)}
+			if tc.allFail {
+				opts = []modeltest.Option{modeltest.WithFaultShare(fail, 1, 1)}
+			}
+			srv := modeltest.Start(t, opts...)
+			cfg := config.Default()
+			cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "m"
+			cfg.Model.APIKeyEnv, cfg.Model.MaxRetries, cfg.Model.UnavailableAfter = "", 0, tc.after
+			sm, err := (&Engines{Config: &cfg}).ForStage(context.Background(), "design", 1)
+			require.NoError(t, err)
+			var errs []error
+			for range tc.calls {
+				_, err := sm.Chat(context.Background(), req)
+				errs = append(errs, err)
+			}
+			require.Len(t, srv.Requests(), tc.reached, "requests that reached the server")
+			if tc.err == "" {
+				require.NoError(t, sm.Err())
+				require.False(t, errors.Is(errs[len(errs)-2], model.ErrUnavailable))
+				require.NoError(t, errs[len(errs)-1], "the last call was answered")
+				return
+			}
+			require.ErrorIs(t, sm.Err(), model.ErrUnavailable)
+			require.ErrorContains(t, sm.Err(), tc.err)
+			require.ErrorContains(t, sm.Err(), "HTTP 500")
+			if tc.after > 0 {
+				require.ErrorIs(t, errs[len(errs)-1], model.ErrUnavailable, "calls after the early stop fail at once")
+			}
+		})
 	}
 }

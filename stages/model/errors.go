@@ -28,7 +28,21 @@ var (
 	// backend's size limit (openai.Config.MaxResponseBytes), counted after
 	// decompression; not retried.
 	ErrResponseTooLarge = errors.New("model: response too large")
+	// ErrUnavailable means the model server is taken to be down: the calls
+	// of a stage failed one after another with transient errors that
+	// outlived their retries (engine.StageModel). The stage fails and
+	// commits nothing, so the round can be run again once the server
+	// answers; single failed calls are recorded on their rows instead.
+	ErrUnavailable = errors.New("model: server unavailable")
 )
+
+// Transient reports whether err is a CallError of a transient class
+// (CallError.Retryable: connection errors, attempt timeouts, 408, 429,
+// 5xx, truncated bodies) that outlived the backend's retries.
+func Transient(err error) bool {
+	var ce *CallError
+	return errors.As(err, &ce) && ce.Retryable
+}
 
 // CallError is the typed error a remote backend returns when a chat call
 // fails after its retries. Status is the HTTP status of the last attempt

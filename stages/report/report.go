@@ -79,6 +79,10 @@ type RoundSummary struct {
 	// PerSkillWinRate maps skill name to the mean win rate of its played
 	// environments; the report lists skills in sorted order.
 	PerSkillWinRate map[string]float64
+	// Band is the learnable band the round was labelled with when it
+	// differs from the run's (a fork's rounds up to its fork round were
+	// labelled with its source run's config); nil means the run's band.
+	Band *Band
 }
 
 //go:embed report.html.tmpl
@@ -115,7 +119,8 @@ const PlotCount = 5
 // golden-tested.
 //
 // band is the run's learnable band (label.band_low, label.band_high),
-// named in the learnable plot's label and the page's header.
+// named in the learnable plot's label and the page's header; rounds with
+// a Band of their own are named there with theirs, by range of rounds.
 //
 // Errors: an error naming the round index, round number and field for
 // rounds out of order, negative counts, rates outside [0, 1] or ±Inf
@@ -127,7 +132,13 @@ func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
 	if err := validate(rounds); err != nil {
 		return fmt.Errorf("render report for run %q: %w", run, err)
 	}
-	data := pageData{Run: run, Rounds: len(rounds), Band: band.String()}
+	for i, r := range rounds {
+		if b := r.Band; b != nil && !(b.Low >= 0 && b.Low <= b.High && b.High <= 1) {
+			return fmt.Errorf("render report for run %q: rounds[%d] (round %d): learnable band [%g, %g] is not within [0, 1] in order", run, i, r.Round, b.Low, b.High)
+		}
+	}
+	bands := bandLabel(band, rounds)
+	data := pageData{Run: run, Rounds: len(rounds), Band: bands}
 	if len(rounds) > 0 {
 		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
 	}
@@ -136,7 +147,11 @@ func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
 			data.Regenerations++
 		}
 	}
-	for _, c := range charts(rounds, band) {
+	label := band.String()
+	if bands != label {
+		label = "of its round"
+	}
+	for _, c := range charts(rounds, label) {
 		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
 	}
 	data.Skills = skillsOf(rounds)
@@ -151,7 +166,7 @@ func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
 
 type pageData struct {
 	Run                 string
-	Band                string // the learnable band, "[0.2, 0.8]"
+	Band                string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
 	Rounds, First, Last int
 	Regenerations       int
 	Plots               []template.HTML
@@ -207,8 +222,42 @@ func validate(rounds []RoundSummary) error {
 	return nil
 }
 
-// charts builds the five plots in page order.
-func charts(rounds []RoundSummary, learnable Band) []chart {
+// bandLabel names the learnable band of the rounds: band.String() when
+// every round used the run's band, else each band with its range of
+// rounds in order, "[0.2, 0.8] (rounds 1–3), [0.1, 0.9] (rounds 4–6)".
+func bandLabel(band Band, rounds []RoundSummary) string {
+	of := func(r RoundSummary) Band {
+		if r.Band != nil {
+			return *r.Band
+		}
+		return band
+	}
+	same := true
+	for _, r := range rounds {
+		same = same && of(r) == band
+	}
+	if same {
+		return band.String()
+	}
+	var parts []string
+	for i := 0; i < len(rounds); {
+		j := i
+		for j+1 < len(rounds) && of(rounds[j+1]) == of(rounds[i]) {
+			j++
+		}
+		span := fmt.Sprintf("round %d", rounds[i].Round)
+		if j > i {
+			span = fmt.Sprintf("rounds %d–%d", rounds[i].Round, rounds[j].Round)
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", of(rounds[i]), span))
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// charts builds the five plots in page order; learnable names the band in
+// the learnable plot's axis label ("[0.2, 0.8]" or "of its round").
+func charts(rounds []RoundSummary, learnable string) []chart {
 	pts := func(f func(RoundSummary) float64) []point {
 		out := make([]point, len(rounds))
 		for i, r := range rounds {
@@ -246,7 +295,7 @@ func charts(rounds []RoundSummary, learnable Band) []chart {
 			hi: pts(func(r RoundSummary) float64 { return r.RegretP90 })},
 	}
 	return []chart{
-		unit("learnable", TitleLearnable, "share in band "+learnable.String(), main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
+		unit("learnable", TitleLearnable, "share in band "+learnable, main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
 		unit("winrate", TitleWinRate, "win rate", win...),
 		regret,
 		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),

@@ -287,3 +287,29 @@ func TestRenderNamesTheRunsBand(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderNamesEachRoundsBand: rounds labelled with another band (a
+// fork's inherited rounds) are named with theirs, by range of rounds, and
+// a bad per-round band is refused.
+func TestRenderNamesEachRoundsBand(t *testing.T) {
+	rounds := sampleRounds(4)
+	src := Band{0.2, 0.8}
+	rounds[0].Band, rounds[1].Band = &src, &src
+	var b bytes.Buffer
+	if err := Render(&b, "r", Band{0.1, 0.8}, rounds); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	want := "[0.2, 0.8] (rounds 0–1), [0.1, 0.8] (rounds 2–3)"
+	if !strings.Contains(out, "win rate in "+want+".") {
+		t.Errorf("header does not name %q", want)
+	}
+	if !strings.Contains(out, "share in band of its round") {
+		t.Error("the learnable plot's label names a single band")
+	}
+	bad := Band{0.9, 0.1}
+	rounds[2].Band = &bad // sampleRounds numbers rounds from 0
+	if err := Render(io.Discard, "r", Band{0.1, 0.8}, rounds); err == nil || !strings.Contains(err.Error(), "(round 2)") {
+		t.Errorf("bad band of round 2: error %v, want one naming round 2", err)
+	}
+}
