@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -29,7 +31,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "diff RUN_A RUN_B [--round N] [--table T] [--json] [--store-b URL]",
-		Short: "Compare two runs table by table: content digests first, then rows by key (exit 0 equal, 1 different)",
+		Short: "Compare two runs table by table: content digests first, then rows by key (exit 0 equal, 1 different, 2 trouble)",
 		Long: `Compare every committed table of two runs, round by round. Tables whose
 manifests have equal content digests are equal without reading a row;
 the others are compared row by row on the table's key columns and
@@ -37,7 +39,9 @@ reported as added, removed and changed rows, with each changed column's
 old and new value (truncated). RUN_A is read from --store, RUN_B from
 --store-b when given (e.g. a local run against the same run on S3).
 
-Exit codes: 0 the runs are equal, 1 they differ, 2 usage error.`,
+Exit codes: 0 the runs are equal, 1 they differ, 2 trouble: a usage
+error, a run that does not exist, a store or table that cannot be read
+(so no failure reads as "they differ"); 130 when interrupted.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usagef("diff needs two run names, got %d arguments", len(args))
@@ -49,7 +53,13 @@ Exit codes: 0 the runs are equal, 1 they differ, 2 usage error.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			defer func() {
+				var ee exitError
+				if err != nil && !errors.As(err, &ee) {
+					err = troubleError{err}
+				}
+			}()
 			ctx := cmd.Context()
 			a, err := g.open(ctx)
 			if err != nil {
@@ -78,6 +88,17 @@ Exit codes: 0 the runs are equal, 1 they differ, 2 usage error.`,
 					return err
 				}
 				defer func() { _ = sb.Close() }()
+			}
+			for _, side := range []struct {
+				st  storage.Store
+				run string
+			}{{a.store, args[0]}, {sb, args[1]}} {
+				if _, err := pipeline.ReadRunFile(ctx, side.st, side.run); err != nil {
+					if errors.Is(err, pipeline.ErrNotCommitted) {
+						return fmt.Errorf("run %s does not exist in %s", side.run, side.st.URL())
+					}
+					return err
+				}
 			}
 			rep, err := diff.Runs(ctx, diff.Side{Store: a.store, Run: args[0]}, diff.Side{Store: sb, Run: args[1]}, opts)
 			if err != nil {

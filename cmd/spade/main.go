@@ -43,6 +43,14 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// troubleError marks a failure of spade diff (a run that does not exist,
+// a store that cannot be read): exit code 2 like diff(1)'s "trouble", so
+// that no failure reads as exit 1, "the runs differ".
+type troubleError struct{ err error }
+
+func (t troubleError) Error() string { return t.err.Error() }
+func (t troubleError) Unwrap() error { return t.err }
+
 // exitError carries an explicit exit code with an optional message.
 type exitError struct {
 	code int
@@ -122,6 +130,8 @@ func exitCode(ctx context.Context, err error) int {
 		return ee.code
 	case ctx.Err() != nil || errors.Is(err, context.Canceled):
 		return exitInterrupted
+	case errors.As(err, new(troubleError)):
+		return exitUsage
 	case errors.Is(err, pipeline.ErrBusy):
 		return exitBusy
 	case errors.Is(err, pipeline.ErrConflict):

@@ -256,8 +256,11 @@ func TestOps(t *testing.T) {
 			{"one run", []string{"diff", "base"}, exitUsage},
 			{"unknown table", []string{"diff", "base", "base", "--table", "nope"}, exitUsage},
 			{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
-			{"missing run", []string{"diff", "base", "absent"}, exitFailure},
-			{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitFailure},
+			// Every failure of diff is exit 2 (diff(1)'s "trouble"): exit 1
+			// means the runs differ, and a mistyped name must not read so.
+			{"missing run", []string{"diff", "base", "absent"}, exitUsage},
+			{"missing first run", []string{"diff", "absent", "base"}, exitUsage},
+			{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitUsage},
 			{"status past the next round", []string{"--run", "base", "status", "--round", "99"}, exitUsage},
 			{"status negative round", []string{"--run", "base", "status", "--round", "-3"}, exitUsage},
 			{"bad max rows", []string{"diff", "base", "base", "--max-rows", "-5"}, exitUsage},
