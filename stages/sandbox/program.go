@@ -85,11 +85,24 @@ func (p *Program) Meta() Meta { return p.meta }
 
 // Alive reports whether the program can still serve calls: false once its
 // process has ended (os._exit, a signal, RLIMIT_CPU) or its sandbox was
-// killed (a timeout, an output or reply overrun, a garbled frame).
+// killed (a timeout, an output or reply overrun, a garbled frame), also
+// when that happened from outside between calls (the OOM killer, a kill
+// by hand): the sandbox's exit, or a frame waiting on the reply pipe while
+// no call is in flight (the zygote's report that the program process
+// ended), counts as dead without a call having to fail first.
 func (p *Program) Alive() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closed && !p.w.isKilled() && p.w.progErr == nil
+	if p.closed || p.w.isKilled() || p.w.progErr != nil {
+		return false
+	}
+	select {
+	case <-p.w.done:
+		return false
+	default:
+	}
+	// p.mu is held: no call of this program is waiting for a reply.
+	return !p.w.replyWaiting()
 }
 
 // Reset starts an episode: in the program's process (or, with

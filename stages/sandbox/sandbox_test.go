@@ -732,3 +732,62 @@ class Report(Env):
 		assert.Equal(t, clean, look(t, sb))
 	})
 }
+
+// TestAliveAfterKillBetweenCalls: a program process killed between calls
+// (here by a thread of its own, standing in for the OOM killer or a kill by
+// hand) reads as not alive before any call fails; a live program still
+// reads as alive after its episodes.
+func TestAliveAfterKillBetweenCalls(t *testing.T) {
+	src := `
+import os, signal, threading, time
+from spade_env import Env
+class E(Env):
+    def reset(self, seed=None):
+        super().reset(seed)
+        if seed == 2:
+            threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()
+        return "o", {}
+    def step(self, a):
+        return "ok", 1.0, True, False, {}
+`
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	defer p.Close()
+	for seed := int64(1); seed <= 2; seed++ {
+		e, err := p.Reset(ctx, seed)
+		require.NoError(t, err)
+		_, err = e.Step(ctx, "a")
+		require.NoError(t, err)
+		require.NoError(t, e.Close())
+		if seed == 1 {
+			time.Sleep(300 * time.Millisecond)
+			require.True(t, p.Alive(), "a program between episodes is alive")
+		}
+	}
+	require.Eventually(t, func() bool { return !p.Alive() }, 5*time.Second, 20*time.Millisecond,
+		"a program process killed between calls reads as dead")
+	_, err = p.Reset(ctx, 3)
+	require.Error(t, err, "and a call confirms it")
+	p2, err := sb.Load(ctx, src)
+	require.NoError(t, err, "the slot serves a new program")
+	defer p2.Close()
+	require.True(t, p2.Alive())
+
+	// With forked episodes the kill takes only an episode process, which
+	// has ended at Close anyway: the program stays alive.
+	sbf := newSandbox(t, func(c *Config) { c.ForkEpisodes = true })
+	pf, err := sbf.Load(ctx, src)
+	require.NoError(t, err)
+	defer pf.Close()
+	for seed := int64(1); seed <= 3; seed++ {
+		e, err := pf.Reset(ctx, seed)
+		require.NoError(t, err)
+		_, err = e.Step(ctx, "a")
+		require.NoError(t, err)
+		require.NoError(t, e.Close())
+		time.Sleep(300 * time.Millisecond)
+		require.True(t, pf.Alive(), "fork mode, after episode %d", seed)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
@@ -406,6 +408,31 @@ func (w *worker) spawn(ctx context.Context) error {
 	}
 	w.served++
 	return nil
+}
+
+// replyWaiting reports whether the program reply pipe is readable (a
+// frame, or end of file) without reading it; poll(2) with a zero timeout.
+// Between calls nothing is expected there, so anything is the zygote's
+// unsolicited report that the program process ended. An error of the
+// poll counts as readable: the caller then treats the program as gone.
+func (w *worker) replyWaiting() bool {
+	rc, err := w.repR.SyscallConn()
+	if err != nil {
+		return true
+	}
+	waiting := false
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			waiting = err != nil || (n > 0 && fds[0].Revents != 0)
+			return
+		}
+	})
+	return waiting || err != nil
 }
 
 // drainReplies discards whatever is buffered in the program reply pipe,
