@@ -43,6 +43,19 @@ def _amp_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
     return ck.DTYPES[name]
 
 
+def _load(spec: str, backend: str, what: str) -> ck.Policy:
+    """load_policy with a malformed or missing checkpoint (absent files,
+    bad JSON, missing or mistyped config keys, corrupt safetensors) turned
+    into an InputError naming it; ImportError (no transformers) stays a
+    runtime failure."""
+    try:
+        return ck.load_policy(spec, backend)
+    except ImportError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"{what} {spec}: {type(e).__name__}: {e}") from None
+
+
 def run(argv: List[str]) -> int:
     p = argparse.ArgumentParser(prog="spade_trainer", description="One SPADE GRPO round: batch JSONL + checkpoint -> new checkpoint + metrics.")
     p.add_argument("--batch", required=True, help="batch JSONL, one sample per line")
@@ -52,24 +65,28 @@ def run(argv: List[str]) -> int:
     p.add_argument("--metrics", help="metrics JSONL path (default: stdout)")
     args = p.parse_args(argv)
 
-    out_stream = open(args.metrics, "w", encoding="utf-8") if args.metrics else sys.stdout
+    out_stream = sys.stdout
 
     def emit(m: dict) -> None:
         out_stream.write(as_json(m) + "\n")
         out_stream.flush()
 
     try:
+        if args.metrics:
+            try:
+                out_stream = open(args.metrics, "w", encoding="utf-8")
+            except OSError as e:
+                raise InputError(f"metrics {args.metrics}: {e}") from None
         cfg = load_config(args.config)
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise InputError(f"output {args.output}: exists and is not a directory")
         if os.path.isdir(args.output) and os.listdir(args.output):
             raise InputError(f"output {args.output}: directory is not empty")
         samples = load_batch(args.batch)
         torch.manual_seed(cfg.seed)
         device = _device(cfg.device)
         amp = _amp_dtype(cfg.dtype, device)
-        try:
-            policy = ck.load_policy(args.checkpoint, cfg.backend)
-        except ValueError as e:
-            raise InputError(str(e)) from None
+        policy = _load(args.checkpoint, cfg.backend, "checkpoint")
         enc_stats: dict = {}
         enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats)
         emit({"event": "encode", "samples": len(samples), "kept": len(enc), **enc_stats})
@@ -86,14 +103,17 @@ def run(argv: List[str]) -> int:
         opt = make_optimizer(params, cfg, device)
         restored = 0
         if cfg.resume_optimizer and policy.source_dir:
-            restored = ck.restore_optimizer(model, opt, policy.source_dir)
+            try:
+                restored = ck.restore_optimizer(model, opt, policy.source_dir)
+            except (OSError, ValueError, KeyError) as e:
+                raise InputError(f"checkpoint {policy.source_dir}: optimizer state: {type(e).__name__}: {e}") from None
         logits_fn = policy.logits
         if cfg.compile and hasattr(torch, "compile"):
             compiled = torch.compile(model)
             logits_fn = lambda ids: (lambda o: o if isinstance(o, torch.Tensor) else o.logits)(compiled(ids))  # noqa: E731
         ref_fn = None
         if cfg.reference_checkpoint and cfg.kl_beta > 0:
-            ref = ck.load_policy(cfg.reference_checkpoint, cfg.backend)
+            ref = _load(cfg.reference_checkpoint, cfg.backend, "reference_checkpoint")
             ref.model.to(device).eval()
             for q in ref.model.parameters():
                 q.requires_grad_(False)

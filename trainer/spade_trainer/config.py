@@ -13,6 +13,25 @@ class InputError(ValueError):
     """Bad input (config or batch); the CLI exits with status 2."""
 
 
+# Largest finite float32: advantages and weights become float32 tensors, so
+# a larger value would silently turn into inf and then NaN in the loss.
+FLOAT32_MAX = 3.4028234663852886e38
+
+# torch.manual_seed's accepted range.
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _no_duplicate_keys(pairs):
+    """json object_pairs_hook: a key given twice is an error (json.loads
+    would silently keep the last value)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise InputError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """Training hyper-parameters; JSON keys are the field names.
@@ -81,6 +100,10 @@ class TrainConfig:
             raise bad("backend", f"{self.backend!r}: want auto, builtin or transformers")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise bad("device", f"{self.device!r}: want auto, cpu, cuda or cuda:N")
+        if self.overlong not in ("error", "truncate_left", "drop"):
+            raise bad("overlong", f"{self.overlong!r}: want truncate_left, drop or error")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise bad("seed", f"{self.seed!r} is outside [-2^63, 2^64-1]")
 
 
 def load_config(path: str) -> TrainConfig:
@@ -88,8 +111,8 @@ def load_config(path: str) -> TrainConfig:
     the key (a typo like "klbeta" must not silently train without KL)."""
     try:
         with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+            raw = json.load(f, object_pairs_hook=_no_duplicate_keys)
+    except (OSError, ValueError) as e:  # ValueError: JSON, UTF-8, duplicate key
         raise InputError(f"config {path}: {e}") from None
     if not isinstance(raw, dict):
         raise InputError(f"config {path}: want a JSON object")
@@ -107,7 +130,12 @@ def load_config(path: str) -> TrainConfig:
         }[want]
         if not ok:
             raise InputError(f"config {path}: field {k}: {v!r} is not a {want}")
-        kw[k] = float(v) if want == "float" else v
+        if want == "float":
+            try:
+                v = float(v)
+            except OverflowError:
+                raise InputError(f"config {path}: field {k}: integer too large for a float") from None
+        kw[k] = v
     cfg = TrainConfig(**kw)
     cfg.validate(f"config {path}")
     return cfg
@@ -140,15 +168,21 @@ def _num(obj: dict, key: str, where: str) -> float:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InputError(f"{where}: field {key}: want a number, got {v!r}")
+    try:
+        v = float(v)
+    except OverflowError:  # an integer literal beyond float64
+        raise InputError(f"{where}: field {key}: integer too large for a float") from None
     if not math.isfinite(v):
         raise InputError(f"{where}: field {key}: {v!r} is not finite")
-    return float(v)
+    return v
 
 
 def parse_sample(line: str, where: str) -> Sample:
     """Parse one batch JSONL line; ``where`` is "file:line" for errors."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{where}: not JSON: {e}") from None
     if not isinstance(obj, dict):
@@ -170,16 +204,24 @@ def parse_sample(line: str, where: str) -> Sample:
             raise InputError(f"{where}: field messages[{i}]: want {{\"role\": string, \"content\": string}}")
         if m["role"] not in ("system", "user", "assistant", "tool"):
             raise InputError(f"{where}: field messages[{i}].role: {m['role']!r}: want system, user, assistant or tool")
+        try:
+            m["content"].encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate from a \uD800 escape
+            raise InputError(f"{where}: field messages[{i}].content: not valid Unicode ({e.reason} at character {e.start})") from None
     weight = _num(obj, "weight", where)
     if weight < 0:
         raise InputError(f"{where}: field weight: {weight} must be >= 0")
+    advantage = _num(obj, "advantage", where)
+    for key, v in (("advantage", advantage), ("weight", weight), ("advantage x weight", advantage * weight)):
+        if abs(v) > FLOAT32_MAX:
+            raise InputError(f"{where}: field {key}: {v!r} overflows float32 (the trainer's loss dtype)")
     s = Sample(
         sample_id=obj["sample_id"],
         role=role,
         group=obj["group"],
         messages=msgs,
         reward=_num(obj, "reward", where),
-        advantage=_num(obj, "advantage", where),
+        advantage=advantage,
         weight=weight,
     )
     if not s.trained_messages():
@@ -193,14 +235,21 @@ def load_batch(path: str, limit: Optional[int] = None) -> List[Sample]:
     out: List[Sample] = []
     seen: dict[str, int] = {}
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as e:
         raise InputError(f"batch {path}: {e}") from None
     with f:
-        for n, line in enumerate(f, 1):
+        # Bytes split on "\n" only, so a stray "\r" (JSON whitespace) does
+        # not split a row and line numbers match the file's; each line is
+        # decoded on its own so a UTF-8 error names its line.
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{where}: not UTF-8: byte {raw[e.start]:#04x} at offset {e.start}") from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             s = parse_sample(line, where)
             if s.sample_id in seen:
                 raise InputError(f"{where}: field sample_id: {s.sample_id!r} duplicates line {seen[s.sample_id]}")

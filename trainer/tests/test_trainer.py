@@ -129,6 +129,57 @@ class BatchParseTest(unittest.TestCase):
             with self.assertRaisesRegex(InputError, "duplicates line 1"):
                 load_batch(p)
 
+    def test_hostile_rows_are_input_errors_naming_line_and_field(self):
+        """Bytes that are not UTF-8, lone surrogates, integers beyond
+        float64, values that overflow float32 and repeated keys were a
+        traceback, a runtime failure without a location, or (repeated key)
+        silently the last value."""
+        ok = json.dumps(sample("ok", "agent", "g", AGENT_MSGS, 1.0)).encode()
+        row = json.dumps(sample("s", "agent", "g", AGENT_MSGS, 1.0))
+        cases = [
+            (row.replace('"open"', '"op\\ud800en"').encode(), "field messages[2].content"),
+            (row.encode().replace(b'"open"', b'"op\xffen"'), "not UTF-8"),
+            (row.replace('"advantage": 1.0', '"advantage": 1' + "0" * 400).encode(), "field advantage: integer too large"),
+            (row.replace('"advantage": 1.0', '"advantage": 1e300').encode(), "field advantage: 1e+300 overflows float32"),
+            (row.replace('"weight": 1.0', '"weight": 1e39').encode(), "field weight: 1e+39 overflows float32"),
+            (row.replace('"advantage": 1.0', '"advantage": 1e37').replace('"weight": 1.0', '"weight": 50').encode(), "field advantage x weight"),
+            (row.replace('"advantage": 1.0', '"advantage": 1.0, "advantage": 2.0').encode(), "duplicate key 'advantage'"),
+        ]
+        for body, text in cases:
+            with self.subTest(text=text):
+                with tempfile.TemporaryDirectory() as d:
+                    p = os.path.join(d, "b.jsonl")
+                    with open(p, "wb") as f:
+                        f.write(ok + b"\n" + body + b"\n")
+                    with self.assertRaises(InputError) as cm:
+                        load_batch(p)
+                    self.assertIn(f"{p}:2", str(cm.exception))
+                    self.assertIn(text, str(cm.exception))
+
+    def test_carriage_return_inside_a_row_does_not_split_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "b.jsonl")
+            row = json.dumps(sample("s", "agent", "g", AGENT_MSGS, 1.0)).replace(', "group"', ',\r"group"')
+            with open(p, "w", newline="") as f:
+                f.write(row + "\r\n" + json.dumps(sample("t", "agent", "g", AGENT_MSGS, 1.0)) + "\n")
+            self.assertEqual([(s.sample_id, s.line) for s in load_batch(p)], [("s", 1), ("t", 2)])
+
+    def test_config_hostile_values_name_the_field(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "c.json")
+            for body, text in [
+                (b'{"lr": 1' + b"0" * 400 + b"}", "field lr: integer too large"),
+                (b'{"seed": 18446744073709551616}', "field seed"),
+                (b'{"overlong": "chop"}', "field overlong"),
+                (b'{"kl_beta": 0.1, "kl_beta": 0}', "duplicate key 'kl_beta'"),
+                (b'{"device": "\xff"}', "utf-8"),
+            ]:
+                with self.subTest(text=text):
+                    with open(p, "wb") as f:
+                        f.write(body)
+                    with self.assertRaisesRegex(InputError, f"config {p}: .*{text}"):
+                        load_config(p)
+
     def test_config_rejects_unknown_and_wrong_types(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "c.json")
@@ -458,6 +509,36 @@ class CLITest(unittest.TestCase):
             r = self.cli("--batch", batch, "--checkpoint", "tiny:1", "--output", os.path.join(d, "o"), "--config", cfgp)
             self.assertEqual(r.returncode, 2)
             self.assertIn(f"{batch}:2: field advantage", r.stderr)
+
+
+    def test_bad_checkpoint_metrics_or_output_exits_2_without_traceback(self):
+        """A missing or malformed checkpoint, an unwritable --metrics path
+        and an --output that is a file are bad input: exit 2 and one error
+        line, not a traceback (or exit 1)."""
+        with tempfile.TemporaryDirectory() as d:
+            batch, cfgp = os.path.join(d, "b.jsonl"), os.path.join(d, "c.json")
+            write_jsonl(batch, fixed_batch())
+            with open(cfgp, "w") as f:
+                json.dump({}, f)
+            bad = os.path.join(d, "bad")
+            os.makedirs(bad)
+            with open(os.path.join(bad, "config.json"), "w") as f:
+                json.dump({"model_type": "qwen3", "num_attention_heads": 4, "num_key_value_heads": 2}, f)
+            with open(os.path.join(bad, "spade_tokenizer.json"), "w") as f:
+                json.dump({"type": "spade-byte", "version": 1}, f)
+            afile = os.path.join(d, "afile")
+            open(afile, "w").close()
+            for args, text in [
+                (["--checkpoint", os.path.join(d, "nope"), "--output", os.path.join(d, "o1")], "not a directory"),
+                (["--checkpoint", bad, "--output", os.path.join(d, "o2")], "KeyError: 'hidden_size'"),
+                (["--checkpoint", "tiny:1", "--output", os.path.join(d, "o3"), "--metrics", os.path.join(d, "no", "m.jsonl")], "metrics"),
+                (["--checkpoint", "tiny:1", "--output", afile], "is not a directory"),
+            ]:
+                with self.subTest(text=text):
+                    r = self.cli("--batch", batch, "--config", cfgp, *args)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertNotIn("Traceback", r.stderr)
+                    self.assertIn(text, r.stderr)
 
 
 class DocsTest(unittest.TestCase):
