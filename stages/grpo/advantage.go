@@ -311,7 +311,11 @@ func DesignerAdvantages(rewards []float64, skills []string, opts DesignerOptions
 	centred := make([]float64, len(rewards))
 	for _, m := range members {
 		mean, _ := meanStd(rewards, m)
-		if len(m) > 1 {
+		// A skill of one sample, or whose rewards are all equal, centres
+		// to exactly 0 (as GroupAdvantages): the mean's rounding would
+		// leave ~1e-17, which the std normalisation can blow up to O(1)
+		// when eps is 0.
+		if len(m) > 1 && !allEqual(rewards, m) {
 			for _, i := range m {
 				centred[i] = rewards[i] - mean
 			}

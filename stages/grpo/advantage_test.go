@@ -231,6 +231,17 @@ func TestDesignerAdvantages(t *testing.T) {
 			want: []float64{1 / math.Sqrt(0.4), -1 / math.Sqrt(0.4), 0, 0, 0}, weight: 1,
 		},
 		{
+			// Skills whose rewards are all equal centre to exactly 0: the
+			// mean's rounding (0.1 - mean(0.1,0.1,0.1) = -1.4e-17) used to
+			// survive, and with eps 0 the role std of those leftovers
+			// (~5e-17) scaled them to O(1) advantages.
+			name:    "equal rewards centre to exactly 0, std norm, eps 0",
+			rewards: []float64{0.1, 0.1, 0.1, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7},
+			skills:  []string{"a", "a", "a", "b", "b", "b", "b", "b", "b", "b"},
+			opts:    DesignerOptions{Norm: DesignerNormStd},
+			want:    []float64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, weight: 1,
+		},
+		{
 			name: "fixed weight",
 			opts: DesignerOptions{Weight: WeightRule{Kind: WeightFixed, Fixed: 3}},
 			want: []float64{1, -1, 0, 0, 0}, weight: 3,
