@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/sourcegraph/conc/pool"
@@ -283,6 +284,15 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 			r.Error = "env step: " + err.Error()
 			return
 		}
+		if ret := r.Return + st.Reward; math.IsNaN(ret) || math.IsInf(ret, 0) {
+			// A NaN or infinite reward (or a return that overflows) ends
+			// the play as an environment failure with its return so far:
+			// stored, it would poison the labels' means, and the grpo and
+			// metrics stages refuse non-finite values, so one environment
+			// would stop the round for good.
+			r.Error = fmt.Sprintf("env step: non-finite reward %v", st.Reward)
+			return
+		}
 		r.Turns++
 		r.StepRewards = append(r.StepRewards, st.Reward)
 		r.Return += st.Reward
@@ -321,11 +331,11 @@ func toolAction(tc model.ToolCall) string {
 func success(info json.RawMessage, ret float64) bool {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(info, &m) == nil {
-		if v, ok := m["success"]; ok {
-			var b bool
-			if json.Unmarshal(v, &b) == nil {
-				return b
-			}
+		// A JSON null (Python None) unmarshals into a bool without error
+		// and would read as a loss; only true and false are a report.
+		var b *bool
+		if json.Unmarshal(m["success"], &b) == nil && b != nil {
+			return *b
 		}
 	}
 	return ret > 0
