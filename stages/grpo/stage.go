@@ -123,7 +123,11 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 			continue
 		}
 		r := -1.0
-		if d.Final && d.Error == "" {
+		if d.Final {
+			// The label of the slot is the label of this attempt's
+			// environment, even when its quick check failed and full
+			// validation passed (docs/regret.md); a final attempt without
+			// a label of its own (no code, a repeated source) gets -1.
 			if v, ok := rewardBySlot[d.SlotID]; ok {
 				r = v
 			}

@@ -184,6 +184,24 @@ func reverse[T any](s []T) {
 	}
 }
 
+// TestBuildBatchFinalAttemptGetsItsLabel: a final attempt whose quick
+// check failed but whose environment then passed full validation (a flaky
+// check) gets its environment's designer reward, as labels.designer_reward
+// says (docs/regret.md), not -1.
+func TestBuildBatchFinalAttemptGetsItsLabel(t *testing.T) {
+	cfg := config.Default()
+	labels := []schemas.Label{{EnvID: "e", SlotID: "s0", Skill: "planning", Valid: true, Admitted: true, DesignerReward: fp(0.5)}}
+	designs := []schemas.Design{
+		design("s0", "planning", 0, false, "quick check reset: timeout", "code"),
+		design("s0", "planning", 1, true, "quick check reset: timeout", "code"),
+	}
+	batch, _, err := BuildBatch(&cfg, nil, labels, designs)
+	require.NoError(t, err)
+	require.Len(t, batch, 2)
+	require.Equal(t, -1.0, batch[0].Reward, "earlier attempt")
+	require.Equal(t, 0.5, batch[1].Reward, "final attempt: its label's designer reward")
+}
+
 // TestBuildBatchOffRegeneration: between regenerations there are no
 // designs and no hinted plays; only agent samples.
 func TestBuildBatchOffRegeneration(t *testing.T) {
