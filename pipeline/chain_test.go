@@ -190,8 +190,12 @@ func TestInterruptedFork(t *testing.T) {
 				require.NoError(t, err)
 				require.ErrorIs(t, pipeline.CheckForkComplete(ctx, s, target, rf), pipeline.ErrIncompleteFork)
 			}
-			_, err = pipeline.Fork(ctx, s, o)
+			res, err := pipeline.Fork(ctx, s, o)
 			require.NoError(t, err, "running the fork again completes it")
+			require.False(t, res.Existed, "completing an interrupted fork writes")
+			res, err = pipeline.Fork(ctx, s, o)
+			require.NoError(t, err)
+			require.True(t, res.Existed, "a completed fork run again writes nothing")
 			runRounds(t, fork, 3)
 			got, err := pipeline.ReadSeal(ctx, s, target, 3)
 			require.NoError(t, err)

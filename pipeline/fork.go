@@ -37,6 +37,10 @@ type ForkResult struct {
 	// Seals are the fork's seals of rounds 0..Round; each has the same
 	// digest (round id) as the source round it shares.
 	Seals []*Seal
+	// Existed is true when an earlier call with the same options had
+	// already completed the fork (its run file and its last seal, written
+	// last, were there), so this call wrote nothing.
+	Existed bool
 }
 
 // Fork creates run Target whose rounds 0..Round are Source's, by reference
@@ -82,12 +86,22 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 	seals := make([]*Seal, o.Round+1)
 	for r := 0; r <= o.Round; r++ {
 		seal, err := ReadSeal(ctx, s, o.Source, r)
+		if errors.Is(err, ErrNotCommitted) {
+			have := "no round of it is sealed"
+			switch {
+			case r == 1:
+				have = "round 0 is its only sealed round"
+			case r > 1:
+				have = fmt.Sprintf("its sealed rounds are 0 to %d", r-1)
+			}
+			return nil, fmt.Errorf("fork %s at round %d: round %d of run %s is not sealed, %s: %w", o.Source, o.Round, r, o.Source, have, ErrNotCommitted)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("fork %s at round %d: %w", o.Source, o.Round, err)
 		}
 		seals[r] = seal
 	}
-	rf, err := claimForkRun(ctx, s, o, now())
+	rf, runExisted, err := claimForkRun(ctx, s, o, now())
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +126,7 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 		if err != nil && !isExists(err) {
 			return nil, fmt.Errorf("fork: write %s: %w", SealKey(o.Target, r), err)
 		}
+		res.Existed = runExisted && err != nil && r == o.Round
 		have, err := ReadSeal(ctx, s, o.Target, r)
 		if err != nil {
 			return nil, err
@@ -149,31 +164,32 @@ func CheckForkComplete(ctx context.Context, s storage.Store, run string, rf *Run
 }
 
 // claimForkRun creates the target's _RUN.json, or accepts an existing one
-// written by the same fork (a resumed call).
-func claimForkRun(ctx context.Context, s storage.Store, o ForkOptions, at time.Time) (*RunFile, error) {
+// written by the same fork (a resumed call); the bool is true in the
+// second case.
+func claimForkRun(ctx context.Context, s storage.Store, o ForkOptions, at time.Time) (*RunFile, bool, error) {
 	rf := &RunFile{FormatVersion: FormatVersion, Run: o.Target, ConfigDigest: o.Config.Digest(), Config: o.Config,
 		ForkOf: o.Source, ForkRound: o.Round, CodeVersion: CodeVersion(), CreatedAt: at}
 	b, _ := json.MarshalIndent(rf, "", "  ")
 	err := storage.PutBytesIfAbsent(ctx, s, RunFileKey(o.Target), append(b, '\n'))
 	if err == nil {
-		return rf, nil
+		return rf, false, nil
 	}
 	if !isExists(err) {
-		return nil, fmt.Errorf("fork: create run %s: %w", o.Target, err)
+		return nil, false, fmt.Errorf("fork: create run %s: %w", o.Target, err)
 	}
 	have, err := ReadRunFile(ctx, s, o.Target)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if have.ForkOf != o.Source || have.ForkRound != o.Round || have.ConfigDigest != rf.ConfigDigest {
 		what := fmt.Sprintf("a fork of %s at round %d", have.ForkOf, have.ForkRound)
 		if have.ForkOf == "" {
 			what = "not a fork"
 		}
-		return nil, fmt.Errorf("fork: run %s exists (%s, config digest %.12s; this fork: %s at round %d, config digest %.12s): %w",
+		return nil, false, fmt.Errorf("fork: run %s exists (%s, config digest %.12s; this fork: %s at round %d, config digest %.12s): %w",
 			o.Target, what, have.ConfigDigest, o.Source, o.Round, rf.ConfigDigest, ErrConflict)
 	}
-	return have, nil
+	return have, true, nil
 }
 
 // forkManifest writes the target's manifest of one table of a shared round

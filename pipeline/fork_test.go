@@ -102,6 +102,7 @@ func TestFork(t *testing.T) {
 	t.Run("same config continues to identical rounds", func(t *testing.T) {
 		res, err := pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 1, Target: "same", Config: src.Config})
 		require.NoError(t, err)
+		require.False(t, res.Existed)
 		require.Equal(t, "src", res.Run.ForkOf)
 		require.Equal(t, 1, res.Run.ForkRound)
 		require.Len(t, res.Seals, 2)
@@ -191,6 +192,9 @@ func TestFork(t *testing.T) {
 				require.Error(t, err)
 				if c.want != nil {
 					require.ErrorIs(t, err, c.want)
+				}
+				if c.name == "unsealed round" {
+					require.ErrorContains(t, err, "round 3 of run src is not sealed, its sealed rounds are 0 to 2")
 				}
 				if c.o.Target != "src" {
 					infos, lerr := s.List(ctx, c.o.Target+"/")

@@ -166,12 +166,23 @@ func configDiff(a, b config.Config) string {
 	return strings.Join(diff, ", ")
 }
 
-// ReadRunFile reads a run's _RUN.json; ErrNotCommitted when the run does
-// not exist.
+// noRunError is ReadRunFile's error for a run without a run file: it
+// reads "run X does not exist (no X/_RUN.json)" and matches
+// ErrNotCommitted (errors.Is).
+type noRunError struct{ run, key string }
+
+func (e noRunError) Error() string { return fmt.Sprintf("run %s does not exist (no %s)", e.run, e.key) }
+
+// Is makes errors.Is(err, ErrNotCommitted) true.
+func (e noRunError) Is(target error) bool { return target == ErrNotCommitted }
+
+// ReadRunFile reads a run's _RUN.json. Errors: one matching
+// ErrNotCommitted, "run X does not exist (no X/_RUN.json)", when the run
+// does not exist; a malformed or other-version run file, named.
 func ReadRunFile(ctx context.Context, s storage.Store, run string) (*RunFile, error) {
 	data, err := storage.ReadAll(ctx, s, RunFileKey(run))
 	if isNotFound(err) {
-		return nil, fmt.Errorf("run %s: %w (no %s)", run, ErrNotCommitted, RunFileKey(run))
+		return nil, noRunError{run: run, key: RunFileKey(run)}
 	}
 	if err != nil {
 		return nil, err

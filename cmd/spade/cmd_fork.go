@@ -72,9 +72,14 @@ that exists as something else is a conflict (exit 3).`,
 				return json.NewEncoder(os.Stdout).Encode(map[string]any{
 					"run": res.Run.Run, "fork_of": res.Run.ForkOf, "fork_round": res.Run.ForkRound,
 					"config_digest": res.Run.ConfigDigest, "manifests": res.Manifests, "round_id": res.Seals[len(res.Seals)-1].Digest(),
+					"already_forked": res.Existed,
 				})
 			}
-			fmt.Printf("run %s forked from %s at round %d (%d manifests by reference, round id %.16s); %s\n",
+			what := "forked from %s at round %d"
+			if res.Existed {
+				what = "was already forked from %s at round %d, nothing written"
+			}
+			fmt.Printf("run %s "+what+" (%d manifests by reference, round id %.16s); %s\n",
 				args[1], args[0], round, res.Manifests, res.Seals[len(res.Seals)-1].Digest(), continueHint(cmd, a, cfg, args[1], round+1))
 			return nil
 		},

@@ -85,7 +85,11 @@ func newReportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			abs, _ := filepath.Abs(outPath)
-			fmt.Printf("wrote %s (%d rounds)\n", abs, len(rounds))
+			noun := "rounds"
+			if len(rounds) == 1 {
+				noun = "round"
+			}
+			fmt.Printf("wrote %s (%d %s)\n", abs, len(rounds), noun)
 			return nil
 		},
 	}

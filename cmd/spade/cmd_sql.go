@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/csv"
 	"encoding/json"
@@ -176,14 +177,48 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		}
 		return nil
 	case "csv":
+		// RFC 4180 through encoding/csv, with DuckDB's convention for
+		// NULL: an empty unquoted field is NULL, a quoted "" the empty
+		// string (read_csv reads them back so). encoding/csv never quotes
+		// an empty field, so a row holding an empty string is put together
+		// here from fields quoted one at a time by encoding/csv.
 		cw := csv.NewWriter(w)
 		_ = cw.Write(cols)
+		var fb bytes.Buffer
+		fw := csv.NewWriter(&fb)
 		for _, rec := range records {
 			line := make([]string, len(rec))
+			empty := false
 			for i, v := range rec {
-				line[i] = cell(v)
+				if v != nil {
+					line[i] = cell(v)
+					empty = empty || line[i] == ""
+				}
 			}
-			_ = cw.Write(line)
+			if !empty {
+				_ = cw.Write(line)
+				continue
+			}
+			var row []byte
+			for i, v := range rec {
+				if i > 0 {
+					row = append(row, ',')
+				}
+				switch {
+				case v == nil:
+				case line[i] == "":
+					row = append(row, '"', '"')
+				default:
+					fb.Reset()
+					_ = fw.Write(line[i : i+1])
+					fw.Flush()
+					row = append(row, bytes.TrimSuffix(fb.Bytes(), []byte("\n"))...)
+				}
+			}
+			cw.Flush()
+			if _, err := w.Write(append(row, '\n')); err != nil {
+				return err
+			}
 		}
 		cw.Flush()
 		return cw.Error()

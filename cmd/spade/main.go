@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,22 @@ const (
 	exitDifferent   = 1 // spade diff: the runs differ
 	exitInterrupted = 130
 )
+
+// firstLine is s up to its first newline, cut to n bytes (at a rune
+// boundary) with "..." when longer.
+func firstLine(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " ..."
+	}
+	if len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
 
 // usageError marks errors in how spade was called (exit code 2).
 type usageError struct{ err error }
@@ -194,7 +211,20 @@ func newRootCmd() *cobra.Command {
 		}
 		return nil
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// A query or file name that starts with "-" (a SQL comment, a
+		// negative number) is parsed as a flag: say how to pass it.
+		msg, tok := err.Error(), ""
+		if rest, ok := strings.CutPrefix(msg, "unknown flag: "); ok {
+			tok = rest
+		} else if _, rest, ok := strings.Cut(msg, "' in "); ok && strings.HasPrefix(msg, "unknown shorthand flag") {
+			tok = rest
+		}
+		if strings.ContainsAny(tok, " \n\t") || (len(tok) > 1 && tok[0] == '-' && tok[1] >= '0' && tok[1] <= '9') {
+			return usagef("an argument that starts with '-' was read as a flag (%s); put -- before it: spade %s -- \"ARG\"", firstLine(msg, 80), c.Name())
+		}
+		return usageError{err}
+	})
 	root.AddCommand(
 		newRoundCmd(g), newStageCmd(g), newCommitCmd(g), newStatusCmd(g), newSQLCmd(g),
 		newCorpusCmd(g), newConfigCmd(g),

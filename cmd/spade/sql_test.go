@@ -81,8 +81,11 @@ func TestSQLReadOnly(t *testing.T) {
 		"select round, count(*) from labels group by round order by round":                                 "round,count_star()\n1,6\n2,5\n",
 		"select count(*) = (select count(*) from labels) from labels l join environments e using (env_id)": "true\n",
 		"with r as (select env_id, count(*) n from rollouts group by env_id) select sum(n) from r":         "68\n",
-		"describe labels":                       "column_name,column_type,null,key,default,extra\nround,INTEGER,YES,NULL,NULL,NULL\nenv_id,VARCHAR,YES,NULL,NULL,NULL\n",
-		"pragma table_info('labels')":           "0,round,INTEGER,false,NULL,false\n",
+		"describe labels":             "column_name,column_type,null,key,default,extra\nround,INTEGER,YES,,,\nenv_id,VARCHAR,YES,,,\n",
+		"pragma table_info('labels')": "0,round,INTEGER,false,,false\n",
+		// DuckDB's CSV convention: NULL is an empty field, the empty
+		// string a quoted "", the text NULL stays text.
+		"select null::double a, 'NULL' b, '' c, 'x,y' d, null e": "a,b,c,d,e\n,NULL,\"\",\"x,y\",\n",
 		"show tables":                           "\nlabels\n",
 		"select count(*) from (summarize pool)": "\n11\n",
 	} {

@@ -244,7 +244,11 @@ func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 		case found:
 			rep.Rounds = append(rep.Rounds, r)
 		case explicit:
-			return nil, fmt.Errorf("round %d: neither run %s nor run %s has a committed table %s: %w", r, a.Run, b.Run, roundTablesText(tables), pipeline.ErrNotCommitted)
+			who := fmt.Sprintf("neither run %s nor run %s has a", a.Run, b.Run)
+			if a.Run == b.Run && a.Store.URL() == b.Store.URL() {
+				who = fmt.Sprintf("run %s has no", a.Run)
+			}
+			return nil, fmt.Errorf("round %d: %s committed table %s: %w", r, who, roundTablesText(tables), pipeline.ErrNotCommitted)
 		}
 	}
 	return rep, nil

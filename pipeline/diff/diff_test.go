@@ -224,7 +224,7 @@ func TestRunsText(t *testing.T) {
 	// A round neither run has is an error, not an equal comparison.
 	_, err = Runs(ctx, Side{s, "base"}, Side{s, "base"}, Options{Tables: []string{"metrics", "train_metrics"}, Rounds: []int{99}})
 	require.True(t, errors.Is(err, pipeline.ErrNotCommitted), "%v", err)
-	require.ErrorContains(t, err, "round 99: neither run base nor run base has a committed table there")
+	require.ErrorContains(t, err, "round 99: run base has no committed table there")
 	_, err = Runs(ctx, Side{s, "base"}, Side{s, "cand"}, Options{Tables: []string{"train_metrics"}, Rounds: []int{0}})
 	require.ErrorContains(t, err, "has a committed table train_metrics there")
 }
