@@ -33,10 +33,10 @@ func TestPlayNonFiniteReward(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { sb.Close() })
 	cfg := config.Default()
-	for name, rewards := range map[string][2]string{
-		"nan":      {"0.5", `float("nan")`},
-		"inf":      {"0.5", `float("-inf")`},
-		"overflow": {"1e308", "1e308"},
+	for name, rewards := range map[string][3]string{
+		"nan":      {"0.5", `float("nan")`, "non-finite reward NaN"},
+		"inf":      {"0.5", `float("-inf")`, "non-finite reward -Inf"},
+		"overflow": {"1e308", "1e308", "reward 1e+308 makes the return overflow"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			src := `from spade_env import Env
@@ -60,7 +60,7 @@ class Bad(Env):
 			defer prog.Close()
 			r := schemas.Rollout{EnvID: "bad", Seed: 1}
 			Play(context.Background(), &cfg, goAgent{}, prog, Target{EnvID: "bad", Source: src, MaxTurns: 5}, false, &r)
-			require.Contains(t, r.Error, "non-finite reward")
+			require.Contains(t, r.Error, rewards[2])
 			require.False(t, r.Success)
 			require.False(t, math.IsNaN(r.Return) || math.IsInf(r.Return, 0), "return %v", r.Return)
 			require.Equal(t, int64(1), r.Turns)

@@ -291,6 +291,9 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 			// metrics stages refuse non-finite values, so one environment
 			// would stop the round for good.
 			r.Error = fmt.Sprintf("env step: non-finite reward %v", st.Reward)
+			if !math.IsNaN(st.Reward) && !math.IsInf(st.Reward, 0) {
+				r.Error = fmt.Sprintf("env step: reward %v makes the return overflow", st.Reward)
+			}
 			return
 		}
 		r.Turns++
