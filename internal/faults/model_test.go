@@ -251,3 +251,37 @@ func TestModelServerOutage(t *testing.T) {
 	d := spade(t, dir, nil, "--config", cfg, "diff", "outage", "clean")
 	require.Equal(t, 0, d.code, "the resumed run equals a run without the outage: %s%s", d.stdout, d.stderr)
 }
+
+// TestHintFailure: when every hint call fails (a 400, recorded in the
+// hints table), no hinted arm is played: the labels have no regret and
+// the designer reward of an environment without hinted plays, -1, instead
+// of a regret measured between two unhinted arms.
+func TestHintFailure(t *testing.T) {
+	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
+	srv := modeltest.Start(t, modeltest.WithHandler(func(req modeltest.Request) modeltest.Reply {
+		if modeltest.Classify(req.Chat) == modeltest.RoleHint {
+			return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: "hint refused (injected)"}}
+		}
+		return base(req)
+	}))
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", fmt.Sprintf(modelConfig, srv.URL))
+	r := spade(t, dir, nil, "--config", cfg, "round", "1")
+	require.Equal(t, 0, r.code, tail(r.stderr, 2000))
+	res := spade(t, dir, nil, "--config", cfg, "sql", "--format", "csv", `select
+		(select count(*) from hints where error like '%hint refused (injected)%'),
+		(select count(*) from hints),
+		(select count(*) filter (where hinted) from rollouts),
+		(select count(*) filter (where not hinted) from rollouts),
+		(select count(*) from labels where valid and regret is null and designer_reward = -1),
+		(select count(*) from labels where valid)`)
+	require.Equal(t, 0, res.code, res.stderr)
+	recs, err := csv.NewReader(strings.NewReader(res.stdout)).ReadAll()
+	require.NoError(t, err)
+	got := recs[1]
+	require.NotEqual(t, "0", got[1], "valid environments had hint calls")
+	require.Equal(t, got[1], got[0], "every hint row carries the model's error")
+	require.Equal(t, "0", got[2], "no hinted arm without a hint")
+	require.NotEqual(t, "0", got[3], "the unhinted arm is played")
+	require.Equal(t, got[5], got[4], "every valid environment: no regret, designer reward -1")
+}

@@ -184,7 +184,12 @@ func PlaySeed(runSeed int64, round int, envID string, hinted bool, sampleIdx int
 // program once and again after a crash of the whole sandbox.
 func playAll(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, t Target) []schemas.Rollout {
 	arms := []bool{false}
-	if env.Round.Regeneration {
+	// Without a hint (its call failed, or the answer was empty) there is no
+	// hinted arm: played with an empty hint it would be a second unhinted
+	// arm, and its regret noise around 0. The label then has no regret and
+	// the designer reward of an environment without hinted plays (-1,
+	// docs/regret.md).
+	if env.Round.Regeneration && t.Hint != "" {
 		arms = append(arms, true)
 	}
 	var prog *sandbox.Program
