@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sort"
@@ -54,6 +55,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/internal/streams"
@@ -202,6 +204,18 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 // unreachable endpoint (or no answer within ProbeTimeout), bucket not
 // found, access denied (wrong credentials or no permission), or any other
 // status; a cancelled ctx gives ctx.Err() wrapped.
+// sdkLogger sends the AWS SDK's own log lines (e.g. "falling back to
+// IMDSv1" while it looks for credentials) through slog.Default, as debug
+// records with source=aws-sdk, instead of the SDK's plain "SDK <date> WARN"
+// lines on stderr, which broke --log-format json. Failures reach the
+// caller as errors anyway; spade --log-level debug shows these lines.
+type sdkLogger struct{}
+
+// Logf implements logging.Logger.
+func (sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	slog.Debug(fmt.Sprintf(format, v...), "source", "aws-sdk", "sdk_level", string(c))
+}
+
 func New(ctx context.Context, o Options) (*Store, error) {
 	if o.PartSize == 0 {
 		o.PartSize = DefaultPartSize
@@ -221,6 +235,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		}),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithLogger(sdkLogger{}),
 	}
 	if o.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
