@@ -199,11 +199,6 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	return s, nil
 }
 
-// New builds the client and probes the bucket with HeadBucket. Errors name
-// the bucket and endpoint and say which of these it is: no credentials,
-// unreachable endpoint (or no answer within ProbeTimeout), bucket not
-// found, access denied (wrong credentials or no permission), or any other
-// status; a cancelled ctx gives ctx.Err() wrapped.
 // sdkLogger sends the AWS SDK's own log lines (e.g. "falling back to
 // IMDSv1" while it looks for credentials) through slog.Default, as debug
 // records with source=aws-sdk, instead of the SDK's plain "SDK <date> WARN"
@@ -216,6 +211,11 @@ func (sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	slog.Debug(fmt.Sprintf(format, v...), "source", "aws-sdk", "sdk_level", string(c))
 }
 
+// New builds the client and probes the bucket with HeadBucket. Errors name
+// the bucket and endpoint and say which of these it is: no credentials,
+// unreachable endpoint (or no answer within ProbeTimeout), bucket not
+// found, access denied (wrong credentials or no permission), or any other
+// status; a cancelled ctx gives ctx.Err() wrapped.
 func New(ctx context.Context, o Options) (*Store, error) {
 	if o.PartSize == 0 {
 		o.PartSize = DefaultPartSize
