@@ -54,9 +54,18 @@ func ActiveSkills(skills []string, active, g int) []string {
 
 // SlotLayout returns the skill, setting and kind of slot i of a
 // regeneration: slots cycle through the active skills; with setting
-// "mixed", every tool_use_every-th slot is tool use.
+// "mixed", every tool_use_every-th slot is tool use. When the number of
+// active skills A and tool_use_every T share a factor, the skill cycle
+// shifts by one every lcm(A, T) slots: otherwise the tool-use slots would
+// always land on the same skills (A = 2, T = 4: only the second). With A
+// and T coprime (the defaults, 3 and 4) nothing shifts.
 func SlotLayout(c *config.Sample, active []string, i int) (skill, setting, kind string) {
-	skill = active[i%len(active)]
+	a := len(active)
+	shift := 0
+	if t := c.ToolUseEvery; c.Setting == "mixed" && t > 0 && gcd(a, t) > 1 {
+		shift = i / (a / gcd(a, t) * t)
+	}
+	skill = active[(i+shift)%a]
 	setting = c.Setting
 	if setting == "mixed" {
 		setting = "game"
@@ -68,6 +77,13 @@ func SlotLayout(c *config.Sample, active []string, i int) (skill, setting, kind 
 		return skill, setting, "tooluse"
 	}
 	return skill, setting, GameKinds[(i/len(active))%len(GameKinds)]
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // Seed derives a seed from the run seed and labels, stable across

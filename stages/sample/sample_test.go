@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -118,6 +119,30 @@ func TestSlotLayoutSkillBalance(t *testing.T) {
 		require.Equal(t, c.Slots/len(active), count[s], "skill %s", s)
 	}
 	require.Equal(t, c.Slots/c.ToolUseEvery, tool)
+}
+
+// TestSlotLayoutToolUseCoversSkills: when the number of active skills and
+// tool_use_every share a factor, tool-use slots still visit every active
+// skill equally often, and every skill keeps the same number of slots.
+func TestSlotLayoutToolUseCoversSkills(t *testing.T) {
+	for _, tc := range []struct{ active, every, slots int }{{2, 4, 16}, {2, 2, 8}, {4, 2, 16}, {6, 4, 48}, {3, 3, 18}} {
+		t.Run(fmt.Sprintf("A=%d T=%d", tc.active, tc.every), func(t *testing.T) {
+			active := config.Default().Sample.Skills[:tc.active]
+			c := config.Sample{Setting: "mixed", ToolUseEvery: tc.every}
+			tool, all := map[string]int{}, map[string]int{}
+			for i := 0; i < tc.slots; i++ {
+				skill, setting, _ := SlotLayout(&c, active, i)
+				all[skill]++
+				if setting == "tool_use" {
+					tool[skill]++
+				}
+			}
+			for _, s := range active {
+				require.Equal(t, tc.slots/tc.active, all[s], "slots of %s: %v", s, all)
+				require.Equal(t, tc.slots/tc.every/tc.active, tool[s], "tool-use slots of %s: %v", s, tool)
+			}
+		})
+	}
 }
 
 // TestDrawRows checks that documents are drawn without replacement while
