@@ -11,6 +11,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/metrics"
 )
 
 // Stage is the label stage; it runs every round.
@@ -98,7 +99,10 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 		reg := h - l.UnhintedMean
 		l.HintedMean, l.Regret = &h, &reg
 	}
-	l.Learnable = c.Valid && nU > 0 && l.WinRate >= lo && l.WinRate <= hi
+	// The same band test as the learnable_fraction metric (inclusive, with
+	// its 1e-9 tolerance), so the metric is exactly the share of learnable
+	// labels whatever the configured bounds.
+	l.Learnable = c.Valid && nU > 0 && metrics.InBand(l.WinRate, lo, hi)
 	// Admission is decided at regeneration (the band is enforced as a
 	// filter, not just logged); between regenerations every pool
 	// environment stays admitted.

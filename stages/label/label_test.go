@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/metrics"
 )
 
 // play builds one rollout row; err marks a failed play.
@@ -261,4 +262,21 @@ func TestDesignerReward(t *testing.T) {
 			require.True(t, got >= -1 && got <= 1)
 		})
 	}
+}
+
+// TestLearnableMatchesMetric: the label's band test is the
+// learnable_fraction metric's (metrics.InBand), so the metric equals the
+// share of learnable labels even for bounds a hair off a win rate: a band
+// from 0.3333333334 admits the win rate 1/3 in both.
+func TestLearnableMatchesMetric(t *testing.T) {
+	plays := arm(false, 1, 0, 0)
+	for _, band := range [][2]float64{{0.3333333334, 0.8}, {0.2, 0.3333333332}, {1.0 / 3, 1.0 / 3}} {
+		l := Compute(validCand, plays, band[0], band[1], false)
+		frac, err := metrics.LearnableFraction([]float64{l.WinRate}, band[0], band[1])
+		require.NoError(t, err)
+		require.True(t, l.Learnable, "band %v, win rate %v", band, l.WinRate)
+		require.Equal(t, 1.0, frac)
+	}
+	l := Compute(validCand, plays, 0.34, 0.8, false)
+	require.False(t, l.Learnable, "1/3 is outside [0.34, 0.8]")
 }
