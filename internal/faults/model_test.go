@@ -285,3 +285,40 @@ func TestHintFailure(t *testing.T) {
 	require.NotEqual(t, "0", got[3], "the unhinted arm is played")
 	require.Equal(t, got[5], got[4], "every valid environment: no regret, designer reward -1")
 }
+
+// TestModelServerOutageMidStage: the server goes down (every request 503,
+// /v1/models too) in the middle of the rollout stage, after some plays
+// were answered. The parts that end on the failures see the server not
+// answering a probe and fail, so nothing with the outage's errors is
+// committed; once the server is back, the rerun equals a run that never
+// saw the outage.
+func TestModelServerOutageMidStage(t *testing.T) {
+	var srv *modeltest.Server
+	var agentCalls atomic.Int64
+	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
+	srv = modeltest.Start(t, modeltest.WithHandler(func(req modeltest.Request) modeltest.Reply {
+		if modeltest.Classify(req.Chat) == modeltest.RoleAgent && agentCalls.Add(1) == 10 {
+			srv.SetDown(true) // this answer is still given; every later request is a 503
+		}
+		return base(req)
+	}))
+	dir := t.TempDir()
+	text := strings.Replace(fmt.Sprintf(modelConfig, srv.URL), "  max_retries: 3\n", "  max_retries: 1\n", 1)
+	cfg := writeFile(t, dir, "cfg.yaml", text)
+
+	r := spade(t, dir, nil, "--config", cfg, "--run", "outage", "round", "1")
+	require.Equal(t, 1, r.code, "the round fails while the server is down: %s", tail(r.stderr, 2000))
+	require.Contains(t, r.stderr, "server unavailable")
+	require.Positive(t, srv.Refused())
+	st := spade(t, dir, nil, "--config", cfg, "--run", "outage", "status", "--json")
+	require.Equal(t, 0, st.code, st.stderr)
+	require.NotContains(t, st.stdout, `"table":"rollouts"`, "no rollouts with the outage's errors are committed: %s", st.stdout)
+
+	srv.SetDown(false)
+	r = spade(t, dir, nil, "--config", cfg, "--run", "outage", "round", "1")
+	require.Equal(t, 0, r.code, tail(r.stderr, 2000))
+	r = spade(t, dir, nil, "--config", cfg, "--run", "clean", "round", "1")
+	require.Equal(t, 0, r.code, tail(r.stderr, 2000))
+	d := spade(t, dir, nil, "--config", cfg, "diff", "outage", "clean")
+	require.Equal(t, 0, d.code, "the resumed run equals a run without the outage: %s%s", d.stdout, d.stderr)
+}

@@ -132,7 +132,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	for _, r := range results {
 		pipeline.Emit(out, schemas.Designs, "designs", r...)
 	}
-	return rec.Emit(out, env.Config)
+	return rec.Emit(ctx, out, env.Config)
 }
 
 // generate runs the attempts of one slot.

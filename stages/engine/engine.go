@@ -142,13 +142,16 @@ func CallsTable(stage string) string { return stage + "_calls" }
 // transient error past their retries (model.Transient), later calls fail
 // at once without reaching the server, and Emit fails the stage with an
 // error wrapping model.ErrUnavailable; so does a stage part whose every
-// call failed that way. A stage that fails commits nothing, so an outage
-// leaves the round resumable instead of committing a round of errors.
+// call failed that way, and one that ends on such failures while the
+// server does not answer a probe (a server that went down near the end of
+// the part). A stage that fails commits nothing, so an outage leaves the
+// round resumable instead of committing a round of errors.
 type StageModel struct {
 	*replay.Recorder
 	stage string
-	watch bool // whether to watch for an outage (not with replay)
-	after int  // model.unavailable_after; 0: no early stop
+	watch bool                            // whether to watch for an outage (not with replay)
+	after int                             // model.unavailable_after; 0: no early stop
+	probe func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
 
 	mu        sync.Mutex
 	miss      error
@@ -193,17 +196,26 @@ func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Respons
 // Err is the error that fails the stage instead of committing it, nil if
 // none: the first replay miss (wrapping replay.ErrMiss), or an outage of
 // the model server (wrapping model.ErrUnavailable): the early stop after
-// model.unavailable_after transient failures in a row, or every call of
-// the part failed transiently.
-func (m *StageModel) Err() error {
+// model.unavailable_after transient failures in a row; every call of the
+// part failed transiently; or the part ended on transient failures and
+// the server does not answer a probe now (the backend's Probe, e.g.
+// openai.Backend.Probe). Parts whose failures were followed by answers
+// commit, with the errors on their rows.
+func (m *StageModel) Err(ctx context.Context) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.miss != nil {
-		return fmt.Errorf("stage %s: %w", m.stage, m.miss)
+	miss, down := m.miss, m.down
+	calls, transient, inARow, last := m.calls, m.transient, m.inARow, m.last
+	m.mu.Unlock()
+	if miss != nil {
+		return fmt.Errorf("stage %s: %w", m.stage, miss)
 	}
-	down := m.down
-	if down == nil && m.watch && m.calls > 0 && m.transient == m.calls {
-		down = fmt.Errorf("%w: all %d calls of the stage part failed after their retries, the last with: %w", model.ErrUnavailable, m.calls, m.last)
+	if down == nil && m.watch && calls > 0 && transient == calls {
+		down = fmt.Errorf("%w: all %d calls of the stage part failed after their retries, the last with: %w", model.ErrUnavailable, calls, last)
+	}
+	if down == nil && m.watch && inARow > 0 && m.probe != nil {
+		if perr := m.probe(ctx); perr != nil && ctx.Err() == nil {
+			down = fmt.Errorf("%w: the stage part ended on %d failed calls in a row and the server does not answer (%w); the last call failed with: %w", model.ErrUnavailable, inARow, perr, last)
+		}
 	}
 	if down != nil {
 		return fmt.Errorf("%w; the stage is not committed: run the round again once the server answers", down)
@@ -214,8 +226,8 @@ func (m *StageModel) Err() error {
 // Emit writes the recorded calls as rows of the stage's llm_calls table
 // (latency only when the run records timings). It returns Err instead
 // when that is not nil, so that the stage fails and commits nothing.
-func (m *StageModel) Emit(out *pipeline.Out, cfg *config.Config) error {
-	if err := m.Err(); err != nil {
+func (m *StageModel) Emit(ctx context.Context, out *pipeline.Out, cfg *config.Config) error {
+	if err := m.Err(ctx); err != nil {
 		return err
 	}
 	calls := m.Calls()
@@ -242,7 +254,11 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 		if err != nil {
 			return nil, err
 		}
-		return &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter}, nil
+		sm := &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter}
+		if p, ok := b.(interface{ Probe(context.Context) error }); ok {
+			sm.probe = p.Probe
+		}
+		return sm, nil
 	}
 	key := fmt.Sprintf("%s@%d", stage, round)
 	e.mu.Lock()

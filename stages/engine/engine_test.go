@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,17 +70,48 @@ func TestOutage(t *testing.T) {
 			}
 			require.Len(t, srv.Requests(), tc.reached, "requests that reached the server")
 			if tc.err == "" {
-				require.NoError(t, sm.Err())
+				require.NoError(t, sm.Err(context.Background()))
 				require.False(t, errors.Is(errs[len(errs)-2], model.ErrUnavailable))
 				require.NoError(t, errs[len(errs)-1], "the last call was answered")
 				return
 			}
-			require.ErrorIs(t, sm.Err(), model.ErrUnavailable)
-			require.ErrorContains(t, sm.Err(), tc.err)
-			require.ErrorContains(t, sm.Err(), "HTTP 500")
+			require.ErrorIs(t, sm.Err(context.Background()), model.ErrUnavailable)
+			require.ErrorContains(t, sm.Err(context.Background()), tc.err)
+			require.ErrorContains(t, sm.Err(context.Background()), "HTTP 500")
 			if tc.after > 0 {
 				require.ErrorIs(t, errs[len(errs)-1], model.ErrUnavailable, "calls after the early stop fail at once")
 			}
+		})
+	}
+}
+
+// TestOutageAtTheEnd: a part that ends on transient failures fails when
+// the server no longer answers a probe (it went down near the end of the
+// part), and commits with the errors on its rows when the server answers
+// (the failures were flaky).
+func TestOutageAtTheEnd(t *testing.T) {
+	fail := modeltest.Fault{Kind: modeltest.FaultServerError}
+	req := model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}}
+	for _, gone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("server gone=%v", gone), func(t *testing.T) {
+			srv := modeltest.Start(t, modeltest.WithFaultSequence(modeltest.Fault{}, modeltest.Fault{}, fail, fail))
+			cfg := config.Default()
+			cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "m"
+			cfg.Model.APIKeyEnv, cfg.Model.MaxRetries = "", 0
+			sm, err := (&Engines{Config: &cfg}).ForStage(context.Background(), "rollout", 1)
+			require.NoError(t, err)
+			for i := range 4 {
+				_, err := sm.Chat(context.Background(), req)
+				require.Equal(t, i >= 2, err != nil, "call %d: %v", i, err)
+			}
+			if !gone {
+				require.NoError(t, sm.Err(context.Background()), "the server answers the probe: flaky failures, the part commits")
+				return
+			}
+			srv.Close()
+			err = sm.Err(context.Background())
+			require.ErrorIs(t, err, model.ErrUnavailable)
+			require.ErrorContains(t, err, "ended on 2 failed calls in a row and the server does not answer")
 		})
 	}
 }

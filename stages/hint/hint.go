@@ -78,7 +78,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 			pipeline.Emit(out, schemas.Hints, "hints", *h)
 		}
 	}
-	return rec.Emit(out, env.Config)
+	return rec.Emit(ctx, out, env.Config)
 }
 
 func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e schemas.Environment) *schemas.Hint {

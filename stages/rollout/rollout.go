@@ -171,7 +171,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	if err := wp.Wait(); err != nil {
 		return err
 	}
-	return rec.Emit(out, env.Config)
+	return rec.Emit(ctx, out, env.Config)
 }
 
 // PlaySeed derives the reset seed of one play from (run seed, round, env,

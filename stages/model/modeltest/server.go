@@ -201,6 +201,8 @@ type Server struct {
 	next        atomic.Int64
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
+	down        atomic.Bool
+	refused     atomic.Int64
 }
 
 // New starts a server on 127.0.0.1 with a random port. Close it when done.
@@ -224,8 +226,8 @@ func New(opts ...Option) (*Server, error) {
 		done: make(chan struct{}),
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /v1/chat/completions", s.unlessDown(s.chat))
+	mux.HandleFunc("GET /v1/models", s.unlessDown(s.models))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -269,6 +271,26 @@ func (s *Server) Count() int { return int(s.next.Load()) }
 // MaxInFlight returns the largest number of chat requests the server was
 // handling at the same moment.
 func (s *Server) MaxInFlight() int { return int(s.maxInFlight.Load()) }
+
+// SetDown switches the whole server into an outage (true) and out of it
+// (false): while down, every request, /v1/models included, is answered
+// 503 at once, as a load balancer in front of a dead model server does;
+// the handler and fault options are not consulted and nothing is recorded.
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// Refused returns how many requests were answered 503 while down.
+func (s *Server) Refused() int { return int(s.refused.Load()) }
+
+func (s *Server) unlessDown(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			s.refused.Add(1)
+			writeError(w, http.StatusServiceUnavailable, "the server is down (modeltest SetDown)", "server_error", "", "")
+			return
+		}
+		h(w, r)
+	}
+}
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")

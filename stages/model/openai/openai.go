@@ -244,6 +244,34 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 	}
 }
 
+// ProbeTimeout bounds Probe, wall clock.
+const ProbeTimeout = 10 * time.Second
+
+// Probe asks whether the server answers at all: one GET /v1/models (no
+// retries, ProbeTimeout at most, the same client, key and base URL as
+// Chat). nil when an answer came back that is not a server-side failure
+// (2xx, or a 4xx other than 408 and 429: a server without that route still
+// answers); otherwise an error naming the status or the transport failure.
+// engine.StageModel calls it when a stage part ends on failed calls, to
+// tell an outage from a few flaky calls.
+func (b *Backend) Probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, min(b.cfg.Timeout, ProbeTimeout))
+	defer cancel()
+	_, err := b.client.Models.List(pctx, option.WithMaxRetries(0))
+	if err == nil {
+		return nil
+	}
+	var apiErr *oa.Error
+	if errors.As(err, &apiErr) {
+		st := apiErr.StatusCode
+		if st < 500 && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests {
+			return nil
+		}
+		return fmt.Errorf("%s: probe GET /models: HTTP %d", b.name, st)
+	}
+	return fmt.Errorf("%s: probe GET /models: %s", b.name, b.redact(stableText(err)))
+}
+
 // capture is what the per-attempt middleware saw of the HTTP response,
 // read before the SDK turns it into its own error type.
 type capture struct {
