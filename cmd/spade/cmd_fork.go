@@ -11,6 +11,7 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 func init() {
@@ -63,6 +64,11 @@ that exists as something else is a conflict (exit 3).`,
 					return err
 				}
 				cfg = src.Config
+			}
+			// The fork's later rounds run with cfg: refuse now what round
+			// would refuse then.
+			if err := engine.CheckConfig(&cfg); err != nil {
+				return usageError{err}
 			}
 			res, err := pipeline.Fork(ctx, a.store, pipeline.ForkOptions{Source: args[0], Round: round, Target: args[1], Config: cfg})
 			if err != nil {

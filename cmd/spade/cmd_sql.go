@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/duckdb/duckdb-go/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/internal/termtext"
@@ -37,6 +39,73 @@ func (a *app) tableNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// nonFinite names a NaN or infinite double as DuckDB prints it: "nan",
+// "inf", "-inf".
+func nonFinite(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "nan"
+	case f > 0:
+		return "inf"
+	}
+	return "-inf"
+}
+
+// plain returns a scanned DuckDB value as plain Go values that
+// encoding/json writes the way DuckDB prints them: DECIMAL as an exact
+// JSON number (duckdb.Decimal would encode as its Width/Scale/Value
+// fields), UUID as its text, MAP as an object in key order, a
+// NaN or infinite double (which JSON cannot hold) as the string "nan",
+// "inf" or "-inf"; lists and structs element by element.
+func plain(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nonFinite(x)
+		}
+	case float32:
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nonFinite(f)
+		}
+	case duckdb.Decimal:
+		if x.Value != nil {
+			return json.Number(x.String())
+		}
+	case duckdb.UUID:
+		return x.String()
+	case *duckdb.UUID:
+		if x != nil {
+			return x.String()
+		}
+	case duckdb.OrderedMap:
+		var out duckdb.OrderedMap
+		vals := x.Values()
+		for i, k := range x.Keys() {
+			out.Set(plain(k), plain(vals[i]))
+		}
+		return out
+	case duckdb.Map:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(plain(k))] = plain(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = plain(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = plain(e)
+		}
+		return out
+	}
+	return v
 }
 
 func newSQLCmd(g *globals) *cobra.Command {
@@ -107,6 +176,10 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 	if err != nil {
 		return err
 	}
+	types, err := rows.ColumnTypes()
+	if err != nil {
+		return err
+	}
 	var records [][]any
 	for rows.Next() {
 		vals := make([]any, len(cols))
@@ -117,13 +190,20 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
 		}
+		// A top-level UUID scans as its 16 bytes: print it as DuckDB does.
+		for i, v := range vals {
+			if b, ok := v.([]byte); ok && len(b) == 16 && types[i].DatabaseTypeName() == "UUID" {
+				u := duckdb.UUID(b)
+				vals[i] = u.String()
+			}
+		}
 		records = append(records, vals)
 	}
 	if err := rows.Err(); err != nil {
 		return queryError(err)
 	}
 	cell := func(v any) string {
-		switch x := v.(type) {
+		switch x := plain(v).(type) {
 		case nil:
 			return "NULL"
 		case []byte:
@@ -131,8 +211,16 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		case string:
 			return x
 		}
-		if b, err := json.Marshal(v); err == nil && !strings.HasPrefix(string(b), "{") {
-			return strings.Trim(string(b), `"`)
+		if b, err := json.Marshal(plain(v)); err == nil {
+			// Numbers, booleans, times as JSON; a string-valued one (a
+			// time) without its quotes; lists, structs and maps as JSON.
+			if len(b) > 1 && b[0] == '"' {
+				var str string
+				if json.Unmarshal(b, &str) == nil {
+					return str
+				}
+			}
+			return string(b)
 		}
 		return fmt.Sprint(v)
 	}
@@ -161,7 +249,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		for _, rec := range records {
 			line = append(line[:0], '{')
 			for i, v := range rec {
-				b, err := json.Marshal(v)
+				b, err := json.Marshal(plain(v))
 				if err != nil {
 					return fmt.Errorf("row value of column %s: %w", cols[i], err)
 				}
@@ -188,7 +276,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		fw := csv.NewWriter(&fb)
 		for _, rec := range records {
 			line := make([]string, len(rec))
-			empty := false
+			empty := len(rec) == 1 && rec[0] == nil
 			for i, v := range rec {
 				if v != nil {
 					line[i] = cell(v)
@@ -200,6 +288,12 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 				continue
 			}
 			var row []byte
+			if len(rec) == 1 && rec[0] == nil {
+				// A lone NULL would be a blank line, which CSV readers skip:
+				// write "" as Python's csv module does (NULL and '' are then
+				// alike in a one-column result).
+				row = append(row, '"', '"')
+			}
 			for i, v := range rec {
 				if i > 0 {
 					row = append(row, ',')

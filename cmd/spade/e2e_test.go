@@ -163,6 +163,7 @@ func TestBadInput(t *testing.T) {
 		// to fail every design of its slots and commit an empty pool.
 		{"skill the procedural model lacks", nil, []string{"--config", skills, "round", "1"}, 2, `sample.skills[1] "juggling" is not a skill the procedural model designs for`},
 		{"same, one stage", nil, []string{"--config", skills, "stage", "sample", "--round", "1"}, 2, `"juggling"`},
+		{"same, a fork", nil, []string{"--config", skills, "fork", "default", "--round", "0", "juggler"}, 2, `"juggling"`},
 		{"unknown scheme", nil, []string{"--store", "fiel://./runs", "round", "1"}, 2, `unknown store URL scheme "fiel"`},
 		{"unknown stage", nil, []string{"stage", "designn", "--round", "1"}, 2, `unknown stage "designn"`},
 		{"bad round", nil, []string{"round", "zero"}, 2, "want a number"},

@@ -86,6 +86,11 @@ func TestSQLReadOnly(t *testing.T) {
 		// DuckDB's CSV convention: NULL is an empty field, the empty
 		// string a quoted "", the text NULL stays text.
 		"select null::double a, 'NULL' b, '' c, 'x,y' d, null e": "a,b,c,d,e\n,NULL,\"\",\"x,y\",\n",
+		"select '4ac7a9e9-607c-4c8a-84f3-843f0191e3fd'::uuid u":  "u\n4ac7a9e9-607c-4c8a-84f3-843f0191e3fd\n",
+		// A lone NULL is "", not a blank line that readers skip.
+		"select x from (values (NULL::varchar), ('a')) t(x)": "x\n\"\"\na\n",
+		// DECIMAL, lists, maps and NaN as DuckDB prints them.
+		"select 1.5 a, [1.5, 2] b, map {'k': 1} m, 'nan'::double n": "a,b,m,n\n1.5,\"[1.5,2]\",\"{\"\"k\"\":1}\",nan\n",
 		"show tables":                           "\nlabels\n",
 		"select count(*) from (summarize pool)": "\n11\n",
 	} {
@@ -98,6 +103,11 @@ func TestSQLReadOnly(t *testing.T) {
 	r := o.spade(t, env, "sql", "--format", "json", "select 2 as b, 1 as a, 3 as a, 'x' as a_2")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, `{"b":2,"a":1,"a_3":3,"a_2":"x"}`+"\n", r.stdout)
+	// DECIMAL as a number, not its Width/Scale/Value fields; NaN, which
+	// JSON cannot hold, as "nan" instead of failing the query.
+	r = o.spade(t, env, "sql", "--format", "json", "select 1.5 a, 'nan'::double n, {'a': 1.5} s, map {'k': 2.5} m")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, `{"a":1.5,"n":"nan","s":{"a":1.5},"m":{"k":2.5}}`+"\n", r.stdout)
 	// A reader that stops early (| head) is no error, and the temporary
 	// directory is still removed.
 	tmp := t.TempDir()
