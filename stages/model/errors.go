@@ -29,10 +29,12 @@ var (
 	// decompression; not retried.
 	ErrResponseTooLarge = errors.New("model: response too large")
 	// ErrUnavailable means the model server is taken to be down: the calls
-	// of a stage failed one after another with transient errors that
-	// outlived their retries (engine.StageModel). The stage fails and
-	// commits nothing, so the round can be run again once the server
-	// answers; single failed calls are recorded on their rows instead.
+	// of a stage part failed one after another with transient errors that
+	// outlived their retries, or the part ended on such failures and the
+	// server did not answer a probe (engine.StageModel). The stage fails
+	// and commits nothing, so the round can be run again once the server
+	// answers; failed calls followed by answers are recorded on their rows
+	// instead.
 	ErrUnavailable = errors.New("model: server unavailable")
 )
 
