@@ -56,9 +56,11 @@ func nonFinite(f float64) string {
 // plain returns a scanned DuckDB value as plain Go values that
 // encoding/json writes the way DuckDB prints them: DECIMAL as an exact
 // JSON number (duckdb.Decimal would encode as its Width/Scale/Value
-// fields), UUID as its text, MAP as an object in key order, a
-// NaN or infinite double (which JSON cannot hold) as the string "nan",
-// "inf" or "-inf"; lists and structs element by element.
+// fields), MAP (duckdb-go's OrderedMap) as an object in key order, a NaN
+// or infinite double (which JSON cannot hold) as the string "nan", "inf"
+// or "-inf"; lists and structs element by element. A UUID scans as 16
+// bytes and is turned into text by writeRows from the column type (at the
+// top level only: nested ones carry no type here).
 func plain(v any) any {
 	switch x := v.(type) {
 	case float64:
@@ -73,23 +75,11 @@ func plain(v any) any {
 		if x.Value != nil {
 			return json.Number(x.String())
 		}
-	case duckdb.UUID:
-		return x.String()
-	case *duckdb.UUID:
-		if x != nil {
-			return x.String()
-		}
 	case duckdb.OrderedMap:
 		var out duckdb.OrderedMap
 		vals := x.Values()
 		for i, k := range x.Keys() {
 			out.Set(plain(k), plain(vals[i]))
-		}
-		return out
-	case duckdb.Map:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[fmt.Sprint(plain(k))] = plain(e)
 		}
 		return out
 	case []any:
@@ -203,7 +193,8 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		return queryError(err)
 	}
 	cell := func(v any) string {
-		switch x := plain(v).(type) {
+		p := plain(v)
+		switch x := p.(type) {
 		case nil:
 			return "NULL"
 		case []byte:
@@ -211,7 +202,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		case string:
 			return x
 		}
-		if b, err := json.Marshal(plain(v)); err == nil {
+		if b, err := json.Marshal(p); err == nil {
 			// Numbers, booleans, times as JSON; a string-valued one (a
 			// time) without its quotes; lists, structs and maps as JSON.
 			if len(b) > 1 && b[0] == '"' {

@@ -13,12 +13,12 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/datasets"
 	"github.com/spade-pipeline/spade/internal/termtext"
+	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -43,11 +43,7 @@ func firstLine(s string, n int) string {
 		s = s[:i] + " ..."
 	}
 	if len(s) > n {
-		cut := n
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "..."
+		s = textcut.Prefix(s, n) + "..."
 	}
 	return s
 }
