@@ -281,12 +281,21 @@ func Load(path string, environ []string) (Config, Source, error) {
 			return cfg, src, fmt.Errorf("%w: %s: line %d: the file must be a mapping of settings (key: value), not %s", ErrInvalid, path, node.Content[0].Line, nodeWhat(node.Content[0]))
 		}
 		var bad []string
-		markSet(&node, "", func(k string, kn, vn *yaml.Node) {
+		nbad := 0
+		w := &setWalker{fn: func(k string, kn, vn *yaml.Node) {
 			src[k], lines[k] = path, kn.Line
 			if msg := nodeProblem(k, vn); msg != "" {
-				bad = append(bad, fmt.Sprintf("line %d: %s", kn.Line, msg))
+				if nbad++; len(bad) < maxListedProblems {
+					bad = append(bad, fmt.Sprintf("line %d: %s", kn.Line, msg))
+				}
 			}
-		})
+		}}
+		if err := w.walk(&node, ""); err != nil {
+			return cfg, src, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+		}
+		if nbad > len(bad) {
+			bad = append(bad, fmt.Sprintf("and %d more", nbad-len(bad)))
+		}
 		if len(bad) > 0 {
 			return cfg, src, fmt.Errorf("%w: %s: %s", ErrInvalid, path, strings.Join(bad, "; "))
 		}
@@ -739,21 +748,60 @@ func fieldType(key string) (reflect.Type, bool) {
 	return t, true
 }
 
-func markSet(n *yaml.Node, prefix string, fn func(key string, keyNode, valueNode *yaml.Node)) {
+// maxListedProblems bounds the problems of a file listed in one error;
+// the rest are counted.
+const maxListedProblems = 20
+
+// maxSettingVisits bounds the key: value pairs one file may expand to
+// through aliases and merge keys (a real config has about 50). Nested
+// merges of merges (a: &a {...}, b: &b {<<: [*a, *a, ...]}, ...) grow
+// exponentially: a few hundred bytes would otherwise expand to
+// billions of settings.
+const maxSettingVisits = 1 << 14
+
+// setWalker calls fn for every setting of a YAML tree, in file order:
+// keys of nested mappings are joined with dots; aliases and merge keys
+// (<<) are followed.
+type setWalker struct {
+	fn     func(key string, keyNode, valueNode *yaml.Node)
+	onPath map[*yaml.Node]bool // the mappings being walked
+	visits int
+}
+
+// walk walks n under the dotted prefix. A mapping reached again through
+// an alias inside itself (sample: &a {<<: *a}) would recurse without
+// end, and aliases that expand past maxSettingVisits settings would
+// take time and memory without bound: both are errors naming the line.
+func (w *setWalker) walk(n *yaml.Node, prefix string) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			markSet(c, prefix, fn)
+			if err := w.walk(c, prefix); err != nil {
+				return err
+			}
 		}
 	case yaml.MappingNode:
+		if w.onPath == nil {
+			w.onPath = map[*yaml.Node]bool{}
+		}
+		w.onPath[n] = true
+		defer delete(w.onPath, n)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			kn, vn := n.Content[i], n.Content[i+1]
+			if w.visits++; w.visits > maxSettingVisits {
+				return fmt.Errorf("line %d: aliases expand the file to more than %d settings", kn.Line, maxSettingVisits)
+			}
 			for vn.Kind == yaml.AliasNode && vn.Alias != nil {
 				vn = vn.Alias // key: *anchor
 			}
+			if w.onPath[vn] {
+				return fmt.Errorf("line %d: an alias refers to a mapping that contains it (an anchor that includes itself)", kn.Line)
+			}
 			if kn.ShortTag() == "!!merge" {
 				// <<: *anchor (or a list of them) merges mappings here.
-				markSet(vn, prefix, fn)
+				if err := w.walk(vn, prefix); err != nil {
+					return err
+				}
 				continue
 			}
 			key := kn.Value
@@ -761,21 +809,31 @@ func markSet(n *yaml.Node, prefix string, fn func(key string, keyNode, valueNode
 				key = prefix + "." + key
 			}
 			if vn.Kind == yaml.MappingNode {
-				markSet(vn, key, fn)
+				if err := w.walk(vn, key); err != nil {
+					return err
+				}
 			} else {
-				fn(key, kn, vn)
+				w.fn(key, kn, vn)
 			}
 		}
 	case yaml.SequenceNode: // the anchors of a merge list
 		for _, c := range n.Content {
+			line := c.Line
 			for c.Kind == yaml.AliasNode && c.Alias != nil {
 				c = c.Alias
 			}
-			if c.Kind == yaml.MappingNode {
-				markSet(c, prefix, fn)
+			if c.Kind != yaml.MappingNode {
+				continue
+			}
+			if w.onPath[c] {
+				return fmt.Errorf("line %d: an alias refers to a mapping that contains it (an anchor that includes itself)", line)
+			}
+			if err := w.walk(c, prefix); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // Show returns every setting with its value and source, sorted by key, as

@@ -24,6 +24,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("grpo:\n  trainer: command\n  command: []\n"))
 	f.Add([]byte("sample:\n  skills: [a]\n  active_skills: 2\n"))
 	f.Add([]byte("a: &x [*x]\n"))
+	f.Add([]byte("sample: &a\n  <<: *a\n"))
 	f.Add([]byte("---\nseed: 1\n---\nseed: 2\n"))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, data []byte) {

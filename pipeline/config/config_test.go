@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,26 @@ func TestLoadLayers(t *testing.T) {
 	empty, _, err := Load(write(t, ""), nil)
 	require.NoError(t, err)
 	require.Equal(t, Default(), empty)
+}
+
+// mergeBomb is 9 levels of merge lists of 9 aliases each: 9^9 settings.
+var mergeBomb = func() string {
+	var b strings.Builder
+	b.WriteString("l0: &l0 {slots: 1}\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "l%d: &l%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d,", i-1), 9), ","))
+	}
+	b.WriteString("sample:\n  <<: [" + strings.TrimSuffix(strings.Repeat("*l8,", 9), ",") + "]\n")
+	return b.String()
+}()
+
+// manyUnknown is n unknown top-level keys.
+func manyUnknown(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "unknown%d: 1\n", i)
+	}
+	return b.String()
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -94,6 +115,14 @@ func TestLoadErrors(t *testing.T) {
 		"kl":           {"grpo:\n  kl_beta: -2\n", nil, "grpo.kl_beta must be >= 0"},
 		"max tokens":   {"model:\n  max_tokens: -5\n", nil, "model.max_tokens must be >= 0 and <= 1048576 (got -5)"},
 		"temperature":  {"model:\n  temperature: -3\n", nil, "model.temperature must be >= 0 (got -3)"},
+		// An anchor that includes itself overflowed the stack (a fatal
+		// error, not even a panic), and merges of merges expanded a few
+		// hundred bytes into gigabytes of settings and error text.
+		"self merge":    {"sample: &a\n  <<: *a\n", nil, "line 2: an alias refers to a mapping that contains it"},
+		"self alias":    {"sample: &a\n  slots: 2\n  b: {c: *a}\n", nil, "line 3: an alias refers to a mapping that contains it"},
+		"self in list":  {"sample: &a\n  <<: [*a]\n", nil, "line 2: an alias refers to a mapping that contains it"},
+		"merge bomb":    {mergeBomb, nil, "aliases expand the file to more than 16384 settings"},
+		"many problems": {manyUnknown(31), nil, "; and 11 more"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := Load(write(t, tc.yaml), tc.env)

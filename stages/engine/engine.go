@@ -86,8 +86,15 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 // every sample.skills entry must be a skill the procedural designer knows
 // (procedural.Skills, SPADE.md step 2); any other would fail every design
 // of its slots and leave the round with an empty pool. The error names the
-// setting and the skills allowed.
+// setting and the skills allowed. model.replay, when set, must be a valid
+// run name (pipeline.ValidateRunName): any other text would only fail the
+// design stage after the round's first stages ran.
 func CheckConfig(c *config.Config) error {
+	if c.Model.Replay != "" {
+		if err := pipeline.ValidateRunName(c.Model.Replay); err != nil {
+			return fmt.Errorf("invalid configuration: model.replay: %w", err)
+		}
+	}
 	if c.Model.Backend != "procedural" || c.Model.Replay != "" {
 		return nil
 	}

@@ -115,3 +115,19 @@ func TestOutageAtTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigReplayName: a model.replay that is not a run name is a
+// configuration error before anything runs; it used to pass every check
+// and fail the design stage (an invalid store key) after the corpus and
+// sample stages had committed.
+func TestCheckConfigReplayName(t *testing.T) {
+	for _, bad := range []string{"../base", "a/b", ".hidden", "-x"} {
+		cfg := config.Default()
+		cfg.Model.Replay = bad
+		err := CheckConfig(&cfg)
+		require.ErrorContains(t, err, "invalid configuration: model.replay: invalid run name", bad)
+	}
+	cfg := config.Default()
+	cfg.Model.Replay = "base.v2"
+	require.NoError(t, CheckConfig(&cfg))
+}
