@@ -7,7 +7,7 @@
 //	    &path_style=true&part_size=16777216&max_attempts=5
 //
 // Every key K is stored as object PREFIX/K in BUCKET. Query parameters (all
-// optional; an unknown one is an error, to catch typos):
+// optional; an unknown or repeated one is an error, to catch typos):
 //
 //   - endpoint: base URL of an S3-compatible server; default AWS S3.
 //   - region: signing region; default from the SDK chain (AWS_REGION,
@@ -138,6 +138,12 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	sort.Strings(keys) // report the first bad parameter deterministically
 	for _, k := range keys {
+		if n := len(q[k]); n > 1 {
+			// url.Values.Get would silently use the first: a URL with
+			// region= appended to one that has it would sign for the old
+			// region.
+			return bad("parameter %q given %d times; give it once", k, n)
+		}
 		v := q.Get(k)
 		switch k {
 		case "endpoint":

@@ -222,6 +222,8 @@ func TestParseURL(t *testing.T) {
 		{url: "s3://b?path_style=maybe", err: "path_style"},
 		{url: "s3://b?endpoint=127.0.0.1:9000", err: "endpoint"},
 		{url: "s3://b?endpont=http://x", err: `unknown parameter "endpont"`},
+		{url: "s3://b?path_style=true&path_style=false", err: `parameter "path_style" given 2 times`},
+		{url: "s3://b?region=us-east-1&region=eu-west-1", err: `parameter "region" given 2 times`},
 		{url: "s3://b/a/../c", err: "prefix"},
 		{url: "s3://b?aws_secret_access_key=shh", err: "unknown parameter"},
 		{url: "file:///x", err: "scheme is not s3"},
