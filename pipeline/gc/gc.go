@@ -13,9 +13,12 @@
 //  2. References are collected from every manifest of every run in the
 //     store, whatever run is being collected, so files a fork (or any run)
 //     lists in another run's directory stay.
-//  3. A part record of a stage that is neither committed nor in a sealed
-//     round is live: the files it names stay (a sharded stage waiting for
-//     `spade commit`).
+//  3. A part record of a stage that is not wholly committed and not in a
+//     sealed round is live: the files it names stay (a sharded stage
+//     waiting for `spade commit`, or a stage whose commit was interrupted
+//     between two of its tables' manifests). Only the records of a stage
+//     whose every table is committed with the records' fingerprint, or
+//     that is committed with another fingerprint, are stale.
 //  4. Nothing younger than the grace period (storage.Info.ModTime) is
 //     deleted: a part being written has no record yet.
 package gc
@@ -152,7 +155,8 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	}
 	res := &Result{Garbage: []Object{}}
 	referenced := map[string]bool{}
-	committed := map[string]bool{} // "<run>/round=NNNNNN stage"
+	committed := map[string]map[string]bool{} // "<run>/round=NNNNNN stage" -> its committed fingerprints
+	tables := map[string]bool{}               // "<run>/round=NNNNNN table" of every manifest
 	var mu sync.Mutex
 	wp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
 	for _, key := range manifests {
@@ -168,7 +172,12 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			mu.Lock()
 			defer mu.Unlock()
 			res.Manifests++
-			committed[roundOf(sm[1], sm[2])+" "+m.Stage] = true
+			rs := roundOf(sm[1], sm[2]) + " " + m.Stage
+			if committed[rs] == nil {
+				committed[rs] = map[string]bool{}
+			}
+			committed[rs][m.StageFingerprint] = true
+			tables[roundOf(sm[1], sm[2])+" "+sm[3]] = true
 			for _, f := range m.Files {
 				referenced[f.Key] = true
 			}
@@ -185,18 +194,38 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	}
 	garbage := []Object{}           // [] not null in JSON
 	unreadable := map[string]bool{} // rounds with a part record gc could not read
+	// Part records of a stage committed with their own fingerprint are
+	// judged per attempt ("<run>/round=NNNNNN stage fp"): the runner writes
+	// a stage's manifests one table at a time, so a commit cut short (a
+	// kill, a full disk) leaves some tables committed and the others still
+	// needing every part record and the files they list.
+	type attempt struct {
+		records []storage.Info
+		files   []string
+		tables  map[string]bool
+	}
+	attempts := map[string]*attempt{}
+	var attemptOrder []string
 	for _, in := range all {
 		m := pendingRe.FindStringSubmatch(in.Key)
 		if m == nil {
 			continue
 		}
-		rd, stage := roundOf(m[1], m[2]), m[3]
+		rd, stage, fp := roundOf(m[1], m[2]), m[3], m[4]
 		why := ""
+		ownFP := false
 		switch {
 		case sealed[rd]:
 			why = "part record of a sealed round"
-		case committed[rd+" "+stage]:
-			why = "part record of stage " + stage + ", which is committed"
+		case committed[rd+" "+stage] != nil:
+			for have := range committed[rd+" "+stage] {
+				if strings.HasPrefix(have, fp) {
+					ownFP = true
+				}
+			}
+			if !ownFP {
+				why = "part record of stage " + stage + ", which is committed with another fingerprint"
+			}
 		}
 		if why != "" {
 			if strings.HasPrefix(in.Key, prefix) {
@@ -204,7 +233,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			}
 			continue
 		}
-		files, err := recordFiles(ctx, s, in.Key)
+		rec, err := readRecord(ctx, s, in.Key)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -213,8 +242,47 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			unreadable[rd] = true
 			continue
 		}
-		for _, k := range files {
-			referenced[k] = true
+		if !ownFP {
+			for _, k := range rec.files {
+				referenced[k] = true
+			}
+			continue
+		}
+		id := rd + " " + stage + " " + fp
+		a := attempts[id]
+		if a == nil {
+			a = &attempt{tables: map[string]bool{}}
+			attempts[id] = a
+			attemptOrder = append(attemptOrder, id)
+		}
+		a.records = append(a.records, in)
+		a.files = append(a.files, rec.files...)
+		for _, t := range rec.tables {
+			a.tables[t] = true
+		}
+	}
+	for _, id := range attemptOrder {
+		a := attempts[id]
+		rd, stage, _ := strings.Cut(id, " ")
+		stage, _, _ = strings.Cut(stage, " ")
+		var missing []string
+		for t := range a.tables {
+			if !tables[rd+" "+t] {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			// The commit was cut short: the records are needed to commit
+			// the missing tables, and their files stay.
+			for _, k := range a.files {
+				referenced[k] = true
+			}
+			continue
+		}
+		for _, in := range a.records {
+			if strings.HasPrefix(in.Key, prefix) {
+				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: "part record of stage " + stage + ", which is committed"})
+			}
 		}
 	}
 	res.Referenced = len(referenced)
@@ -265,25 +333,38 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	return res, nil
 }
 
-// recordFiles returns the data keys a part record lists. The record's
-// layout is the runner's (pipeline.PendingKey); only the file keys are read.
-func recordFiles(ctx context.Context, s storage.Store, key string) ([]string, error) {
+// record is what gc reads of a part record: the data keys it lists and
+// the tables it writes (files and references).
+type record struct {
+	files  []string
+	tables []string
+}
+
+// readRecord reads a part record. The record's layout is the runner's
+// (pipeline.PendingKey); only the file keys and table names are read.
+func readRecord(ctx context.Context, s storage.Store, key string) (record, error) {
 	data, err := storage.ReadAll(ctx, s, key)
 	if err != nil {
-		return nil, err
+		return record{}, err
 	}
 	var rec struct {
 		Files map[string]struct {
 			Key string `json:"key"`
 		} `json:"files"`
+		Refs map[string]string `json:"refs"`
 	}
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("part record %s: malformed JSON: %w", key, err)
+		return record{}, fmt.Errorf("part record %s: malformed JSON: %w", key, err)
 	}
-	out := make([]string, 0, len(rec.Files))
-	for _, f := range rec.Files {
-		out = append(out, f.Key)
+	out := record{files: make([]string, 0, len(rec.Files))}
+	for t, f := range rec.Files {
+		out.files = append(out.files, f.Key)
+		out.tables = append(out.tables, t)
 	}
-	sort.Strings(out)
+	for t := range rec.Refs {
+		out.tables = append(out.tables, t)
+	}
+	sort.Strings(out.files)
+	sort.Strings(out.tables)
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,4 +219,73 @@ func TestCollect(t *testing.T) {
 		_, err = gc.Collect(ctx, s, gc.Options{Run: "../x"})
 		require.Error(t, err)
 	})
+}
+
+// pair writes two tables per part, so its commit writes two manifests.
+type pair struct{ runs *atomic.Int64 }
+
+func (pair) Name() string { return "pair" }
+func (pair) Outputs() []pipeline.Output {
+	return []pipeline.Output{{Table: "first", Kind: "metrics"}, {Table: "second", Kind: "metrics"}}
+}
+func (pair) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return nil, ri.Round > 0
+}
+func (pair) ConfigSubset(c *config.Config) any                 { return c.Seed }
+func (pair) Parts(context.Context, *pipeline.Env) (int, error) { return 2, nil }
+func (p pair) Run(_ context.Context, _ *pipeline.Env, part int, out *pipeline.Out) error {
+	p.runs.Add(1)
+	pipeline.Emit(out, schemas.Metrics, "first", schemas.Metric{Name: fmt.Sprintf("f%d", part), Value: 1})
+	pipeline.Emit(out, schemas.Metrics, "second", schemas.Metric{Name: fmt.Sprintf("s%d", part), Value: 2})
+	return nil
+}
+
+// A commit cut short between a stage's two manifests (a kill, a full disk)
+// leaves the stage's first table committed and its second one waiting for
+// the part records. gc must keep those records and the second table's
+// files: it used to call the stage committed and delete both, so the
+// resume ran every part again (new model calls, and with a sampled model
+// a second table that no longer matches the first).
+func TestCollectKeepsAHalfCommittedStage(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.SetClock(clk.now)
+	var runs atomic.Int64
+	cfg := config.Default()
+	cfg.Workers = 1
+	r := &pipeline.Runner{Store: s, Run: "half", Config: cfg, Stages: []pipeline.Stage{pair{&runs}}, Log: slog.New(slog.DiscardHandler)}
+	_, err := r.RunStage(ctx, 1, "pair", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, runs.Load())
+	second := pipeline.ManifestKey("half", 1, "second")
+	want, err := pipeline.ReadManifest(ctx, s, second)
+	require.NoError(t, err)
+	require.NoError(t, s.Delete(ctx, second)) // the kill between the two manifests
+
+	clk.set(clk.now().Add(48 * time.Hour))
+	res, err := gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: clk.now})
+	require.NoError(t, err)
+	require.Empty(t, res.Garbage, "the half-committed stage's part records and files are live")
+	for _, f := range want.Files {
+		_, err := s.Stat(ctx, f.Key)
+		require.NoError(t, err, f.Key)
+	}
+
+	_, err = r.RunStage(ctx, 1, "pair", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, runs.Load(), "the resume commits from the kept part records without running a part again")
+	got, err := pipeline.ReadManifest(ctx, s, second)
+	require.NoError(t, err)
+	require.Equal(t, want.ContentDigest(), got.ContentDigest())
+
+	// Once every table is committed, the records are stale.
+	res, err = gc.Collect(ctx, s, gc.Options{Grace: 0, Now: clk.now})
+	require.NoError(t, err)
+	require.Len(t, res.Garbage, 2)
+	for _, g := range res.Garbage {
+		require.Equal(t, gc.KindPending, g.Kind, g.Key)
+		require.Contains(t, g.Why, "which is committed")
+	}
 }
