@@ -267,7 +267,7 @@ func Load(path string, environ []string) (Config, Source, error) {
 		src[k] = "default"
 	}
 	if path != "" {
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
 			return cfg, src, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
@@ -337,6 +337,29 @@ func Load(path string, environ []string) (Config, Source, error) {
 		return cfg, src, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(texts, "; "))
 	}
 	return cfg, src, nil
+}
+
+// MaxFileBytes bounds a config file (a real one is about 2 KB): a path
+// such as /dev/zero, or a huge file passed by mistake, would otherwise be
+// read into memory without end.
+const MaxFileBytes = 1 << 20
+
+// readFile reads a config file of at most MaxFileBytes. Pipes (--config
+// <(...)) and devices are read as files are.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err // a *fs.PathError: "read PATH: is a directory"
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: the file is over %d bytes; a config file holds a few dozen settings", path, MaxFileBytes)
+	}
+	return data, nil
 }
 
 // setWhere says where the first of keys not left at its default was set:

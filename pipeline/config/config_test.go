@@ -132,6 +132,13 @@ func TestLoadErrors(t *testing.T) {
 	}
 	_, _, err := Load("/nonexistent/spade.yaml", nil)
 	require.ErrorIs(t, err, ErrInvalid)
+	_, _, err = Load(t.TempDir(), nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "is a directory")
+	// /dev/zero used to be read until memory ran out.
+	_, _, err = Load("/dev/zero", nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "/dev/zero: the file is over 1048576 bytes")
 }
 
 func TestDigestIgnoresOperationalSettings(t *testing.T) {
