@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,7 +263,13 @@ func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*impor
 	}
 	lineCapName := "MaxLineBytes"
 	if opts.MaxLineBytes <= 0 {
-		opts.MaxLineBytes = 4 * opts.MaxDocBytes
+		// 4 x MaxDocBytes, saturating: past math.MaxInt64/4 the product
+		// wrapped to a negative or zero cap, and every line was "over the
+		// line cap of -4 bytes".
+		opts.MaxLineBytes = math.MaxInt64
+		if opts.MaxDocBytes <= math.MaxInt64/4 {
+			opts.MaxLineBytes = 4 * opts.MaxDocBytes
+		}
 		lineCapName = "4 x MaxDocBytes, set with --max-doc-bytes; raise that to read longer lines"
 	}
 	if len(opts.TextPaths) == 0 {

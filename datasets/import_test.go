@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -399,6 +400,23 @@ func TestImportIssueCap(t *testing.T) {
 	checkAccounting(t, docs, rep)
 	if rep.Skipped != MaxReportedIssues+50 || len(rep.Issues) != MaxReportedIssues {
 		t.Fatalf("skipped %d, listed %d", rep.Skipped, len(rep.Issues))
+	}
+}
+
+// TestImportHugeMaxDocBytes: a MaxDocBytes past math.MaxInt64/4 gives the
+// largest line cap, not 4 x MaxDocBytes wrapped around (--max-doc-bytes
+// 9223372036854775807 made the cap -4 bytes and skipped every line).
+func TestImportHugeMaxDocBytes(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "two.jsonl", []byte(`{"text":"one"}`+"\n"+`{"text":"two"}`+"\n"))
+	for _, max := range []int64{math.MaxInt64, math.MaxInt64/4 + 1, 1 << 62} {
+		docs, rep, err := collect(t, ImportOptions{Paths: []string{p}, MaxDocBytes: max})
+		if err != nil {
+			t.Fatalf("MaxDocBytes %d: %v", max, err)
+		}
+		checkAccounting(t, docs, rep)
+		if len(docs) != 2 {
+			t.Fatalf("MaxDocBytes %d: %d documents, want 2 (%v)", max, len(docs), rep.Issues)
+		}
 	}
 }
 
