@@ -174,7 +174,7 @@ to every task. Trigger one DAG run per round, in order:
 				return usagef("--shards must be >= 1, --retries and --retry-delay >= 0")
 			}
 			if !isIdentifier(o.DagID) {
-				return usagef("--dag-id %q: use letters, digits and '_'", o.DagID)
+				return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)
 			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)

@@ -123,6 +123,9 @@ func newEnvCmd(g *globals) *cobra.Command {
 	f.BoolVar(&strict, "strict", false, "refuse to run without bubblewrap isolation (or sandbox.strict)")
 	f.StringVar(&python, "python", "", "Python interpreter inside the sandbox (default sandbox.python, /usr/bin/python3)")
 	f.Int64SliceVar(&seeds, "seeds", nil, "reset seeds to test (default 0,1,2; at least 3 are used)")
+	// pflag takes "[]" for an empty int64 slice as a non-zero default and
+	// would add "(default [])" after the real default named above.
+	f.Lookup("seeds").DefValue = ""
 	f.DurationVar(&timeout, "timeout", 0, "limit for the whole validation (default 60s)")
 	cmd.AddCommand(check)
 	return cmd

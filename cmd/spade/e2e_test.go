@@ -187,6 +187,8 @@ func TestBadInput(t *testing.T) {
 		{"commit off its rounds", nil, []string{"commit", "--round", "2", "--stage", "design"}, 2, "stage design does not run at round 2"},
 		{"commit corpus after round 0", nil, []string{"commit", "--round", "2", "--stage", "sample"}, 2, "stage sample does not run at round 2"},
 		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
+		// The message used to name only the characters, which "1abc" has.
+		{"dag id starting with a digit", nil, []string{"dag", "airflow", "--dag-id", "1abc"}, 2, "not starting with a digit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spade(t, dir, tc.env, tc.args...)
@@ -205,6 +207,15 @@ func TestBadInput(t *testing.T) {
 	require.Contains(t, r.stderr, "round 3 needs round 2")
 	_, err := os.Stat(filepath.Join(dir, "runs", "untouched"))
 	require.True(t, os.IsNotExist(err), "the run must not be created: %v", err)
+}
+
+// TestEnvCheckHelpDefault: --seeds names its real default once; pflag
+// used to append "(default [])" for the empty slice behind it.
+func TestEnvCheckHelpDefault(t *testing.T) {
+	r := spade(t, t.TempDir(), nil, "env", "check", "--help")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "(default 0,1,2; at least 3 are used)")
+	require.NotContains(t, r.stdout, "(default [])")
 }
 
 // TestCorpusImportUnarXive imports the real unarXive sample and queries it.
