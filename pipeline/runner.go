@@ -457,7 +457,7 @@ func (r *Runner) CommitStage(ctx context.Context, round int, name string) error 
 	if err != nil {
 		return err
 	}
-	_, err = r.commit(ctx, ri, s, env, fp, parts, time.Duration(0))
+	_, err = r.commit(ctx, ri, s, env, fp, parts, time.Duration(0), true)
 	return err
 }
 
@@ -577,16 +577,9 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	if parts < 1 {
 		return false, fmt.Errorf("stage %s returned %d parts", s.Name(), parts)
 	}
-	var todo []int
-	for p := shard.Index; p < parts; p += shard.Count {
-		_, err := r.Store.Stat(ctx, PendingKey(r.Run, ri.Round, s.Name(), fp, p))
-		if err == nil {
-			continue // written by an earlier, interrupted invocation
-		}
-		if !isNotFound(err) {
-			return false, err
-		}
-		todo = append(todo, p)
+	todo, err := r.partsToDo(ctx, ri, s, fp, shard, parts)
+	if err != nil {
+		return false, err
 	}
 	r.log().Info("stage start", "round", ri.Round, "stage", s.Name(), "parts", parts, "todo", len(todo), "shard", fmt.Sprintf("%d/%d", shard.Index, shard.Count))
 	var finished atomic.Int64
@@ -612,7 +605,7 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	if !commit {
 		return true, nil
 	}
-	wrote, err := r.commit(ctx, ri, s, env, fp, parts, time.Since(start))
+	wrote, err := r.commit(ctx, ri, s, env, fp, parts, time.Since(start), false)
 	if err != nil {
 		return false, err
 	}
@@ -624,6 +617,80 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	}
 	r.log().Info("stage committed", "round", ri.Round, "stage", s.Name(), "seconds", time.Since(start).Seconds())
 	return true, nil
+}
+
+// partsToDo returns the parts of shard that have no usable part record.
+// A part whose record an earlier, interrupted invocation wrote is done
+// when the record decodes as this part's and every file it lists is
+// whole (size and sha256): a record, or a file it lists, that was damaged
+// or deleted since (bit rot, a hand edit, a clean-up) would otherwise be
+// committed into a manifest that no reader accepts and no rerun can
+// replace. Such a part is run again (logged as a warning), which rewrites
+// its files and record.
+func (r *Runner) partsToDo(ctx context.Context, ri RoundInfo, s Stage, fp string, shard Shard, parts int) ([]int, error) {
+	var candidates []int
+	for p := shard.Index; p < parts; p += shard.Count {
+		candidates = append(candidates, p)
+	}
+	redo := make([]bool, len(candidates))
+	wp := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(max(1, min(r.workers(), len(candidates))))
+	for i, p := range candidates {
+		wp.Go(func(ctx context.Context) error {
+			why, err := r.checkPartRecord(ctx, ri, s, fp, p, parts)
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				redo[i] = true
+				if why != noPartRecord {
+					r.log().Warn("part written by an earlier invocation is damaged; running it again", "round", ri.Round, "stage", s.Name(), "part", p, "why", why)
+				}
+			}
+			return nil
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return nil, err
+	}
+	var todo []int
+	for i, p := range candidates {
+		if redo[i] {
+			todo = append(todo, p)
+		}
+	}
+	return todo, nil
+}
+
+// noPartRecord is checkPartRecord's reason for a part not written yet.
+const noPartRecord = "no part record"
+
+// checkPartRecord says why part p must run ("" when its record and files
+// are whole). Errors: the store's, other than a missing object.
+func (r *Runner) checkPartRecord(ctx context.Context, ri RoundInfo, s Stage, fp string, p, parts int) (string, error) {
+	key := PendingKey(r.Run, ri.Round, s.Name(), fp, p)
+	data, err := storage.ReadAll(ctx, r.Store, key)
+	if isNotFound(err) {
+		return noPartRecord, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec partRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Sprintf("%s: malformed part record: %v", key, err), nil
+	}
+	if rec.Stage != s.Name() || rec.Fingerprint != fp || rec.Part != p || rec.Parts != parts {
+		return fmt.Sprintf("%s: part record of stage %s part %d of %d (fingerprint %s), want %s part %d of %d (%s)", key, rec.Stage, rec.Part, rec.Parts, short(rec.Fingerprint), s.Name(), p, parts, short(fp)), nil
+	}
+	for _, name := range sortedKeys(rec.Files) {
+		if _, err := ReadVerified(ctx, r.Store, rec.Files[name]); err != nil {
+			if errors.Is(err, ErrIntegrity) || isNotFound(err) {
+				return err.Error(), nil
+			}
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 func (r *Runner) runPart(ctx context.Context, env *Env, s Stage, fp string, p, parts int) error {
@@ -660,7 +727,12 @@ func (r *Runner) runPart(ctx context.Context, env *Env, s Stage, fp string, p, p
 // commit writes the manifests of s at round ri from its part records and
 // returns how many this call wrote; a manifest already committed with the
 // same fingerprint (by a concurrent invocation) is kept and not counted.
-func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration) (int, error) {
+//
+// verify checks each part file's size and sha256 before anything is
+// committed (spade commit, whose parts other invocations wrote); without
+// it each file's size is checked (runStage, which verified or wrote every
+// part itself).
+func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration, verify bool) (int, error) {
 	recs := make([]partRecord, parts)
 	wrote := 0
 	var missing []string
@@ -675,11 +747,20 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 			return 0, err
 		}
 		if err := json.Unmarshal(data, &recs[p]); err != nil {
-			return 0, fmt.Errorf("%s: malformed part record: %w", key, err)
+			return 0, fmt.Errorf("%s: malformed part record: %w; run the shard that writes part %d again, then spade commit", key, err, p)
 		}
 	}
 	if len(missing) > 0 {
+		// A concurrent invocation of the same round may have committed
+		// the stage, sealed the round and removed the part records this
+		// one skipped: then there is nothing left to commit.
+		if done, err := r.committedWith(ctx, ri, s, fp); err != nil || done {
+			return 0, err
+		}
 		return 0, fmt.Errorf("stage %s round %d: %d of %d parts missing (parts %s); run the missing shards, then spade commit", s.Name(), ri.Round, len(missing), parts, strings.Join(missing, ","))
+	}
+	if err := r.checkPartFiles(ctx, s, recs, verify); err != nil {
+		return 0, err
 	}
 	for _, o := range s.Outputs() {
 		info, ok := schemas.Lookup(o.KindOf())
@@ -732,6 +813,61 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 		wrote++
 	}
 	return wrote, nil
+}
+
+// committedWith reports whether every output of s at round ri is
+// committed with stage fingerprint fp.
+func (r *Runner) committedWith(ctx context.Context, ri RoundInfo, s Stage, fp string) (bool, error) {
+	for _, o := range s.Outputs() {
+		m, err := ReadManifest(ctx, r.Store, ManifestKey(r.Run, ri.Round, o.Table))
+		if isNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.StageFingerprint != fp {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// checkPartFiles checks that every file the part records list is whole:
+// present with its recorded size, and with verify its sha256 too. A
+// manifest naming a missing or damaged file could never be read or
+// replaced, so the commit fails instead (ErrIntegrity), naming the file
+// and the part to run again.
+func (r *Runner) checkPartFiles(ctx context.Context, s Stage, recs []partRecord, verify bool) error {
+	var files []FileEntry
+	for p := range recs {
+		for _, name := range sortedKeys(recs[p].Files) {
+			files = append(files, recs[p].Files[name])
+		}
+	}
+	wp := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(max(1, min(r.workers(), len(files))))
+	for _, f := range files {
+		wp.Go(func(ctx context.Context) error {
+			var err error
+			if verify {
+				_, err = ReadVerified(ctx, r.Store, f)
+			} else {
+				var info storage.Info
+				info, err = r.Store.Stat(ctx, f.Key)
+				if err == nil && info.Size != f.Bytes {
+					err = fmt.Errorf("%s: %w: %d bytes, part record says %d", f.Key, ErrIntegrity, info.Size, f.Bytes)
+				}
+			}
+			if isNotFound(err) {
+				err = fmt.Errorf("%s: %w: file missing", f.Key, ErrIntegrity)
+			}
+			if err != nil {
+				return fmt.Errorf("stage %s: part %d: %w; nothing was committed: run the stage (or the shard that writes part %d) again to rewrite it", s.Name(), f.Part, err, f.Part)
+			}
+			return nil
+		})
+	}
+	return wp.Wait()
 }
 
 // Seal writes round r's _ROUND.json once every stage that runs at r has

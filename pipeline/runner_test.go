@@ -380,3 +380,141 @@ func BenchmarkReadManifestRows(b *testing.B) {
 		}
 	})
 }
+
+// partFiles returns the part files of round r's metrics, sorted by key.
+func partFiles(t *testing.T, st storage.Store, run string, r int) []string {
+	t.Helper()
+	infos, err := st.List(context.Background(), pipeline.TableDir(run, r, "metrics")+"/part-")
+	require.NoError(t, err)
+	var out []string
+	for _, in := range infos {
+		out = append(out, in.Key)
+	}
+	return out
+}
+
+// TestResumeRewritesDamagedParts: parts an interrupted invocation (or a
+// shard) wrote are checked before a resume trusts them. A part file
+// damaged or deleted since, or a part record that no longer decodes, makes
+// that part run again; it used to be committed as it was, into a manifest
+// that every reader refused (integrity check failed) and no rerun could
+// replace, so the round could never finish. spade commit refuses such a
+// file instead of committing it.
+func TestResumeRewritesDamagedParts(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+
+	clean := newRunner(t, st, "clean", &gen{parts: 4, rows: 20, failPart: -1})
+	for n := 0; n <= 1; n++ {
+		_, err := clean.RunRound(ctx, n)
+		require.NoError(t, err)
+	}
+
+	t.Run("resume", func(t *testing.T) {
+		g := &gen{parts: 4, rows: 20, failPart: -1}
+		r := newRunner(t, st, "resume", g)
+		_, err := r.RunRound(ctx, 0)
+		require.NoError(t, err)
+		for i := 0; i < 2; i++ {
+			_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: i, Count: 2}, false)
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 4, g.runs.Load())
+		files := partFiles(t, st, "resume", 1)
+		require.Len(t, files, 4)
+		flipByte(t, st, files[0])                    // part 0: bit rot
+		require.NoError(t, st.Delete(ctx, files[2])) // part 2: deleted
+		fp := r.FingerprintOf(ctx, g, 1)             // part 3: record no longer decodes
+		require.NoError(t, storage.PutBytes(ctx, st, pipeline.PendingKey("resume", 1, "gen", fp, 3), []byte(`{"format_version":1,`)))
+
+		_, err = r.RunRound(ctx, 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 7, g.runs.Load(), "parts 0, 2 and 3 ran again, part 1 was kept")
+		require.Equal(t, digests(t, st, "clean", 1), digests(t, st, "resume", 1))
+		m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("resume", 1, "metrics"))
+		require.NoError(t, err)
+		for _, f := range m.Files {
+			_, err := pipeline.ReadVerified(ctx, st, f)
+			require.NoError(t, err, "every committed file is whole")
+		}
+	})
+
+	t.Run("spade commit", func(t *testing.T) {
+		g := &gen{parts: 4, rows: 20, failPart: -1}
+		r := newRunner(t, st, "sharded", g)
+		_, err := r.RunRound(ctx, 0)
+		require.NoError(t, err)
+		for i := 0; i < 2; i++ {
+			_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: i, Count: 2}, false)
+			require.NoError(t, err)
+		}
+		files := partFiles(t, st, "sharded", 1)
+		flipByte(t, st, files[1])
+		err = r.CommitStage(ctx, 1, "gen")
+		require.ErrorIs(t, err, pipeline.ErrIntegrity)
+		require.ErrorContains(t, err, files[1])
+		require.ErrorContains(t, err, "part 1")
+		_, err = pipeline.ReadManifest(ctx, st, pipeline.ManifestKey("sharded", 1, "metrics"))
+		require.ErrorIs(t, err, storage.ErrNotFound, "nothing committed")
+
+		require.NoError(t, st.Delete(ctx, files[3]))
+		err = r.CommitStage(ctx, 1, "gen")
+		require.ErrorIs(t, err, pipeline.ErrIntegrity)
+
+		// Running the shard again rewrites its damaged and missing files.
+		_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 1, Count: 2}, false)
+		require.NoError(t, err)
+		require.EqualValues(t, 6, g.runs.Load())
+		require.NoError(t, r.CommitStage(ctx, 1, "gen"))
+		_, err = r.RunRound(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, digests(t, st, "clean", 1), digests(t, st, "sharded", 1))
+	})
+}
+
+// gated is gen whose parts wait for gate to close.
+type gated struct {
+	*gen
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g gated) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.gen.Run(ctx, env, part, out)
+}
+
+// TestConcurrentRoundsOfOneRun: two `spade round 1` of one run at once
+// (`round N` takes no lease). The one that finishes first commits, seals
+// and removes the part records; the other, which had skipped the parts
+// the first had written, used to fail with "parts missing; run the
+// missing shards, then spade commit" although the round was committed.
+func TestConcurrentRoundsOfOneRun(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	first := newRunner(t, st, "a", &gen{parts: 2, rows: 10, failPart: -1})
+	_, err := first.RunRound(ctx, 0)
+	require.NoError(t, err)
+	_, err = first.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 0, Count: 2}, false) // part 0 written
+	require.NoError(t, err)
+
+	g := gated{gen: &gen{parts: 2, rows: 10, failPart: -1}, gate: make(chan struct{}), entered: make(chan struct{}, 2)}
+	second := newRunner(t, st, "a", nil)
+	second.Stages = []pipeline.Stage{sum{}, g}
+	done := make(chan error, 1)
+	go func() {
+		_, err := second.RunRound(ctx, 1)
+		done <- err
+	}()
+	<-g.entered // the second invocation skipped part 0 and runs part 1
+
+	res, err := first.RunRound(ctx, 1)
+	require.NoError(t, err)
+	require.NotNil(t, res.Seal)
+	close(g.gate)
+	require.NoError(t, <-done, "the round is committed: the second invocation succeeds too")
+	res2, err := second.RunRound(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, res.Seal.Digest(), res2.Seal.Digest())
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -296,9 +297,25 @@ func putFile(ctx context.Context, s storage.Store, run string, round int, tableN
 	sum := sha256.Sum256(data)
 	sha := hex.EncodeToString(sum[:])
 	key := PartKey(run, round, tableName, part, parts, sha)
+	fe := FileEntry{Key: key, SHA256: sha, Bytes: int64(len(data)), Rows: rows, RowGroups: groups, Part: part}
 	err := s.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data)))
-	if err != nil && !isExists(err) {
+	if isExists(err) {
+		// Written by an earlier attempt. The name is the content's, so the
+		// object must hold exactly these bytes; one damaged since (bit rot,
+		// a hand edit) is replaced, atomically, by the right bytes rather
+		// than recorded as whole.
+		_, verr := ReadVerified(ctx, s, fe)
+		switch {
+		case verr == nil:
+			err = nil
+		case errors.Is(verr, ErrIntegrity) || isNotFound(verr):
+			err = s.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+		default:
+			err = verr
+		}
+	}
+	if err != nil {
 		return FileEntry{}, fmt.Errorf("write %s: %w", key, err)
 	}
-	return FileEntry{Key: key, SHA256: sha, Bytes: int64(len(data)), Rows: rows, RowGroups: groups, Part: part}, nil
+	return fe, nil
 }
