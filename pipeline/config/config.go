@@ -417,6 +417,12 @@ const MaxCount = 1 << 20
 // far below where a time.Duration overflows.
 const maxTimeoutS = 1e7
 
+// minTimeoutS is the shortest timeout (seconds): 1 ms. Timeouts become a
+// time.Duration in nanoseconds, and a value below 1 ns became 0, which
+// the model client and the sandbox read as "use the default" (5 minutes,
+// 5 s) and the trainer as "already expired".
+const minTimeoutS = 1e-3
+
 func (c Config) problems() []problem {
 	var errs []problem
 	add := func(text string, keys ...string) { errs = append(errs, problem{keys, text}) }
@@ -481,8 +487,8 @@ func (c Config) problems() []problem {
 		key string
 		v   float64
 	}{{"sandbox.call_timeout_s", c.Sandbox.CallTimeoutS}, {"model.timeout_s", c.Model.TimeoutS}, {"grpo.timeout_s", c.GRPO.TimeoutS}} {
-		if !nonFinite[t.key] && (t.v <= 0 || t.v > maxTimeoutS) {
-			add(fmt.Sprintf("%s must be > 0 and <= %g seconds (got %g)", t.key, float64(maxTimeoutS), t.v), t.key)
+		if !nonFinite[t.key] && (t.v < minTimeoutS || t.v > maxTimeoutS) {
+			add(fmt.Sprintf("%s must be >= %g and <= %g seconds (got %g)", t.key, minTimeoutS, float64(maxTimeoutS), t.v), t.key)
 		}
 	}
 	for _, p := range []struct{ key, path string }{{"sandbox.python", c.Sandbox.Python}, {"grpo.python", c.GRPO.Python}} {

@@ -104,7 +104,12 @@ func TestLoadErrors(t *testing.T) {
 		"inf env":      {"", []string{"SPADE_MODEL_TEMPERATURE=Inf"}, "model.temperature must be a finite number (got +Inf)"},
 		"nan yaml":     {"label:\n  band_low: .nan\n", nil, "label.band_low must be a finite number"},
 		"inf timeout":  {"sandbox:\n  call_timeout_s: .inf\n", nil, "sandbox.call_timeout_s must be a finite number"},
-		"huge timeout": {"grpo:\n  timeout_s: 1e300\n", nil, "grpo.timeout_s must be > 0 and <= 1e+07 seconds"},
+		"huge timeout": {"grpo:\n  timeout_s: 1e300\n", nil, "grpo.timeout_s must be >= 0.001 and <= 1e+07 seconds"},
+		// Below 1 ns a timeout became a zero time.Duration: the model
+		// client's default of 5 minutes, the sandbox's 5 s.
+		"tiny timeout":     {"model:\n  timeout_s: 1e-10\n", nil, "model.timeout_s must be >= 0.001 and <= 1e+07 seconds (got 1e-10) ("},
+		"tiny env timeout": {"", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.0000000001"}, "sandbox.call_timeout_s must be >= 0.001"},
+		"zero timeout":     {"grpo:\n  timeout_s: 0\n", nil, "grpo.timeout_s must be >= 0.001"},
 		// Settings the grpo stage and the model client would refuse at the
 		// end of a round are refused up front.
 		"weight rule":  {"grpo:\n  weight_rule: bogus\n", nil, `grpo.weight_rule: designer weight rule "bogus"`},
