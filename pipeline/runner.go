@@ -941,6 +941,11 @@ func (r *Runner) seal(ctx context.Context, round int) (*Seal, error) {
 		for _, o := range s.Outputs() {
 			key := ManifestKey(r.Run, round, o.Table)
 			m, err := ReadManifest(ctx, r.Store, key)
+			if isNotFound(err) {
+				// spade commit --seal before the last stage: say which
+				// stage is missing, not only which object was not found.
+				return nil, fmt.Errorf("seal round %d: stage %s of round %d is not committed (table %s); every stage of the round must be committed before the seal: %w", round, s.Name(), round, o.Table, err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("seal round %d: %w", round, err)
 			}

@@ -202,6 +202,29 @@ func TestOperationalSettingsResume(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrConflict)
 }
 
+// TestSealNamesTheUncommittedStage: spade commit --seal before every stage
+// is committed fails naming the stage, not only the manifest object that
+// was not found.
+func TestSealNamesTheUncommittedStage(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	r := newRunner(t, st, "a", &gen{parts: 2, rows: 6, failPart: -1})
+	_, err := r.RunRound(ctx, 0)
+	require.NoError(t, err)
+	_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	_, err = r.Seal(ctx, 1)
+	require.ErrorIs(t, err, storage.ErrNotFound)
+	require.ErrorContains(t, err, "stage sum of round 1 is not committed (table train_metrics)")
+	_, err = pipeline.ReadSeal(ctx, st, "a", 1)
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted, "nothing sealed")
+
+	_, err = r.RunStage(ctx, 1, "sum", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	_, err = r.Seal(ctx, 1)
+	require.NoError(t, err)
+}
+
 func TestShardsGiveSameBytes(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)
