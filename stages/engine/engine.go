@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -50,7 +51,9 @@ func (e *Engines) Workers() int {
 	if e.Config.Workers > 0 {
 		return e.Config.Workers
 	}
-	return runtime.NumCPU()
+	// Not above what the sandbox can give separate uids as root (a
+	// machine with more CPUs than that would fail every sandbox start).
+	return min(runtime.NumCPU(), sandbox.UIDStride)
 }
 
 // Sandbox returns the shared sandbox, creating it on first use. Errors:
@@ -88,12 +91,19 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 // of its slots and leave the round with an empty pool. The error names the
 // setting and the skills allowed. model.replay, when set, must be a valid
 // run name (pipeline.ValidateRunName): any other text would only fail the
-// design stage after the round's first stages ran.
+// design stage after the round's first stages ran. As root, workers may
+// not exceed sandbox.UIDStride (sandbox.New's limit).
 func CheckConfig(c *config.Config) error {
 	if c.Model.Replay != "" {
 		if err := pipeline.ValidateRunName(c.Model.Replay); err != nil {
 			return fmt.Errorf("invalid configuration: model.replay: %w", err)
 		}
+	}
+	if os.Geteuid() == 0 && c.Workers > sandbox.UIDStride {
+		// As root every sandbox slot runs under its own uid, from a range
+		// of sandbox.UIDStride per process; sandbox.New refuses more, which
+		// failed the design stage after the round's first stages ran.
+		return fmt.Errorf("invalid configuration: workers must be <= %d when spade runs as root (one uid per sandbox slot, %d per process; got %d)", sandbox.UIDStride, sandbox.UIDStride, c.Workers)
 	}
 	if c.Model.Backend != "procedural" || c.Model.Replay != "" {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/modeltest"
+	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
 // TestMaxRetries: model.max_retries counts retries after the first attempt,
@@ -130,4 +132,20 @@ func TestCheckConfigReplayName(t *testing.T) {
 	cfg := config.Default()
 	cfg.Model.Replay = "base.v2"
 	require.NoError(t, CheckConfig(&cfg))
+}
+
+// TestCheckConfigWorkers: as root, more workers than the sandbox has uids
+// per process is refused before anything runs; it used to fail the design
+// stage (exit 1) once the corpus and sample stages had committed.
+func TestCheckConfigWorkers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the limit applies as root only")
+	}
+	cfg := config.Default()
+	cfg.Workers = sandbox.UIDStride + 1
+	require.ErrorContains(t, CheckConfig(&cfg), fmt.Sprintf("invalid configuration: workers must be <= %d when spade runs as root", sandbox.UIDStride))
+	cfg.Workers = sandbox.UIDStride
+	require.NoError(t, CheckConfig(&cfg))
+	cfg.Workers = 0
+	require.LessOrEqual(t, (&Engines{Config: &cfg}).Workers(), sandbox.UIDStride)
 }
