@@ -509,6 +509,15 @@ func (c Config) problems() []problem {
 	if strings.HasPrefix(c.Model.APIKeyEnv, "SPADE_") {
 		add(fmt.Sprintf("model.api_key_env %q: SPADE_* variables are spade's settings; name another variable", c.Model.APIKeyEnv), "model.api_key_env")
 	}
+	// The trainer reads the checkpoint only at the end of round 1, and the
+	// setting is pinned: a typo found there cost the round and the run.
+	if seed, ok := strings.CutPrefix(c.GRPO.BaseCheckpoint, "tiny:"); ok {
+		if _, err := strconv.ParseUint(seed, 10, 64); err != nil {
+			add(fmt.Sprintf("grpo.base_checkpoint %q: want tiny:SEED with SEED an integer in [0, 2^64) (or a checkpoint directory)", c.GRPO.BaseCheckpoint), "grpo.base_checkpoint")
+		}
+	} else if strings.TrimSpace(c.GRPO.BaseCheckpoint) == "" {
+		add("grpo.base_checkpoint is empty: want tiny:SEED or a checkpoint directory", "grpo.base_checkpoint")
+	}
 	if _, _, err := ParseWeightRule(c.GRPO.WeightRule); err != nil {
 		add("grpo.weight_rule: "+err.Error(), "grpo.weight_rule")
 	}

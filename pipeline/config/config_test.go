@@ -109,7 +109,13 @@ func TestLoadErrors(t *testing.T) {
 		// client's default of 5 minutes, the sandbox's 5 s.
 		"tiny timeout":     {"model:\n  timeout_s: 1e-10\n", nil, "model.timeout_s must be >= 0.001 and <= 1e+07 seconds (got 1e-10) ("},
 		"tiny env timeout": {"", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.0000000001"}, "sandbox.call_timeout_s must be >= 0.001"},
-		"zero timeout":     {"grpo:\n  timeout_s: 0\n", nil, "grpo.timeout_s must be >= 0.001"},
+		// The trainer reads the base checkpoint at the end of round 1 only,
+		// and the setting is pinned.
+		"tiny seed":     {"grpo:\n  base_checkpoint: tiny:x\n", nil, `grpo.base_checkpoint "tiny:x": want tiny:SEED`},
+		"tiny negative": {"grpo:\n  base_checkpoint: tiny:-1\n", nil, `grpo.base_checkpoint "tiny:-1"`},
+		"tiny overflow": {"grpo:\n  base_checkpoint: tiny:18446744073709551616\n", nil, "want tiny:SEED with SEED an integer in [0, 2^64)"},
+		"empty ckpt":    {"grpo:\n  base_checkpoint: \"\"\n", nil, "grpo.base_checkpoint is empty"},
+		"zero timeout":  {"grpo:\n  timeout_s: 0\n", nil, "grpo.timeout_s must be >= 0.001"},
 		// Settings the grpo stage and the model client would refuse at the
 		// end of a round are refused up front.
 		"weight rule":  {"grpo:\n  weight_rule: bogus\n", nil, `grpo.weight_rule: designer weight rule "bogus"`},
