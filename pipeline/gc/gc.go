@@ -1,15 +1,17 @@
 // Package gc removes data files no committed manifest references: part
 // files left by failed or superseded stage attempts (a crash before commit,
-// a code change that changed a stage fingerprint) and part records
-// (_pending) that can no longer be committed. It is `spade gc`
+// a code change that changed a stage fingerprint), part records
+// (_pending) that can no longer be committed, and on the file store the
+// temp files of writes whose writer was killed. It is `spade gc`
 // (docs/operations.md).
 //
 // Safety rules, in order:
 //  1. Only two kinds of keys are ever candidates: part files
 //     (<run>/round=NNNNNN/<table>/part-*.parquet) and part records
-//     (<run>/round=NNNNNN/_pending/<stage>-<fp>/part-*.json). Manifests,
-//     seals, run files, leases and stage artefacts (checkpoint files) are
-//     never touched.
+//     (<run>/round=NNNNNN/_pending/<stage>-<fp>/part-*.json), plus the
+//     temp files a storage.TempCollector lists, which no key names.
+//     Manifests, seals, run files, leases and stage artefacts (checkpoint
+//     files) are never touched.
 //  2. References are collected from every manifest of every run in the
 //     store, whatever run is being collected, so files a fork (or any run)
 //     lists in another run's directory stay.
@@ -57,6 +59,10 @@ const (
 	// KindPending is a part record of a stage that is committed or of a
 	// sealed round: it can never be committed again.
 	KindPending Kind = "pending"
+	// KindTemp is a temp file of a write that never finished (its writer
+	// was killed): never a key, never read (stores that implement
+	// storage.TempCollector, the file store).
+	KindTemp Kind = "temp"
 )
 
 // Options configures Collect.
@@ -296,6 +302,15 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		}
 		garbage = append(garbage, Object{Key: in.Key, Kind: KindPart, Bytes: in.Size, ModTime: in.ModTime, Why: "no manifest or live part record lists it"})
 	}
+	if tc, ok := s.(storage.TempCollector); ok {
+		temps, err := tc.ListTemp(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("gc: %w", err)
+		}
+		for _, in := range temps {
+			garbage = append(garbage, Object{Key: in.Key, Kind: KindTemp, Bytes: in.Size, ModTime: in.ModTime, Why: "temp file of a write that never finished"})
+		}
+	}
 	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })
 	cutoff := now().Add(-opts.Grace)
 	for i := range garbage {
@@ -309,7 +324,12 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 				continue
 			}
 			dp.Go(func(ctx context.Context) error {
-				err := s.Delete(ctx, g.Key)
+				var err error
+				if g.Kind == KindTemp {
+					err = s.(storage.TempCollector).DeleteTemp(ctx, g.Key)
+				} else {
+					err = s.Delete(ctx, g.Key)
+				}
 				if err != nil && !errors.Is(err, storage.ErrNotFound) {
 					return fmt.Errorf("gc: delete %s: %w", g.Key, err)
 				}

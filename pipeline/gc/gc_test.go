@@ -2,8 +2,12 @@ package gc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,6 +23,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/diff"
 	"github.com/spade-pipeline/spade/pipeline/gc"
 	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/filestore"
 	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
 )
@@ -288,4 +293,52 @@ func TestCollectKeepsAHalfCommittedStage(t *testing.T) {
 		require.Equal(t, gc.KindPending, g.Kind, g.Key)
 		require.Contains(t, g.Why, "which is committed")
 	}
+}
+
+// TestCollectTempFiles: a writer killed mid-write (kill -9 during a part
+// file's or a record's Put) leaves a ".spade-tmp-*" file that no key
+// names and List never shows; gc used to keep every one of them forever.
+// It now deletes those older than the grace period, of the selected run
+// only, and nothing else.
+func TestCollectTempFiles(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := filestore.New(root)
+	require.NoError(t, err)
+	for _, run := range []string{"a", "b"} {
+		r := runner(s, run, 3)
+		for n := 0; n <= 1; n++ {
+			_, err := r.RunRound(ctx, n)
+			require.NoError(t, err)
+		}
+	}
+	before := readEverything(t, s)
+	now := time.Now()
+	write := func(rel string, age time.Duration) string {
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte("half a part file"), 0o600))
+		require.NoError(t, os.Chtimes(p, now.Add(-age), now.Add(-age)))
+		return rel
+	}
+	old := write("a/round=000001/metrics/"+filestore.TempPrefix+"1", 48*time.Hour)
+	oldRecord := write("a/round=000002/_pending/walk-0123456789abcdef/"+filestore.TempPrefix+"2", 48*time.Hour)
+	fresh := write("a/round=000001/metrics/"+filestore.TempPrefix+"3", time.Minute)
+	otherRun := write("b/round=000001/metrics/"+filestore.TempPrefix+"4", 48*time.Hour)
+
+	res, err := gc.Collect(ctx, s, gc.Options{Run: "a", Grace: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []string{old, fresh, oldRecord}, keys(res.Garbage))
+	for _, g := range res.Garbage {
+		require.Equal(t, gc.KindTemp, g.Kind, g.Key)
+		require.Equal(t, g.Key != fresh, g.Deleted, g.Key)
+	}
+	require.Equal(t, 2, res.Deleted)
+	for k, gone := range map[string]bool{old: true, oldRecord: true, fresh: false, otherRun: false} {
+		_, err := os.Stat(filepath.Join(root, filepath.FromSlash(k)))
+		require.Equal(t, gone, errors.Is(err, fs.ErrNotExist), k)
+	}
+	_, err = os.Stat(filepath.Join(root, "a", "round=000002", "_pending"))
+	require.ErrorIs(t, err, fs.ErrNotExist, "the directory the temp file held open is gone")
+	require.Equal(t, before, readEverything(t, s), "every committed table is still readable")
 }

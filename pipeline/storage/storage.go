@@ -132,6 +132,21 @@ type Store interface {
 	Close() error
 }
 
+// TempCollector is implemented by a backend whose writes leave a temp
+// object behind when the writing process is killed mid-write (the file
+// backend's ".spade-tmp-*" files; List never returns them, and no key
+// names them). `spade gc` removes the stale ones through it.
+type TempCollector interface {
+	// ListTemp returns the Info of every temp object whose path relative
+	// to the store root starts with prefix (a plain string prefix, as for
+	// List), sorted by that path, which is the Info's Key.
+	ListTemp(ctx context.Context, prefix string) ([]Info, error)
+	// DeleteTemp removes one temp object that ListTemp returned. A key
+	// whose last segment is not a temp name is refused (ErrInvalidKey);
+	// ErrNotFound (wrapped) when it is gone.
+	DeleteTemp(ctx context.Context, key string) error
+}
+
 // Opener opens a store from a parsed URL. Registered per scheme.
 type Opener func(ctx context.Context, u *url.URL) (Store, error)
 

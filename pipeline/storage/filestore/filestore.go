@@ -492,6 +492,104 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+var _ storage.TempCollector = (*Store)(nil)
+
+// ListTemp returns the temp files (TempPrefix) whose path relative to the
+// root starts with prefix, sorted: what writers killed between creating
+// and publishing a file left behind (storage.TempCollector).
+func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
+	}
+	start := s.root
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		if storage.ValidateKey(prefix[:i]) != nil {
+			return []storage.Info{}, nil
+		}
+		start = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
+	}
+	out := []storage.Info{}
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if notFound(err) {
+				if p == start {
+					return fs.SkipAll
+				}
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(s.root, p)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if d.IsDir() {
+			if p != start && p != s.root && !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), TempPrefix) || !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if notFound(err) {
+				return nil
+			}
+			return err
+		}
+		out = append(out, storage.Info{Key: key, Size: info.Size(), ModTime: info.ModTime().UTC()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// DeleteTemp removes one temp file ListTemp returned, then the parent
+// directories it left empty (storage.TempCollector).
+func (s *Store) DeleteTemp(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
+	}
+	name, dirOK := key, true
+	if i := strings.LastIndex(key, "/"); i >= 0 {
+		name, dirOK = key[i+1:], storage.ValidateKey(key[:i]) == nil
+	}
+	if !strings.HasPrefix(name, TempPrefix) || strings.Contains(name, "\x00") || !dirOK {
+		return fmt.Errorf("delete temp in %s: %w: %q is not a temp file", s.url, storage.ErrInvalidKey, key)
+	}
+	p := filepath.Join(s.root, filepath.FromSlash(key))
+	if !strings.HasPrefix(p, s.root+string(filepath.Separator)) {
+		return fmt.Errorf("delete temp in %s: %w: %q escapes the root", s.url, storage.ErrInvalidKey, key)
+	}
+	if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+		if err == nil || notFound(err) {
+			return fmt.Errorf("delete temp %s in %s: %w", key, s.url, storage.ErrNotFound)
+		}
+		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
+	}
+	if err := os.Remove(p); err != nil {
+		if notFound(err) {
+			return fmt.Errorf("delete temp %s in %s: %w", key, s.url, storage.ErrNotFound)
+		}
+		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
+	}
+	for dir := filepath.Dir(p); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
+	}
+	return nil
+}
+
 // URL returns the URL the store was opened with.
 func (s *Store) URL() string { return s.url }
 

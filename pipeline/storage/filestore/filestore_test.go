@@ -244,3 +244,42 @@ func FuzzRootFromURL(f *testing.F) {
 		}
 	})
 }
+
+// TestTempCollector: the temp files a killed writer leaves behind are
+// listed (and only they) and removed by ListTemp and DeleteTemp, which
+// refuse keys that are not temp files.
+func TestTempCollector(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := filestore.New(root)
+	require.NoError(t, err)
+	require.NoError(t, storage.PutBytes(ctx, s, "run/round=000001/t/part-0.parquet", []byte("data")))
+	left := filepath.Join(root, "run", "round=000001", "t", filestore.TempPrefix+"123")
+	require.NoError(t, os.WriteFile(left, []byte("half a file"), 0o600))
+	other := filepath.Join(root, "other", filestore.TempPrefix+"9")
+	require.NoError(t, os.MkdirAll(filepath.Dir(other), 0o755))
+	require.NoError(t, os.WriteFile(other, []byte("x"), 0o600))
+
+	temps, err := s.ListTemp(ctx, "run/")
+	require.NoError(t, err)
+	require.Len(t, temps, 1)
+	require.Equal(t, "run/round=000001/t/"+filestore.TempPrefix+"123", temps[0].Key)
+	require.EqualValues(t, len("half a file"), temps[0].Size)
+	all, err := s.ListTemp(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	none, err := s.ListTemp(ctx, "absent/")
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	for _, bad := range []string{"run/round=000001/t/part-0.parquet", "run/../" + filestore.TempPrefix + "1", "/" + filestore.TempPrefix + "1"} {
+		require.ErrorIs(t, s.DeleteTemp(ctx, bad), storage.ErrInvalidKey, bad)
+	}
+	require.NoError(t, s.DeleteTemp(ctx, temps[0].Key))
+	require.ErrorIs(t, s.DeleteTemp(ctx, temps[0].Key), storage.ErrNotFound)
+	_, err = s.Stat(ctx, "run/round=000001/t/part-0.parquet")
+	require.NoError(t, err, "the object beside it stays")
+	require.NoError(t, s.DeleteTemp(ctx, all[0].Key))
+	_, err = os.Stat(filepath.Dir(other))
+	require.ErrorIs(t, err, fs.ErrNotExist, "the directory it left empty is removed")
+}
