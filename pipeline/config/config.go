@@ -524,6 +524,14 @@ func (c Config) problems() []problem {
 	if len(c.Sample.Skills) == 0 || c.Sample.ActiveSkills > len(c.Sample.Skills) {
 		add(fmt.Sprintf("sample.active_skills (%d) must be between 1 and the number of sample.skills (%d)", c.Sample.ActiveSkills, len(c.Sample.Skills)), "sample.active_skills", "sample.skills")
 	}
+	for i, sk := range c.Sample.Skills {
+		// An empty name reached every designer prompt of its slots as an
+		// empty skill (model.backend openai takes any other name).
+		if strings.TrimSpace(sk) == "" {
+			add(fmt.Sprintf("sample.skills[%d] is empty: each skill needs a name", i), "sample.skills")
+			break
+		}
+	}
 	switch c.Sample.Setting {
 	case "game", "tool_use", "mixed":
 	default:
@@ -542,6 +550,8 @@ func (c Config) problems() []problem {
 	case "command":
 		if len(c.GRPO.Command) == 0 {
 			add("grpo.trainer command needs grpo.command", "grpo.trainer", "grpo.command")
+		} else if strings.TrimSpace(c.GRPO.Command[0]) == "" {
+			add("grpo.command[0], the program to run, is empty", "grpo.command")
 		}
 	default:
 		add(fmt.Sprintf("grpo.trainer must be none, torch or command (got %q)", c.GRPO.Trainer), "grpo.trainer")

@@ -115,6 +115,8 @@ func TestLoadErrors(t *testing.T) {
 		"tiny negative": {"grpo:\n  base_checkpoint: tiny:-1\n", nil, `grpo.base_checkpoint "tiny:-1"`},
 		"tiny overflow": {"grpo:\n  base_checkpoint: tiny:18446744073709551616\n", nil, "want tiny:SEED with SEED an integer in [0, 2^64)"},
 		"empty ckpt":    {"grpo:\n  base_checkpoint: \"\"\n", nil, "grpo.base_checkpoint is empty"},
+		"empty argv0":   {"grpo:\n  trainer: command\n  command: [\"\", x]\n", nil, "grpo.command[0], the program to run, is empty"},
+		"empty skill":   {"model: {backend: openai, base_url: \"http://127.0.0.1:1/v1\", name: m}\nsample:\n  skills: [planning, \" \"]\n  active_skills: 1\n", nil, "sample.skills[1] is empty: each skill needs a name (" /* file */},
 		"zero timeout":  {"grpo:\n  timeout_s: 0\n", nil, "grpo.timeout_s must be >= 0.001"},
 		// Settings the grpo stage and the model client would refuse at the
 		// end of a round are refused up front.
