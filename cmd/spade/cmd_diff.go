@@ -111,7 +111,10 @@ error, a run that does not exist, a store or table that cannot be read
 			} else {
 				err = rep.WriteText(os.Stdout, all)
 			}
-			if err != nil {
+			// The report is complete before it is written: when its reader
+			// has gone (spade diff | head), the verdict still decides the
+			// exit code, or runs that differ would exit 0, "equal".
+			if err != nil && !stdoutClosed(err) {
 				return err
 			}
 			if !rep.Equal {

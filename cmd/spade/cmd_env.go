@@ -105,7 +105,9 @@ func newEnvCmd(g *globals) *cobra.Command {
 				if err := enc.Encode(struct {
 					File string `json:"file"`
 					envcheck.Report
-				}{path, rep}); err != nil {
+				}{path, rep}); err != nil && !stdoutClosed(err) {
+					// A reader that has gone does not make an invalid
+					// file valid: the verdict below decides the exit code.
 					return fmt.Errorf("env check: write report: %w", err)
 				}
 			} else {

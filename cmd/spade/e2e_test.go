@@ -323,6 +323,17 @@ func TestEnvCheckCLI(t *testing.T) {
 			require.Equal(t, fields[0], rep.Reason)
 		})
 	}
+	t.Run("an invalid file is invalid whoever reads the report", func(t *testing.T) {
+		// With stdout's reader gone (spade env check --json | head), the
+		// write fails; the exit code must still say invalid, not 0.
+		f := filepath.Join(t.TempDir(), "noclass.py")
+		require.NoError(t, os.WriteFile(f, []byte("x = 1\n"), 0o644))
+		for _, format := range [][]string{nil, {"--json"}} {
+			r := spadeClosedStdout(t, ".", nil, append([]string{"env", "check", f}, format...)...)
+			require.Equal(t, 1, r.code, "%v: %s", format, r.stderr)
+			require.Contains(t, r.stderr, "is not a valid environment")
+		}
+	})
 	t.Run("the config's sandbox settings apply", func(t *testing.T) {
 		// As in the validate stage: sandbox.* from --config and SPADE_*.
 		r := spade(t, ".", []string{"SPADE_SANDBOX_MEMORY_MB=-1"}, "env", "check", "../../docs/examples/guess_game.py")

@@ -60,6 +60,31 @@ func spade(t testing.TB, dir string, env []string, args ...string) result {
 	return result{code: code, stdout: so.String(), stderr: se.String()}
 }
 
+// spadeClosedStdout runs the binary like spade, with standard output a
+// pipe whose reader has already gone (spade ... | head that has exited):
+// every write to stdout fails with EPIPE.
+func spadeClosedStdout(t testing.TB, dir string, env []string, args ...string) result {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	defer w.Close()
+	cmd := exec.Command(spadeBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &se
+	err = cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run spade %v: %v", args, err)
+	}
+	return result{code: code, stderr: se.String()}
+}
+
 // TestStdoutClosed: only a write to standard output whose reader has gone
 // ends quietly; a broken pipe anywhere else (a sandbox, a storage
 // connection) is a failure.

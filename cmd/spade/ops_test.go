@@ -238,6 +238,14 @@ func TestOps(t *testing.T) {
 		r = o.spade(t, nil, "diff", "base", "reseeded")
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Contains(t, r.stdout, "round 2 rollouts: different")
+		// A reader that goes away (spade diff | head) does not turn
+		// "different" into exit 0, "equal".
+		for _, format := range [][]string{nil, {"--json"}} {
+			r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, append([]string{"diff", "base", "reseeded", "--max-rows", "-1"}, format...))...)
+			require.Equal(t, 1, r.code, "stdout closed, %v: %s", format, r.stderr)
+		}
+		r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, []string{"diff", "base", "base", "--all"})...)
+		require.Equal(t, 0, r.code, r.stderr)
 		r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "2", "--table", "rollouts", "--json")
 		require.Equal(t, 1, r.code, r.stderr)
 		var rep diff.Report
