@@ -78,8 +78,16 @@ func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) (
 		nodes = append(nodes, dagNode{Stage: s.Name(), Round0: at0, Sharded: atR && slices.Contains(sharded, s.Name()), Every: atR && (plain || riPlain.Regeneration)})
 	}
 	for _, name := range sharded {
-		if i, ok := index[name]; !ok || nodes[i].Round0 {
-			return nil, fmt.Errorf("sharded stage %q is not a stage of round %d", name, regen)
+		i, ok := index[name]
+		if !ok {
+			names := make([]string, 0, len(stages))
+			for _, s := range stages {
+				names = append(names, s.Name())
+			}
+			return nil, fmt.Errorf("--sharded %q: no such stage (stages: %s)", name, strings.Join(names, ", "))
+		}
+		if nodes[i].Round0 {
+			return nil, fmt.Errorf("--sharded %q: the round-0 stage runs as one task; shard stages that run at a regeneration round", name)
 		}
 	}
 	for _, s := range stages {

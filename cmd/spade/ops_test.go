@@ -608,6 +608,11 @@ func TestDagAirflow(t *testing.T) {
 	}
 	r = o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
 	require.Equal(t, exitUsage, r.code)
+	// The messages used to say 'is not a stage of round 3' for both.
+	require.Contains(t, r.stderr, `--sharded "nope": no such stage (stages: corpus, sample,`)
+	r = o.spade(t, nil, "dag", "airflow", "--sharded", "corpus")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `--sharded "corpus": the round-0 stage runs as one task`)
 }
 
 // opsExec runs spade without touching t, for use from goroutines.
