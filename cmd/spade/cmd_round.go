@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -82,6 +83,12 @@ once; one of another host only after --lease-ttl seconds.`,
 			defer a.close()
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return usageError{err}
+			}
+			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
+				if errors.Is(err, pipeline.ErrNotCommitted) {
+					return usageError{err}
+				}
+				return err
 			}
 			r, eng := a.runner()
 			defer eng.Close()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -39,6 +40,12 @@ p with p % n == i are written, and the tables are committed by
 			defer a.close()
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return usageError{err}
+			}
+			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
+				if errors.Is(err, pipeline.ErrNotCommitted) {
+					return usageError{err}
+				}
+				return err
 			}
 			r, eng := a.runner()
 			defer eng.Close()

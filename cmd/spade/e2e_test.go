@@ -189,6 +189,12 @@ func TestBadInput(t *testing.T) {
 		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
 		// The message used to name only the characters, which "1abc" has.
 		{"dag id starting with a digit", nil, []string{"dag", "airflow", "--dag-id", "1abc"}, 2, "not starting with a digit"},
+		// A replay run that is not a run name, or does not exist, used to
+		// pass and fail the design stage once corpus and sample had
+		// committed.
+		{"replay not a run name", []string{"SPADE_MODEL_REPLAY=../base"}, []string{"round", "1"}, 2, "model.replay: invalid run name"},
+		{"replay of no run", []string{"SPADE_MODEL_REPLAY=nosuchrun"}, []string{"round", "1"}, 2, "model.replay: run nosuchrun does not exist"},
+		{"replay of no run, one stage", []string{"SPADE_MODEL_REPLAY=nosuchrun"}, []string{"stage", "design", "--round", "1"}, 2, "model.replay: run nosuchrun does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spade(t, dir, tc.env, tc.args...)

@@ -117,6 +117,20 @@ func CheckConfig(c *config.Config) error {
 	return nil
 }
 
+// CheckReplay reports, before anything runs, a model.replay run that
+// does not exist in store (no _RUN.json): every stage that calls the
+// model would fail on its first recorded-calls table, after the round's
+// earlier stages committed. The error matches pipeline.ErrNotCommitted.
+func CheckReplay(ctx context.Context, store storage.Store, c *config.Config) error {
+	if c.Model.Replay == "" {
+		return nil
+	}
+	if _, err := pipeline.ReadRunFile(ctx, store, c.Model.Replay); err != nil {
+		return fmt.Errorf("invalid configuration: model.replay: %w", err)
+	}
+	return nil
+}
+
 // Backend returns the configured model backend (not recording).
 func (e *Engines) Backend() (model.Backend, error) {
 	e.mu.Lock()
