@@ -314,6 +314,27 @@ func readChainSeal(ctx context.Context, s storage.Store, run string, r int) (*Se
 	return &seal, nil
 }
 
+// CheckSealedManifests checks, without reading anything, that the
+// manifests ms of seal's round (by table, as Runner.TableManifests returns
+// them) are the ones the seal records: every table the seal lists has a
+// manifest with the content digest it records. A disagreement (a hand
+// edit of a manifest or a seal, a partial restore) wraps ErrIntegrity and
+// names the manifest and the seal.
+func CheckSealedManifests(run string, seal *Seal, ms map[string]*Manifest) error {
+	sealKey := SealKey(run, seal.Round)
+	for _, table := range sortedKeys(seal.Tables) {
+		key := ManifestKey(run, seal.Round, table)
+		m, ok := ms[table]
+		if !ok {
+			return fmt.Errorf("%s, listed in %s, is missing: %w", key, sealKey, ErrIntegrity)
+		}
+		if d := m.ContentDigest(); d != seal.Tables[table] {
+			return fmt.Errorf("%s: %w: content digest %.12s, but %s records %.12s for table %s", key, ErrIntegrity, d, sealKey, seal.Tables[table], table)
+		}
+	}
+	return nil
+}
+
 // checkSealedManifest checks that table's manifest in seal's round decodes
 // and has the content digest the seal records.
 func checkSealedManifest(ctx context.Context, s storage.Store, run string, seal *Seal, table string) error {

@@ -43,7 +43,8 @@ func copyRuns(t *testing.T, from *opsEnv) *opsEnv {
 
 // TestRoundChecks: on a two-round run, `round 3` refuses a chain whose
 // seals and manifests disagree (exit 1, integrity check failed, naming the
-// file) and writes nothing; an interrupted fork is refused by status and
+// file) and writes nothing, and `status` refuses a seal and a manifest
+// that disagree; an interrupted fork is refused by status and
 // round with the fork command to run again; the fork's printed command
 // continues the fork as printed.
 func TestRoundChecks(t *testing.T) {
@@ -95,6 +96,15 @@ func TestRoundChecks(t *testing.T) {
 				require.Contains(t, r.stderr, w)
 			}
 			require.NoDirExists(t, filepath.Join(o.dir, "runs", "base", "round=000003"), "round 3 wrote nothing")
+			if strings.HasPrefix(c.name, "(a)") || strings.HasPrefix(c.name, "(b)") {
+				// status used to list the edited table (its rows, its
+				// digest) as sealed, exit 0.
+				r := o.spade(t, nil, "status", "--run", "base")
+				require.Equal(t, exitFailure, r.code, "status on a seal and manifest that disagree: %s%s", r.stdout, r.stderr)
+				for _, w := range c.want {
+					require.Contains(t, r.stderr, w)
+				}
+			}
 		})
 	}
 

@@ -41,7 +41,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Long: `Show the run's committed rounds and tables: rows, bytes, files, stage,
 stage fingerprint and content digest per table, and the next round to run.
 A run made by a spade fork that was interrupted is refused (exit 1), with
-the fork command to run again.`,
+the fork command to run again, and so is a sealed round whose manifests
+are not those its seal records (exit 1, integrity check failed, naming
+the manifest and the seal).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -74,7 +76,8 @@ the fork command to run again.`,
 			rounds := []statusRound{} // [] not null in JSON
 			for n := lo; n <= hi; n++ {
 				sr := statusRound{Round: n}
-				if seal, err := pipeline.ReadSeal(ctx, a.store, g.runName, n); err == nil {
+				seal, err := pipeline.ReadSeal(ctx, a.store, g.runName, n)
+				if err == nil {
 					sr.Sealed, sr.ID = true, seal.Digest()
 				} else if !errors.Is(err, pipeline.ErrNotCommitted) {
 					return err
@@ -82,6 +85,13 @@ the fork command to run again.`,
 				ms, err := r.TableManifests(ctx, n)
 				if err != nil {
 					return err
+				}
+				if sr.Sealed {
+					// Never show a sealed round's tables as other than
+					// the seal records them.
+					if err := pipeline.CheckSealedManifests(g.runName, seal, ms); err != nil {
+						return err
+					}
 				}
 				for _, name := range sortedNames(ms) {
 					m := ms[name]
