@@ -117,3 +117,22 @@ func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// TestErrorObjectIn200: a gateway that answers 200 with an OpenAI error
+// object and no choices fails the call with ErrEmptyResponse and the
+// server's message (it used to say only "response has no choices"); a
+// plain empty choices list adds no message.
+func TestErrorObjectIn200(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":{"message":"model overloaded, try later","code":503}}`: "HTTP 200 OK: model overloaded, try later: model: response has no choices",
+		`{"id":"x","object":"chat.completion","choices":[]}`:             "HTTP 200 OK: model: response has no choices",
+	} {
+		b := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, body)
+		})
+		_, err := b.Chat(context.Background(), simpleRequest())
+		require.ErrorIs(t, err, model.ErrEmptyResponse)
+		require.ErrorContains(t, err, want)
+	}
+}

@@ -342,7 +342,13 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 		return model.Response{}, b.classify(ctx, actx, c, err)
 	}
 	if comp == nil || len(comp.Choices) == 0 {
-		return model.Response{}, &model.CallError{Status: c.status, Err: model.ErrEmptyResponse}
+		e := &model.CallError{Status: c.status, Err: model.ErrEmptyResponse}
+		if comp != nil {
+			// Some gateways answer 200 with an OpenAI error object and no
+			// choices: keep its message, which "no choices" alone loses.
+			e.Message = b.redact(strings.ToValidUTF8(errorObjectMessage([]byte(comp.RawJSON())), "\uFFFD"))
+		}
+		return model.Response{}, e
 	}
 	if err := checkShape(comp); err != nil {
 		return model.Response{}, &model.CallError{Status: c.status, Retryable: true,
@@ -466,6 +472,18 @@ func errorMessage(body []byte) string {
 		s = textcut.Prefix(s, 200) + "..."
 	}
 	return s
+}
+
+// errorObjectMessage is errorMessage of a body that holds an "error"
+// member, or "" for any other body.
+func errorObjectMessage(body []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Error) == 0 || string(e.Error) == "null" {
+		return ""
+	}
+	return errorMessage(body)
 }
 
 // retryAfter reads the server-directed delay: retry-after-ms (OpenAI's
