@@ -47,7 +47,12 @@ Example (the unarXive sample):
 			for _, p := range args {
 				d, err := pathDigest(p)
 				if err != nil {
-					return usagef("corpus import: %v", err)
+					err = usagef("corpus import: %v", err)
+					if asJSON {
+						// As for every failed import: the error on stdout too.
+						_ = json.NewEncoder(os.Stdout).Encode(importJSON{Error: err.Error(), ImportReport: &datasets.ImportReport{}})
+					}
+					return err
 				}
 				digests[p] = d
 			}

@@ -69,6 +69,21 @@ func TestCorpusImportSkipReasons(t *testing.T) {
 		require.Equal(t, "text", got.Issues[1].Field)
 	})
 
+	t.Run("missing path with --json", func(t *testing.T) {
+		// A path that does not exist is a usage error (exit 2); --json
+		// still prints the object with the error, as for other failures.
+		missing := filepath.Join(dir, "absent.jsonl")
+		j := spade(t, dir, nil, "--run", "absent", "corpus", "import", "--json", missing)
+		require.Equal(t, 2, j.code, j.stderr)
+		var got struct {
+			Error     string `json:"error"`
+			Documents int    `json:"documents"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(j.stdout), &got), j.stdout)
+		require.Contains(t, got.Error, missing)
+		require.Zero(t, got.Documents)
+	})
+
 	t.Run("whole-row and field issues", func(t *testing.T) {
 		p := write("mixed.jsonl", "[1,2]\n"+`{"id":"b","text":""}`+"\n"+`{"id":"c","text":"fine"}`+"\n")
 		r := spade(t, dir, nil, "--run", "mixed", "corpus", "import", p, "--id", "id")
