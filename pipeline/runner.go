@@ -197,6 +197,18 @@ func ReadRunFile(ctx context.Context, s storage.Store, run string) (*RunFile, er
 	return &rf, nil
 }
 
+// VerifyConfig checks that the config the run file pins hashes to the
+// digest it records: a run file whose config was edited by hand, or
+// damaged, wraps ErrIntegrity and names the file. Readers that use the
+// pinned config itself (spade fork --config-from-source, spade report)
+// call it; those that compare digests only need not.
+func (rf *RunFile) VerifyConfig() error {
+	if d := rf.Config.Digest(); d != rf.ConfigDigest {
+		return fmt.Errorf("%s: %w: its config has digest %s, but it records config_digest %s (the config was edited or damaged)", RunFileKey(rf.Run), ErrIntegrity, short(d), short(rf.ConfigDigest))
+	}
+	return nil
+}
+
 // ReadSeal reads round r's seal; ErrNotCommitted when absent.
 func ReadSeal(ctx context.Context, s storage.Store, run string, r int) (*Seal, error) {
 	key := SealKey(run, r)

@@ -63,6 +63,9 @@ that exists as something else is a conflict (exit 3).`,
 				if err != nil {
 					return err
 				}
+				if err := src.VerifyConfig(); err != nil {
+					return err
+				}
 				cfg = src.Config
 			}
 			// The fork's later rounds run with cfg: refuse now what round

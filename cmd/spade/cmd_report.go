@@ -39,6 +39,9 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := rf.VerifyConfig(); err != nil {
+				return err
+			}
 			cfg := rf.Config
 			runBand := report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}
 			origin := roundOrigin(ctx, a.store, rf)
