@@ -28,7 +28,7 @@ func init() {
 // stage's checks (stages/envcheck, SPADE.md step 4) for one environment
 // file, run in the same sandbox. Exit status: 0 when the environment is
 // valid, 1 when it is not (an exitError with code exitFailure), 2 for usage
-// errors; the report goes to stdout either way. The sandbox is the validate
+// errors and a FILE that cannot be read (missing, a directory); the report goes to stdout either way. The sandbox is the validate
 // stage's: sandbox.* from --config and SPADE_SANDBOX_* (call timeout,
 // memory, interpreter, strict, fork_episodes), one worker; --python and
 // --strict override the config.
@@ -63,7 +63,9 @@ func newEnvCmd(g *globals) *cobra.Command {
 			path := args[0]
 			src, err := os.ReadFile(path)
 			if err != nil {
-				return fmt.Errorf("env check: read %s: %w", path, err)
+				// Exit 2, not 1: 1 says the file is not a valid
+				// environment. The PathError names the file already.
+				return usageError{fmt.Errorf("env check: %w", err)}
 			}
 			log, err := g.logger()
 			if err != nil {

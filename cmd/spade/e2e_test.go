@@ -354,6 +354,16 @@ func TestEnvCheckCLI(t *testing.T) {
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Contains(t, r.stdout, "no reply within 250ms")
 	})
+	t.Run("a file that cannot be read is a usage error", func(t *testing.T) {
+		// Exit 1 would say "not a valid environment".
+		dir := t.TempDir()
+		for _, f := range []string{dir, filepath.Join(dir, "missing.py")} {
+			r := spade(t, ".", nil, "env", "check", f)
+			require.Equal(t, 2, r.code, "%s: %s%s", f, r.stdout, r.stderr)
+			require.Contains(t, r.stderr, "env check: ")
+			require.Equal(t, 1, strings.Count(r.stderr, f), r.stderr)
+		}
+	})
 	t.Run("escape codes in the text report", func(t *testing.T) {
 		// An exception message that would erase the FAIL line and print a
 		// fake verdict on a terminal is shown escaped.
