@@ -173,7 +173,7 @@ func CallsTable(stage string) string { return stage + "_calls" }
 // transient error past their retries (model.Transient), later calls fail
 // at once without reaching the server, and Emit fails the stage with an
 // error wrapping model.ErrUnavailable; so does a stage part whose every
-// call failed that way, and one that ends on such failures while the
+// call (two or more) failed that way, and one that ends on such failures while the
 // server does not answer a probe (a server that went down near the end of
 // the part). A stage that fails commits nothing, so an outage leaves the
 // round resumable instead of committing a round of errors.
@@ -228,7 +228,8 @@ func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Respons
 // none: the first replay miss (wrapping replay.ErrMiss), or an outage of
 // the model server (wrapping model.ErrUnavailable): the early stop after
 // model.unavailable_after transient failures in a row; every call of the
-// part failed transiently; or the part ended on transient failures and
+// part (two or more, or one when the server cannot be probed) failed
+// transiently; or the part ended on transient failures and
 // the server does not answer a probe now (the backend's Probe, e.g.
 // openai.Backend.Probe). Parts whose failures were followed by answers
 // commit, with the errors on their rows.
@@ -240,7 +241,10 @@ func (m *StageModel) Err(ctx context.Context) error {
 	if miss != nil {
 		return fmt.Errorf("stage %s: %w", m.stage, miss)
 	}
-	if down == nil && m.watch && calls > 0 && transient == calls {
+	// A part of one call is left to the probe below: a single prompt the
+	// server cannot answer in time (while it answers the probe) would
+	// otherwise fail the stage on every rerun.
+	if down == nil && m.watch && (calls > 1 || calls == 1 && m.probe == nil) && transient == calls {
 		down = fmt.Errorf("%w: all %d calls of the stage part failed after their retries, the last with: %w", model.ErrUnavailable, calls, last)
 	}
 	if down == nil && m.watch && inARow > 0 && m.probe != nil {

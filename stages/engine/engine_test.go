@@ -118,6 +118,32 @@ func TestOutageAtTheEnd(t *testing.T) {
 	}
 }
 
+// TestOutageOneCall: a part of one call that failed transiently commits
+// with the error on its row while the server answers the probe (a prompt
+// it cannot answer in time would otherwise fail the stage on every
+// rerun), and fails when the server does not answer.
+func TestOutageOneCall(t *testing.T) {
+	req := model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}}
+	for _, gone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("server gone=%v", gone), func(t *testing.T) {
+			srv := modeltest.Start(t, modeltest.WithFaultSequence(modeltest.Fault{Kind: modeltest.FaultServerError}))
+			cfg := config.Default()
+			cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "m"
+			cfg.Model.APIKeyEnv, cfg.Model.MaxRetries = "", 0
+			sm, err := (&Engines{Config: &cfg}).ForStage(context.Background(), "hint", 1)
+			require.NoError(t, err)
+			_, err = sm.Chat(context.Background(), req)
+			require.ErrorContains(t, err, "HTTP 500")
+			if !gone {
+				require.NoError(t, sm.Err(context.Background()), "the server answers the probe: the failure goes on the row")
+				return
+			}
+			srv.Close()
+			require.ErrorIs(t, sm.Err(context.Background()), model.ErrUnavailable)
+		})
+	}
+}
+
 // TestCheckConfigReplayName: a model.replay that is not a run name is a
 // configuration error before anything runs; it used to pass every check
 // and fail the design stage (an invalid store key) after the corpus and
