@@ -22,31 +22,81 @@ var dirExts = map[string]bool{".txt": true, ".md": true, ".markdown": true}
 // errOverCap marks a directory document skipped for size.
 var errOverCap = errors.New("over the size cap")
 
+// dirEntry is one .txt or .md entry found under an imported directory:
+// a file to read, or why it is skipped without being read.
+type dirEntry struct {
+	path string
+	skip string // "" for a file to read
+}
+
+// dirEntryOf classifies a .txt or .md directory entry. A symbolic link to
+// a regular file is read like the file (datasets kept as links, as by
+// git-annex); a dangling link, a link to anything else and a FIFO, socket
+// or device are skipped with the reason, since reading a FIFO would block.
+func dirEntryOf(p string, d fs.DirEntry) dirEntry {
+	switch t := d.Type(); {
+	case t.IsRegular():
+		return dirEntry{path: p}
+	case t&fs.ModeSymlink != 0:
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+			return dirEntry{path: p, skip: "a symbolic link that cannot be followed: " + err.Error()}
+		case !fi.Mode().IsRegular():
+			return dirEntry{path: p, skip: fmt.Sprintf("a symbolic link to a %s, not a regular file", fileKind(fi.Mode()))}
+		}
+		return dirEntry{path: p}
+	default:
+		return dirEntry{path: p, skip: fmt.Sprintf("a %s, not a regular file", fileKind(t))}
+	}
+}
+
+// fileKind names a file type in words.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
 func (im *importer) importDir(ctx context.Context, root string) error {
-	var files []string
+	var entries []dirEntry
 	// WalkDir visits entries in lexical order, which makes the import
-	// order deterministic.
+	// order deterministic. It does not follow symbolic links to
+	// directories.
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() && dirExts[strings.ToLower(filepath.Ext(p))] {
-			files = append(files, p)
+		if p != root && !d.IsDir() && dirExts[strings.ToLower(filepath.Ext(p))] {
+			entries = append(entries, dirEntryOf(p, d))
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("import %s: %w", root, err)
 	}
-	if len(files) == 0 {
+	if len(entries) == 0 {
 		return fmt.Errorf("import %s: %w: no .txt or .md files", root, ErrEmptyInput)
 	}
-	for _, p := range files {
+	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		im.rep.Files++
+		p := e.path
 		im.rep.Read++
+		if e.skip != "" {
+			im.skip(p, 0, "", e.skip)
+			continue
+		}
+		im.rep.Files++
 		doc, err := readDirDoc(p, im.opts.MaxDocBytes)
 		if err != nil {
 			var pe *fs.PathError

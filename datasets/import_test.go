@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spade-pipeline/spade/schemas"
@@ -248,6 +249,50 @@ func TestImportGzip(t *testing.T) {
 				t.Fatalf("err = %v, want ErrCorruptInput naming %s and containing %q", err, p, tc.errHas)
 			}
 		})
+	}
+}
+
+// TestImportDirLinksAndSpecialFiles: a symbolic link to a regular .txt or
+// .md file is imported like the file; a dangling link, a link to a
+// directory and a FIFO are skipped rows naming the file and why. They were
+// all left out without a word.
+func TestImportDirLinksAndSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	writeFile(t, dir, "a.txt", []byte("Plain text a.\n"))
+	writeFile(t, outside, "real.md", []byte("# Linked\n\nBody of the linked file.\n"))
+	for link, target := range map[string]string{
+		"b.md":  filepath.Join(outside, "real.md"),
+		"c.txt": filepath.Join(outside, "missing.txt"),
+		"d.txt": outside,
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "e.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	docs, rep, err := collect(t, ImportOptions{Paths: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, docs, rep)
+	if len(docs) != 2 || docs[0].Text != "Plain text a." || docs[1].Title != "Linked" {
+		t.Fatalf("docs %+v", docs)
+	}
+	want := []string{
+		"c.txt: a symbolic link that cannot be followed:",
+		"d.txt: a symbolic link to a directory, not a regular file",
+		"e.txt: a FIFO, not a regular file",
+	}
+	if len(rep.Issues) != len(want) || rep.Skipped != 3 || rep.Read != 5 {
+		t.Fatalf("read %d skipped %d issues %v", rep.Read, rep.Skipped, rep.Issues)
+	}
+	for i, w := range want {
+		if got := rep.Issues[i].String(); !strings.Contains(got, w) {
+			t.Errorf("issue %d = %q, want %q", i, got, w)
+		}
 	}
 }
 
