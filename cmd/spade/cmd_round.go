@@ -72,6 +72,9 @@ of this host that no longer runs (killed, OOM, reboot) is taken over at
 once; one of another host only after --lease-ttl seconds.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "next" && cmd.Flags().Changed("lease-ttl") {
+				return usagef("--lease-ttl applies to 'spade round next' only (round %s takes no lease)", args[0])
+			}
 			if args[0] == "next" && (!(leaseTTL > 0) || math.IsInf(leaseTTL, 1) || leaseTTL*float64(time.Second) >= math.MaxInt64) {
 				return usagef("--lease-ttl %g: want a number of seconds > 0 (and below 292 years)", leaseTTL)
 			}

@@ -81,8 +81,13 @@ func newCommitCmd(g *globals) *cobra.Command {
 		Short: "Commit a sharded stage's tables once every shard has written its parts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if round < 0 || stage == "" {
-				return usagef("--round N (N >= 0, got %d) and --stage NAME are required", round)
+			switch {
+			case round < 0 && !cmd.Flags().Changed("round"):
+				return usagef("--round N is required")
+			case round < 0:
+				return usagef("--round %d: want N >= 0", round)
+			case stage == "":
+				return usagef("--stage NAME is required")
 			}
 			ctx := cmd.Context()
 			a, err := g.open(ctx)

@@ -186,6 +186,12 @@ func TestBadInput(t *testing.T) {
 		// commit used to panic for a stage that does not run at the round.
 		{"commit off its rounds", nil, []string{"commit", "--round", "2", "--stage", "design"}, 2, "stage design does not run at round 2"},
 		{"commit corpus after round 0", nil, []string{"commit", "--round", "2", "--stage", "sample"}, 2, "stage sample does not run at round 2"},
+		// commit used to say "got 1" about the round it was given.
+		{"commit without stage", nil, []string{"commit", "--round", "1"}, 2, "--stage NAME is required"},
+		{"commit without round", nil, []string{"commit", "--stage", "design"}, 2, "--round N is required"},
+		{"commit negative round", nil, []string{"commit", "--round", "-2", "--stage", "design"}, 2, "--round -2: want N >= 0"},
+		// --lease-ttl was accepted and ignored without next.
+		{"lease-ttl without next", nil, []string{"round", "1", "--lease-ttl", "60"}, 2, "--lease-ttl applies to 'spade round next' only"},
 		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
 		// The message used to name only the characters, which "1abc" has.
 		{"dag id starting with a digit", nil, []string{"dag", "airflow", "--dag-id", "1abc"}, 2, "not starting with a digit"},
