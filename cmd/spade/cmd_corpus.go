@@ -119,7 +119,8 @@ func sameImport(ctx context.Context, r *pipeline.Runner, st *corpus.Import, m *p
 	return r.FingerprintOf(ctx, st, 0) == m.StageFingerprint
 }
 
-// pathDigest hashes a file, or every file under a directory in path order.
+// pathDigest hashes a file, or every file under a directory in path order
+// (symbolic links to regular files included, as the importer reads them).
 func pathDigest(p string) (string, error) {
 	st, err := os.Stat(p)
 	if err != nil {
@@ -144,10 +145,21 @@ func pathDigest(p string) (string, error) {
 	}
 	var files []string
 	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			files = append(files, path)
+		if err != nil {
+			return err
 		}
-		return err
+		if d.Type().IsRegular() {
+			files = append(files, path)
+		} else if d.Type()&fs.ModeSymlink != 0 {
+			// The importer reads a link to a regular file like the file
+			// (datasets, importDir), so the file it names is input the
+			// fingerprint must cover; a link to anything else is a skipped
+			// row, and opening a FIFO would block.
+			if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+				files = append(files, path)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return "", err

@@ -103,3 +103,32 @@ func TestCorpusImportSkipReasons(t *testing.T) {
 		require.Equal(t, "doc_id,text\n100000000000000000000,one\n3.5,three\n", q.stdout)
 	})
 }
+
+// TestCorpusImportDirLinkInFingerprint: the importer reads a symbolic link
+// to a .txt or .md file of an imported directory like the file, so the
+// file it names is part of the corpus stage's fingerprint. pathDigest
+// hashed regular files only: importing the directory again after the
+// linked file changed said "already imported" (exit 0) of a run whose
+// corpus no longer matches it, instead of a conflict (exit 3).
+func TestCorpusImportDirLinkInFingerprint(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	docs := filepath.Join(dir, "docs")
+	require.NoError(t, os.MkdirAll(docs, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(docs, "a.txt"), []byte("Plain text a.\n"), 0o644))
+	target := filepath.Join(outside, "real.md")
+	require.NoError(t, os.WriteFile(target, []byte("# Linked\n\nFirst version.\n"), 0o644))
+	require.NoError(t, os.Symlink(target, filepath.Join(docs, "b.md")))
+
+	d1, err := pathDigest(docs)
+	require.NoError(t, err)
+	r := spade(t, dir, nil, "--run", "linked", "corpus", "import", docs)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "imported 2 documents")
+
+	require.NoError(t, os.WriteFile(target, []byte("# Linked\n\nSecond version.\n"), 0o644))
+	d2, err := pathDigest(docs)
+	require.NoError(t, err)
+	require.NotEqual(t, d1, d2, "the linked file's content is part of the digest")
+	r = spade(t, dir, nil, "--run", "linked", "corpus", "import", docs)
+	require.Equal(t, 3, r.code, "the run's corpus holds the first version: %s%s", r.stdout, r.stderr)
+}
