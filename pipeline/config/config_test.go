@@ -51,6 +51,14 @@ var mergeBomb = func() string {
 	return b.String()
 }()
 
+// emptyMergeBomb merges a list of n aliases of an empty mapping, n times
+// over: it sets nothing, but took a minute to load at n = 16,000 with
+// only the settings counted.
+func emptyMergeBomb(n int) string {
+	return "e: &e {}\nl1: &l1 {<<: [" + strings.TrimSuffix(strings.Repeat("*e,", n), ",") + "]}\n" +
+		"sample: {<<: [" + strings.TrimSuffix(strings.Repeat("*l1,", n), ",") + "]}\n"
+}
+
 // manyUnknown is n unknown top-level keys.
 func manyUnknown(n int) string {
 	var b strings.Builder
@@ -135,6 +143,7 @@ func TestLoadErrors(t *testing.T) {
 		"self alias":    {"sample: &a\n  slots: 2\n  b: {c: *a}\n", nil, "line 3: an alias refers to a mapping that contains it"},
 		"self in list":  {"sample: &a\n  <<: [*a]\n", nil, "line 2: an alias refers to a mapping that contains it"},
 		"merge bomb":    {mergeBomb, nil, "aliases expand the file to more than 16384 settings"},
+		"empty merges":  {emptyMergeBomb(200), nil, "aliases expand the file to more than 16384 settings (or merge-list entries)"},
 		"many problems": {manyUnknown(31), nil, "; and 11 more"},
 	} {
 		t.Run(name, func(t *testing.T) {
