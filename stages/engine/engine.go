@@ -46,7 +46,8 @@ type Engines struct {
 	replays map[string]*replay.Replayer
 }
 
-// Workers is the effective parallelism (config workers, or CPUs).
+// Workers is the effective parallelism of the sandbox: config workers, or
+// with workers 0 the number of CPUs, at most sandbox.UIDStride (512).
 func (e *Engines) Workers() int {
 	if e.Config.Workers > 0 {
 		return e.Config.Workers
