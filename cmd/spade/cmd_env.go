@@ -27,11 +27,12 @@ func init() {
 // newEnvCmd implements `spade env check FILE.py [--json]`: the validate
 // stage's checks (stages/envcheck, SPADE.md step 4) for one environment
 // file, run in the same sandbox. Exit status: 0 when the environment is
-// valid, 1 when it is not (an exitError with code exitFailure), 2 for usage
-// errors and a FILE that cannot be read (missing, a directory); the report goes to stdout either way. The sandbox is the validate
-// stage's: sandbox.* from --config and SPADE_SANDBOX_* (call timeout,
-// memory, interpreter, strict, fork_episodes), one worker; --python and
-// --strict override the config.
+// valid, 1 when it is not (an exitError with code exitFailure), 2 for
+// usage errors and a FILE that cannot be read (missing, a directory); the
+// report goes to stdout either way. The sandbox is the validate stage's:
+// sandbox.* from --config and SPADE_SANDBOX_* (call timeout, memory,
+// interpreter, strict, fork_episodes), one worker; --python and --strict
+// override the config.
 func newEnvCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "env",
@@ -47,7 +48,7 @@ func newEnvCmd(g *globals) *cobra.Command {
 	)
 	check := &cobra.Command{
 		Use:   "check FILE.py",
-		Short: "Validate one environment file in the sandbox; exit 0 if valid, 1 if not",
+		Short: "Validate one environment file in the sandbox; exit 0 if valid, 1 if not, 2 if unreadable",
 		Long: "Runs every validation check of the validate stage on FILE.py inside the sandbox " +
 			"(compile, class discovery, reset on several seeds, probe steps with malformed and plausible " +
 			"actions, 5-tuple types, finite in-range rewards, bounded text observations, episode end, " +

@@ -184,6 +184,7 @@ type StageModel struct {
 	watch bool                            // whether to watch for an outage (not with replay)
 	after int                             // model.unavailable_after; 0: no early stop
 	probe func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
+	timeout time.Duration                 // model.timeout_s, named in the error of timed-out parts
 
 	mu        sync.Mutex
 	miss      error
@@ -247,6 +248,11 @@ func (m *StageModel) Err(ctx context.Context) error {
 	// otherwise fail the stage on every rerun.
 	if down == nil && m.watch && (calls > 1 || calls == 1 && m.probe == nil) && transient == calls {
 		down = fmt.Errorf("%w: all %d calls of the stage part failed after their retries, the last with: %w", model.ErrUnavailable, calls, last)
+		if errors.Is(last, model.ErrTimeout) {
+			// Prompts the server cannot answer in time fail the same way on
+			// every rerun; the timeout is operational, so it can change.
+			down = fmt.Errorf("%w (if the server answers but too slowly, raise model.timeout_s, now %s, before the rerun)", down, m.timeout)
+		}
 	}
 	if down == nil && m.watch && inARow > 0 && m.probe != nil {
 		if perr := m.probe(ctx); perr != nil && ctx.Err() == nil {
@@ -290,7 +296,8 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 		if err != nil {
 			return nil, err
 		}
-		sm := &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter}
+		sm := &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter,
+			timeout: time.Duration(e.Config.Model.TimeoutS * float64(time.Second))}
 		if p, ok := b.(interface{ Probe(context.Context) error }); ok {
 			sm.probe = p.Probe
 		}

@@ -144,6 +144,28 @@ func TestOutageOneCall(t *testing.T) {
 	}
 }
 
+// TestOutageTimedOut: a part whose every call (two or more) timed out
+// fails, and the error names model.timeout_s, an operational setting the
+// rerun may raise: prompts the server cannot answer in time would
+// otherwise fail the same way on every rerun.
+func TestOutageTimedOut(t *testing.T) {
+	srv := modeltest.Start(t, modeltest.WithFaultShare(modeltest.Fault{Kind: modeltest.FaultHang}, 1, 1))
+	cfg := config.Default()
+	cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "m"
+	cfg.Model.APIKeyEnv, cfg.Model.MaxRetries, cfg.Model.TimeoutS = "", 0, 0.05
+	sm, err := (&Engines{Config: &cfg}).ForStage(context.Background(), "hint", 1)
+	require.NoError(t, err)
+	req := model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}}
+	for range 2 {
+		_, err := sm.Chat(context.Background(), req)
+		require.ErrorIs(t, err, model.ErrTimeout)
+	}
+	err = sm.Err(context.Background())
+	require.ErrorIs(t, err, model.ErrUnavailable)
+	require.ErrorContains(t, err, "all 2 calls of the stage part failed")
+	require.ErrorContains(t, err, "raise model.timeout_s, now 50ms, before the rerun")
+}
+
 // TestCheckConfigReplayName: a model.replay that is not a run name is a
 // configuration error before anything runs; it used to pass every check
 // and fail the design stage (an invalid store key) after the corpus and
