@@ -511,7 +511,11 @@ func (c Config) problems() []problem {
 	}
 	// The trainer reads the checkpoint only at the end of round 1, and the
 	// setting is pinned: a typo found there cost the round and the run.
-	if seed, ok := strings.CutPrefix(c.GRPO.BaseCheckpoint, "tiny:"); ok {
+	// Without a trainer the value is only the label of the base model's
+	// checkpoint_id, and runs pinned with any label stay readable.
+	if c.GRPO.Trainer == "none" {
+		// nothing reads it
+	} else if seed, ok := strings.CutPrefix(c.GRPO.BaseCheckpoint, "tiny:"); ok {
 		if _, err := strconv.ParseUint(seed, 10, 64); err != nil {
 			add(fmt.Sprintf("grpo.base_checkpoint %q: want tiny:SEED with SEED an integer in [0, 2^64) (or a checkpoint directory)", c.GRPO.BaseCheckpoint), "grpo.base_checkpoint")
 		}

@@ -119,10 +119,10 @@ func TestLoadErrors(t *testing.T) {
 		"tiny env timeout": {"", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.0000000001"}, "sandbox.call_timeout_s must be >= 0.001"},
 		// The trainer reads the base checkpoint at the end of round 1 only,
 		// and the setting is pinned.
-		"tiny seed":     {"grpo:\n  base_checkpoint: tiny:x\n", nil, `grpo.base_checkpoint "tiny:x": want tiny:SEED`},
-		"tiny negative": {"grpo:\n  base_checkpoint: tiny:-1\n", nil, `grpo.base_checkpoint "tiny:-1"`},
-		"tiny overflow": {"grpo:\n  base_checkpoint: tiny:18446744073709551616\n", nil, "want tiny:SEED with SEED an integer in [0, 2^64)"},
-		"empty ckpt":    {"grpo:\n  base_checkpoint: \"\"\n", nil, "grpo.base_checkpoint is empty"},
+		"tiny seed":     {"grpo:\n  trainer: torch\n  base_checkpoint: tiny:x\n", nil, `grpo.base_checkpoint "tiny:x": want tiny:SEED`},
+		"tiny negative": {"grpo:\n  trainer: torch\n  base_checkpoint: tiny:-1\n", nil, `grpo.base_checkpoint "tiny:-1"`},
+		"tiny overflow": {"grpo:\n  trainer: command\n  command: [x]\n  base_checkpoint: tiny:18446744073709551616\n", nil, "want tiny:SEED with SEED an integer in [0, 2^64)"},
+		"empty ckpt":    {"grpo:\n  trainer: torch\n  base_checkpoint: \"\"\n", nil, "grpo.base_checkpoint is empty"},
 		"empty argv0":   {"grpo:\n  trainer: command\n  command: [\"\", x]\n", nil, "grpo.command[0], the program to run, is empty"},
 		"empty skill":   {"model: {backend: openai, base_url: \"http://127.0.0.1:1/v1\", name: m}\nsample:\n  skills: [planning, \" \"]\n  active_skills: 1\n", nil, "sample.skills[1] is empty: each skill needs a name (" /* file */},
 		"zero timeout":  {"grpo:\n  timeout_s: 0\n", nil, "grpo.timeout_s must be >= 0.001"},
@@ -197,5 +197,21 @@ func TestNewSettingsKeepOldDigests(t *testing.T) {
 	c.Sandbox.ForkEpisodes = true // pinned: it can change results
 	if c.Digest() == Default().Digest() {
 		t.Error("sandbox.fork_episodes did not change the digest")
+	}
+}
+
+// TestBaseCheckpointLabelWithoutTrainer: with grpo.trainer none nothing
+// reads grpo.base_checkpoint (it only labels the base model's
+// checkpoint_id), so any value loads, and runs pinned with one stay
+// readable; with a trainer a bad tiny:SEED is refused (TestLoadErrors).
+func TestBaseCheckpointLabelWithoutTrainer(t *testing.T) {
+	for _, v := range []string{`"tiny:x"`, `""`} {
+		c, _, err := Load(write(t, "grpo:\n  base_checkpoint: "+v+"\n"), nil)
+		if err != nil {
+			t.Fatalf("base_checkpoint %s with trainer none: %v", v, err)
+		}
+		if c.GRPO.Trainer != "none" {
+			t.Fatalf("default trainer %q", c.GRPO.Trainer)
+		}
 	}
 }
