@@ -180,11 +180,11 @@ func CallsTable(stage string) string { return stage + "_calls" }
 // round resumable instead of committing a round of errors.
 type StageModel struct {
 	*replay.Recorder
-	stage string
-	watch bool                            // whether to watch for an outage (not with replay)
-	after int                             // model.unavailable_after; 0: no early stop
-	probe func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
-	timeout time.Duration                 // model.timeout_s, named in the error of timed-out parts
+	stage   string
+	watch   bool                            // whether to watch for an outage (not with replay)
+	after   int                             // model.unavailable_after; 0: no early stop
+	probe   func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
+	timeout time.Duration                   // model.timeout_s, named in the error of timed-out parts
 
 	mu        sync.Mutex
 	miss      error
