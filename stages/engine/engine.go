@@ -121,7 +121,11 @@ func CheckConfig(c *config.Config) error {
 // CheckReplay reports, before anything runs, a model.replay run that
 // does not exist in store (no _RUN.json): every stage that calls the
 // model would fail on its first recorded-calls table, after the round's
-// earlier stages committed. The error matches pipeline.ErrNotCommitted.
+// earlier stages committed. It returns nil without model.replay. Errors
+// wrap pipeline.ReadRunFile's, prefixed "invalid configuration:
+// model.replay:": pipeline.ErrNotCommitted for a run that does not exist,
+// the store's error when it cannot be read, and a decoding error for a
+// damaged run file.
 func CheckReplay(ctx context.Context, store storage.Store, c *config.Config) error {
 	if c.Model.Replay == "" {
 		return nil

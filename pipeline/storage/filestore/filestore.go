@@ -495,8 +495,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 var _ storage.TempCollector = (*Store)(nil)
 
 // ListTemp returns the temp files (TempPrefix) whose path relative to the
-// root starts with prefix, sorted: what writers killed between creating
-// and publishing a file left behind (storage.TempCollector).
+// root starts with prefix, sorted by key, with size in bytes and UTC
+// modification time: what writers killed between creating and publishing
+// a file left behind (storage.TempCollector). A prefix that names no
+// directory gives an empty list. Errors: ctx's, and those of walking the
+// directory tree (other than entries that vanish meanwhile), wrapped with
+// the prefix and the store's URL.
 func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
