@@ -395,8 +395,18 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 // plain string prefix, so "a/b" also matches "a/bc/d"), skipping temp
 // files, and returns the objects sorted by key.
 func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error) {
+	return s.walk(ctx, "list", prefix, false)
+}
+
+// walk lists the regular files whose key starts with prefix, sorted by
+// key: the objects (temp files and directories skipped) or, with temp,
+// only the temp files. It walks from the deepest directory every match
+// lies under and prunes directories that cannot hold a match; entries
+// removed meanwhile are left out. Errors name op, the prefix and the
+// store.
+func (s *Store) walk(ctx context.Context, op, prefix string, temp bool) ([]storage.Info, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
+		return nil, fmt.Errorf("%s %q in %s: %w", op, prefix, s.url, err)
 	}
 	// The deepest directory every match lies under: everything up to the
 	// prefix's last "/".
@@ -422,7 +432,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if strings.HasPrefix(d.Name(), TempPrefix) {
+		isTemp := strings.HasPrefix(d.Name(), TempPrefix)
+		if isTemp && !temp {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -443,7 +454,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || !strings.HasPrefix(key, prefix) {
+		if !d.Type().IsRegular() || isTemp != temp || !strings.HasPrefix(key, prefix) {
 			return nil
 		}
 		info, err := d.Info()
@@ -457,7 +468,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
+		return nil, fmt.Errorf("%s %q in %s: %w", op, prefix, s.url, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -502,59 +513,7 @@ var _ storage.TempCollector = (*Store)(nil)
 // directory tree (other than entries that vanish meanwhile), wrapped with
 // the prefix and the store's URL.
 func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
-	}
-	start := s.root
-	if i := strings.LastIndex(prefix, "/"); i >= 0 {
-		if storage.ValidateKey(prefix[:i]) != nil {
-			return []storage.Info{}, nil
-		}
-		start = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
-	}
-	out := []storage.Info{}
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if notFound(err) {
-				if p == start {
-					return fs.SkipAll
-				}
-				return nil
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(s.root, p)
-		if err != nil {
-			return err
-		}
-		key := filepath.ToSlash(rel)
-		if d.IsDir() {
-			if p != start && p != s.root && !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), TempPrefix) || !strings.HasPrefix(key, prefix) {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			if notFound(err) {
-				return nil
-			}
-			return err
-		}
-		out = append(out, storage.Info{Key: key, Size: info.Size(), ModTime: info.ModTime().UTC()})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return s.walk(ctx, "list temp", prefix, true)
 }
 
 // DeleteTemp removes one temp file ListTemp returned, then the parent
