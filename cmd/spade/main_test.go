@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,20 +45,10 @@ type result struct {
 // spade runs the binary in dir with args and extra environment variables.
 func spade(t testing.TB, dir string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(spadeBin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run spade %v: %v", args, err)
-	}
-	return result{code: code, stdout: so.String(), stderr: se.String()}
+	var so bytes.Buffer
+	r := runSpade(t, dir, env, &so, args...)
+	r.stdout = so.String()
+	return r
 }
 
 // spadeClosedStdout runs the binary like spade, with standard output a
@@ -69,12 +60,19 @@ func spadeClosedStdout(t testing.TB, dir string, env []string, args ...string) r
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
 	defer w.Close()
+	return runSpade(t, dir, env, w, args...)
+}
+
+// runSpade runs the binary in dir with stdout going to stdout and returns
+// the exit code and standard error.
+func runSpade(t testing.TB, dir string, env []string, stdout io.Writer, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(spadeBin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = w, &se
-	err = cmd.Run()
+	cmd.Stdout, cmd.Stderr = stdout, &se
+	err := cmd.Run()
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
