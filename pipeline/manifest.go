@@ -317,20 +317,33 @@ func readChainSeal(ctx context.Context, s storage.Store, run string, r int) (*Se
 // CheckSealedManifests checks, without reading anything, that the
 // manifests ms of seal's round (by table, as Runner.TableManifests returns
 // them) are the ones the seal records: every table the seal lists has a
-// manifest with the content digest it records. A disagreement (a hand
-// edit of a manifest or a seal, a partial restore) wraps ErrIntegrity and
-// names the manifest and the seal.
+// manifest that says that round and table and has the content digest it
+// records. A disagreement (a hand edit of a manifest or a seal, a partial
+// restore, a manifest copied from another table) wraps ErrIntegrity and
+// names the manifest (and the seal).
 func CheckSealedManifests(run string, seal *Seal, ms map[string]*Manifest) error {
-	sealKey := SealKey(run, seal.Round)
 	for _, table := range sortedKeys(seal.Tables) {
-		key := ManifestKey(run, seal.Round, table)
 		m, ok := ms[table]
 		if !ok {
-			return fmt.Errorf("%s, listed in %s, is missing: %w", key, sealKey, ErrIntegrity)
+			return fmt.Errorf("%s, listed in %s, is missing: %w", ManifestKey(run, seal.Round, table), SealKey(run, seal.Round), ErrIntegrity)
 		}
-		if d := m.ContentDigest(); d != seal.Tables[table] {
-			return fmt.Errorf("%s: %w: content digest %.12s, but %s records %.12s for table %s", key, ErrIntegrity, d, sealKey, seal.Tables[table], table)
+		if err := matchSeal(run, seal, table, m); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// matchSeal checks that m, read as table's manifest of seal's round, says
+// that round and table and has the content digest the seal records; a
+// mismatch wraps ErrIntegrity and names the manifest (and the seal).
+func matchSeal(run string, seal *Seal, table string, m *Manifest) error {
+	key := ManifestKey(run, seal.Round, table)
+	if m.Round != seal.Round || m.Table != table {
+		return fmt.Errorf("%s: %w: it says round %d, table %s", key, ErrIntegrity, m.Round, m.Table)
+	}
+	if d := m.ContentDigest(); d != seal.Tables[table] {
+		return fmt.Errorf("%s: %w: content digest %.12s, but %s records %.12s for table %s", key, ErrIntegrity, d, SealKey(run, seal.Round), seal.Tables[table], table)
 	}
 	return nil
 }
@@ -354,13 +367,7 @@ func checkSealedManifest(ctx context.Context, s storage.Store, run string, seal 
 	if err != nil {
 		return fmt.Errorf("%w: %w (listed in %s)", err, ErrIntegrity, sealKey)
 	}
-	if m.Round != seal.Round || m.Table != table {
-		return fmt.Errorf("%s: %w: it says round %d, table %s", key, ErrIntegrity, m.Round, m.Table)
-	}
-	if d := m.ContentDigest(); d != seal.Tables[table] {
-		return fmt.Errorf("%s: %w: content digest %.12s, but %s records %.12s for table %s", key, ErrIntegrity, d, sealKey, seal.Tables[table], table)
-	}
-	return nil
+	return matchSeal(run, seal, table, m)
 }
 
 // CodeVersion identifies the running build: the module version, or the VCS
