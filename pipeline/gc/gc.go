@@ -206,6 +206,8 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	// kill, a full disk) leaves some tables committed and the others still
 	// needing every part record and the files they list.
 	type attempt struct {
+		round   string // "<run>/round=NNNNNN"
+		stage   string
 		records []storage.Info
 		files   []string
 		tables  map[string]bool
@@ -257,7 +259,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		id := rd + " " + stage + " " + fp
 		a := attempts[id]
 		if a == nil {
-			a = &attempt{tables: map[string]bool{}}
+			a = &attempt{round: rd, stage: stage, tables: map[string]bool{}}
 			attempts[id] = a
 			attemptOrder = append(attemptOrder, id)
 		}
@@ -269,15 +271,11 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	}
 	for _, id := range attemptOrder {
 		a := attempts[id]
-		rd, stage, _ := strings.Cut(id, " ")
-		stage, _, _ = strings.Cut(stage, " ")
-		var missing []string
+		whole := true
 		for t := range a.tables {
-			if !tables[rd+" "+t] {
-				missing = append(missing, t)
-			}
+			whole = whole && tables[a.round+" "+t]
 		}
-		if len(missing) > 0 {
+		if !whole {
 			// The commit was cut short: the records are needed to commit
 			// the missing tables, and their files stay.
 			for _, k := range a.files {
@@ -287,7 +285,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		}
 		for _, in := range a.records {
 			if strings.HasPrefix(in.Key, prefix) {
-				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: "part record of stage " + stage + ", which is committed"})
+				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: "part record of stage " + a.stage + ", which is committed"})
 			}
 		}
 	}
