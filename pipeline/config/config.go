@@ -513,14 +513,14 @@ func (c Config) problems() []problem {
 	// setting is pinned: a typo found there cost the round and the run.
 	// Without a trainer the value is only the label of the base model's
 	// checkpoint_id, and runs pinned with any label stay readable.
-	if c.GRPO.Trainer == "none" {
-		// nothing reads it
-	} else if seed, ok := strings.CutPrefix(c.GRPO.BaseCheckpoint, "tiny:"); ok {
-		if _, err := strconv.ParseUint(seed, 10, 64); err != nil {
-			add(fmt.Sprintf("grpo.base_checkpoint %q: want tiny:SEED with SEED an integer in [0, 2^64) (or a checkpoint directory)", c.GRPO.BaseCheckpoint), "grpo.base_checkpoint")
+	if c.GRPO.Trainer != "none" {
+		if seed, ok := strings.CutPrefix(c.GRPO.BaseCheckpoint, "tiny:"); ok {
+			if _, err := strconv.ParseUint(seed, 10, 64); err != nil {
+				add(fmt.Sprintf("grpo.base_checkpoint %q: want tiny:SEED with SEED an integer in [0, 2^64) (or a checkpoint directory)", c.GRPO.BaseCheckpoint), "grpo.base_checkpoint")
+			}
+		} else if strings.TrimSpace(c.GRPO.BaseCheckpoint) == "" {
+			add("grpo.base_checkpoint is empty: want tiny:SEED or a checkpoint directory", "grpo.base_checkpoint")
 		}
-	} else if strings.TrimSpace(c.GRPO.BaseCheckpoint) == "" {
-		add("grpo.base_checkpoint is empty: want tiny:SEED or a checkpoint directory", "grpo.base_checkpoint")
 	}
 	if _, _, err := ParseWeightRule(c.GRPO.WeightRule); err != nil {
 		add("grpo.weight_rule: "+err.Error(), "grpo.weight_rule")
