@@ -113,13 +113,16 @@ func TestRoundChecks(t *testing.T) {
 		// --config-from-source used to pin the edited config in the new
 		// run as "the source run's", and report to describe the run by it.
 		o := copyRuns(t, base)
+		// A fork made before the edit: report reads its inherited
+		// rounds by the source run's config.
+		o.must(t, nil, "fork", "base", "--round", "2", "child")
 		p := filepath.Join(o.dir, "runs", "base", "_RUN.json")
 		b, err := os.ReadFile(p)
 		require.NoError(t, err)
 		re := regexp.MustCompile(`"seed": \d+`)
 		require.True(t, re.Match(b))
 		require.NoError(t, os.WriteFile(p, re.ReplaceAll(b, []byte(`"seed": 777`)), 0o644))
-		for _, args := range [][]string{{"fork", "base", "--round", "2", "edited", "--config-from-source"}, {"--run", "base", "report"}} {
+		for _, args := range [][]string{{"fork", "base", "--round", "2", "edited", "--config-from-source"}, {"--run", "base", "report"}, {"--run", "child", "report"}} {
 			r := o.spade(t, nil, args...)
 			require.Equal(t, exitFailure, r.code, "%v: %s%s", args, r.stdout, r.stderr)
 			require.Contains(t, r.stderr, "base/_RUN.json: integrity check failed")

@@ -104,7 +104,8 @@ func newReportCmd(g *globals) *cobra.Command {
 // describes, the run file of the run that computed it: rf itself, or for
 // a fork's rounds up to its fork round, its source's (recursively, through
 // forks of forks). Run files are read once each. Errors: reading a source
-// run's file, named with the fork that refers to it.
+// run's file, or its config not matching its config_digest (wrapping
+// pipeline.ErrIntegrity), named with the fork that refers to it.
 func roundOrigin(ctx context.Context, st storage.Store, rf *pipeline.RunFile) func(round int) (*pipeline.RunFile, error) {
 	cache := map[string]*pipeline.RunFile{rf.Run: rf}
 	return func(round int) (*pipeline.RunFile, error) {
@@ -116,7 +117,10 @@ func roundOrigin(ctx context.Context, st storage.Store, rf *pipeline.RunFile) fu
 			src, ok := cache[cur.ForkOf]
 			if !ok {
 				var err error
-				if src, err = pipeline.ReadRunFile(ctx, st, cur.ForkOf); err != nil {
+				if src, err = pipeline.ReadRunFile(ctx, st, cur.ForkOf); err == nil {
+					err = src.VerifyConfig() // its config describes these rounds
+				}
+				if err != nil {
 					return nil, fmt.Errorf("round %d of run %s was made by run %s (fork_of): %w", round, cur.Run, cur.ForkOf, err)
 				}
 				cache[cur.ForkOf] = src
