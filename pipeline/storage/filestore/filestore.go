@@ -482,18 +482,25 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	return s.remove("delete", key, p)
+}
+
+// remove deletes the regular file p (key) and then the parent directories
+// it left empty. Errors name op, key and the store: storage.ErrNotFound
+// when p is absent or not a regular file, else the file system's.
+func (s *Store) remove(op, key, p string) error {
 	st, err := os.Lstat(p)
-	if err != nil || !st.Mode().IsRegular() {
-		if err == nil || notFound(err) {
-			return fmt.Errorf("delete %s in %s: %w", key, s.url, storage.ErrNotFound)
-		}
-		return fmt.Errorf("delete %s in %s: %w", key, s.url, err)
+	if err == nil && !st.Mode().IsRegular() {
+		err = fs.ErrNotExist
 	}
-	if err := os.Remove(p); err != nil {
-		if notFound(err) {
-			return fmt.Errorf("delete %s in %s: %w", key, s.url, storage.ErrNotFound)
-		}
-		return fmt.Errorf("delete %s in %s: %w", key, s.url, err)
+	if err == nil {
+		err = os.Remove(p)
+	}
+	if notFound(err) {
+		return fmt.Errorf("%s %s in %s: %w", op, key, s.url, storage.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s in %s: %w", op, key, s.url, err)
 	}
 	for dir := filepath.Dir(p); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
 		if os.Remove(dir) != nil { // not empty (or gone): stop
@@ -533,24 +540,7 @@ func (s *Store) DeleteTemp(ctx context.Context, key string) error {
 	if !strings.HasPrefix(p, s.root+string(filepath.Separator)) {
 		return fmt.Errorf("delete temp in %s: %w: %q escapes the root", s.url, storage.ErrInvalidKey, key)
 	}
-	if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
-		if err == nil || notFound(err) {
-			return fmt.Errorf("delete temp %s in %s: %w", key, s.url, storage.ErrNotFound)
-		}
-		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
-	}
-	if err := os.Remove(p); err != nil {
-		if notFound(err) {
-			return fmt.Errorf("delete temp %s in %s: %w", key, s.url, storage.ErrNotFound)
-		}
-		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
-	}
-	for dir := filepath.Dir(p); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
-			break
-		}
-	}
-	return nil
+	return s.remove("delete temp", key, p)
 }
 
 // URL returns the URL the store was opened with.
