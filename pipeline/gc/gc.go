@@ -2,14 +2,16 @@
 // files left by failed or superseded stage attempts (a crash before commit,
 // a code change that changed a stage fingerprint), part records
 // (_pending) that can no longer be committed, and on the file store the
-// temp files of writes whose writer was killed. It is `spade gc`
+// temp files (on S3 the incomplete multipart uploads) of writes whose
+// writer was killed. It is `spade gc`
 // (docs/operations.md).
 //
 // Safety rules, in order:
 //  1. Only two kinds of keys are ever candidates: part files
 //     (<run>/round=NNNNNN/<table>/part-*.parquet) and part records
 //     (<run>/round=NNNNNN/_pending/<stage>-<fp>/part-*.json), plus the
-//     temp files a storage.TempCollector lists, which no key names.
+//     temp objects a storage.TempCollector lists (temp files, incomplete
+//     multipart uploads), which no key names.
 //     Manifests, seals, run files, leases and stage artefacts (checkpoint
 //     files) are never touched.
 //  2. References are collected from every manifest of every run in the
@@ -59,9 +61,10 @@ const (
 	// KindPending is a part record of a stage that is committed or of a
 	// sealed round: it can never be committed again.
 	KindPending Kind = "pending"
-	// KindTemp is a temp file of a write that never finished (its writer
-	// was killed): never a key, never read (stores that implement
-	// storage.TempCollector, the file store).
+	// KindTemp is what a write that never finished (its writer was
+	// killed) left behind: a ".spade-tmp-*" file on the file store, an
+	// incomplete multipart upload ("KEY?uploadId=ID") on S3. Never a key,
+	// never read (stores that implement storage.TempCollector).
 	KindTemp Kind = "temp"
 )
 
@@ -83,7 +86,7 @@ type Options struct {
 type Object struct {
 	// Key is the object's store key.
 	Key string `json:"key"`
-	// Kind is KindPart or KindPending.
+	// Kind is KindPart, KindPending or KindTemp.
 	Kind Kind `json:"kind"`
 	// Bytes is the object's size in bytes, as the store listed it.
 	Bytes int64 `json:"bytes"`
@@ -303,10 +306,16 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	if tc, ok := s.(storage.TempCollector); ok {
 		temps, err := tc.ListTemp(ctx, prefix)
 		if err != nil {
-			return nil, fmt.Errorf("gc: %w", err)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("gc: %w", err)
+			}
+			// Deleting nothing is safe; a bucket policy that allows
+			// ListObjectsV2 but not ListMultipartUploads must not stop the
+			// rest of the collection.
+			res.Warnings = append(res.Warnings, fmt.Sprintf("temp objects not listed, none removed: %v", err))
 		}
 		for _, in := range temps {
-			garbage = append(garbage, Object{Key: in.Key, Kind: KindTemp, Bytes: in.Size, ModTime: in.ModTime, Why: "temp file of a write that never finished"})
+			garbage = append(garbage, Object{Key: in.Key, Kind: KindTemp, Bytes: in.Size, ModTime: in.ModTime, Why: "temp object of a write that never finished (a temp file, or an incomplete multipart upload)"})
 		}
 	}
 	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })

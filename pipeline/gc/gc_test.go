@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,8 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/spade-pipeline/spade/internal/testutil/s3server"
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
@@ -25,6 +34,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/filestore"
 	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
+	_ "github.com/spade-pipeline/spade/pipeline/storage/s3store"
 	"github.com/spade-pipeline/spade/schemas"
 )
 
@@ -341,4 +351,110 @@ func TestCollectTempFiles(t *testing.T) {
 	_, err = os.Stat(filepath.Join(root, "a", "round=000002", "_pending"))
 	require.ErrorIs(t, err, fs.ErrNotExist, "the directory the temp file held open is gone")
 	require.Equal(t, before, readEverything(t, s), "every committed table is still readable")
+}
+
+// TestCollectIncompleteUploads: on S3 a writer killed during a multipart
+// Put (a part file over part_size) leaves an incomplete multipart upload:
+// its parts are stored and billed, no key names them, and S3 keeps them
+// until someone aborts the upload. gc used to ignore them. It now aborts
+// those older than the grace period, of the selected run only, and
+// nothing else.
+func TestCollectIncompleteUploads(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.Start(t)
+	s, err := storage.Open(ctx, srv.StoreURL("gc", nil))
+	require.NoError(t, err)
+	defer s.Close()
+	for _, run := range []string{"a", "b"} {
+		_, err := runner(s, run, 3).RunRound(ctx, 0)
+		require.NoError(t, err)
+	}
+	before := readEverything(t, s)
+	cl := srv.Client()
+	start := func(key string) string {
+		full := "gc/" + key
+		up, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s3server.Bucket), Key: &full})
+		require.NoError(t, err)
+		_, err = cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String(s3server.Bucket), Key: &full, UploadId: up.UploadId,
+			PartNumber: aws.Int32(1), Body: strings.NewReader("first part of a killed upload")})
+		require.NoError(t, err)
+		return key + "?uploadId=" + aws.ToString(up.UploadId)
+	}
+	mine := start("a/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet")
+	other := start("b/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet")
+
+	// Within the grace period: listed, kept.
+	res, err := gc.Collect(ctx, s, gc.Options{Run: "a", Grace: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, []string{mine}, keys(res.Garbage))
+	g := res.Garbage[0]
+	require.Equal(t, gc.KindTemp, g.Kind)
+	require.Equal(t, int64(len("first part of a killed upload")), g.Bytes)
+	require.True(t, g.WithinGrace)
+	require.False(t, g.Deleted)
+
+	// Past it: aborted.
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	res, err = gc.Collect(ctx, s, gc.Options{Run: "a", Grace: time.Hour, Now: later})
+	require.NoError(t, err)
+	require.Equal(t, []string{mine}, keys(res.Garbage))
+	require.True(t, res.Garbage[0].Deleted)
+	require.Equal(t, 1, res.Deleted)
+
+	left, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s3server.Bucket), Prefix: aws.String("gc/")})
+	require.NoError(t, err)
+	var still []string
+	for _, u := range left.Uploads {
+		still = append(still, strings.TrimPrefix(aws.ToString(u.Key), "gc/")+"?uploadId="+aws.ToString(u.UploadId))
+	}
+	require.Equal(t, []string{other}, still, "only the other run's upload is left")
+	require.Equal(t, before, readEverything(t, s), "every committed table is still readable")
+}
+
+// TestCollectWithoutMultipartListing: a bucket policy may allow
+// ListObjectsV2 but deny ListMultipartUploads. gc then removes the part
+// files as before, keeps every incomplete upload, and says so in a
+// warning instead of failing.
+func TestCollectWithoutMultipartListing(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.Start(t)
+	target, err := url.Parse(srv.Endpoint)
+	require.NoError(t, err)
+	var denied atomic.Int32
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host // keep the host the client signed
+		},
+		ModifyResponse: func(r *http.Response) error {
+			if r.Request.Method == http.MethodGet && r.Request.URL.Query().Has("uploads") {
+				denied.Add(1)
+				r.Body.Close()
+				body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>`
+				r.StatusCode, r.Status = http.StatusForbidden, "403 Forbidden"
+				r.Body = io.NopCloser(strings.NewReader(body))
+				r.ContentLength = int64(len(body))
+				r.Header.Set("Content-Length", fmt.Sprint(len(body)))
+			}
+			return nil
+		},
+	})
+	defer proxy.Close()
+	q := url.Values{"endpoint": {proxy.URL}, "region": {s3server.Region}, "path_style": {"true"}, "max_attempts": {"1"}}
+	s, err := storage.Open(ctx, fmt.Sprintf("s3://%s/deny?%s", s3server.Bucket, q.Encode()))
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = runner(s, "a", 3).RunRound(ctx, 0)
+	require.NoError(t, err)
+	orphan := "a/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet"
+	require.NoError(t, storage.PutBytes(ctx, s, orphan, []byte("not listed by any manifest")))
+
+	res, err := gc.Collect(ctx, s, gc.Options{Run: "a", Grace: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	require.NoError(t, err)
+	require.Positive(t, denied.Load(), "the listing went through the proxy")
+	require.Equal(t, []string{orphan}, keys(res.Garbage))
+	require.True(t, res.Garbage[0].Deleted)
+	require.Len(t, res.Warnings, 1)
+	require.Contains(t, res.Warnings[0], "temp objects not listed, none removed")
+	require.Contains(t, res.Warnings[0], "AccessDenied")
 }

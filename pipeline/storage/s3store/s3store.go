@@ -190,6 +190,7 @@ type Store struct {
 }
 
 var _ storage.Store = (*Store)(nil)
+var _ storage.TempCollector = (*Store)(nil)
 
 // OpenURL parses u and opens the store; see New for the errors.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
@@ -624,6 +625,108 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
+}
+
+// uploadParam separates an object key from its multipart upload id in the
+// temp keys ListTemp returns: "KEY?uploadId=ID", as in S3's REST paths.
+const uploadParam = "?uploadId="
+
+// ListTemp returns the incomplete multipart uploads (storage.TempCollector)
+// whose key relative to the store's prefix starts with prefix, sorted by
+// key then upload id. A Put of more than part_size bytes whose writer was
+// killed leaves one behind: its parts are stored (and billed) but no key
+// names them, and S3 never expires them without a bucket lifecycle rule.
+// Each Info's Key is "KEY?uploadId=ID" (KEY a valid storage key), Size the
+// total size in bytes of the parts uploaded so far (ListParts), and
+// ModTime the upload's initiation time in UTC. Uploads under keys that
+// break the key rules (made by other tools) are skipped. Errors: ctx's and
+// those of ListMultipartUploads and ListParts, wrapped with the prefix and
+// the store's URL; an upload that completes or is aborted while it is
+// being listed is left out.
+func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
+	}
+	p := s3.NewListMultipartUploadsPaginator(s.client, &s3.ListMultipartUploadsInput{
+		Bucket: &s.opts.Bucket,
+		Prefix: aws.String(s.opts.Prefix + prefix),
+	})
+	out := []storage.Info{}
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
+		}
+		for _, u := range page.Uploads {
+			full, id := aws.ToString(u.Key), aws.ToString(u.UploadId)
+			if !strings.HasPrefix(full, s.opts.Prefix) || id == "" {
+				continue
+			}
+			key := full[len(s.opts.Prefix):]
+			if storage.ValidateKey(key) != nil {
+				continue
+			}
+			size, err := s.uploadedBytes(ctx, full, id)
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list temp %q in %s: parts of %s: %w", prefix, s.url, key, err)
+			}
+			info := storage.Info{Key: key + uploadParam + id, Size: size}
+			if u.Initiated != nil {
+				info.ModTime = u.Initiated.UTC()
+			}
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// uploadedBytes sums the sizes (bytes) of the parts of one multipart
+// upload; object is the full object key. A 404 (NoSuchUpload) is returned
+// as is.
+func (s *Store) uploadedBytes(ctx context.Context, object, id string) (int64, error) {
+	p := s3.NewListPartsPaginator(s.client, &s3.ListPartsInput{Bucket: &s.opts.Bucket, Key: &object, UploadId: &id})
+	var n int64
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, part := range page.Parts {
+			n += aws.ToInt64(part.Size)
+		}
+	}
+	return n, nil
+}
+
+// DeleteTemp aborts one incomplete multipart upload that ListTemp returned
+// (storage.TempCollector), which deletes its parts. A key that is not
+// "KEY?uploadId=ID" with a valid KEY and an ID without "/" is refused (storage.ErrInvalidKey);
+// an upload that no longer exists (completed or aborted meanwhile) gives
+// storage.ErrNotFound, wrapped. Other errors are AbortMultipartUpload's
+// and ctx's, wrapped with the key and the store's URL.
+func (s *Store) DeleteTemp(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
+	}
+	i := strings.LastIndex(key, uploadParam)
+	if i < 0 {
+		i = len(key)
+	}
+	object, id := key[:i], strings.TrimPrefix(key[i:], uploadParam)
+	if id == "" || strings.Contains(id, "/") || storage.ValidateKey(object) != nil {
+		return fmt.Errorf("delete temp in %s: %w: %q is not an incomplete multipart upload", s.url, storage.ErrInvalidKey, key)
+	}
+	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(object)), UploadId: &id,
+	})
+	if err != nil {
+		return s.fail("delete temp", key, err)
+	}
+	return nil
 }
 
 // Delete removes the object. S3's DeleteObject succeeds on a missing key,

@@ -267,3 +267,56 @@ func FuzzParseURL(f *testing.F) {
 		}
 	})
 }
+
+// TestIncompleteUploads: ListTemp lists the incomplete multipart uploads
+// under the store's prefix (what a writer killed mid-Put leaves), with the
+// bytes of the parts uploaded so far; DeleteTemp aborts one, reports
+// ErrNotFound once it is gone and refuses a key that names no upload.
+func TestIncompleteUploads(t *testing.T) {
+	srv := s3server.Start(t)
+	ctx := context.Background()
+	s, err := storage.Open(ctx, srv.StoreURL("tmp", nil))
+	require.NoError(t, err)
+	defer s.Close()
+	tc := s.(storage.TempCollector)
+	empty, err := tc.ListTemp(ctx, "")
+	require.NoError(t, err)
+	require.Empty(t, empty)
+
+	cl := srv.Client()
+	bucket := aws.String(s3server.Bucket)
+	var ids []string
+	for _, key := range []string{"tmp/run/a.parquet", "tmp/run/b.parquet", "elsewhere/c.parquet"} {
+		up, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: bucket, Key: aws.String(key)})
+		require.NoError(t, err)
+		ids = append(ids, aws.ToString(up.UploadId))
+		if key == "tmp/run/a.parquet" {
+			for n, body := range []string{"12345", "678"} {
+				_, err = cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: bucket, Key: aws.String(key), UploadId: up.UploadId,
+					PartNumber: aws.Int32(int32(n + 1)), Body: strings.NewReader(body)})
+				require.NoError(t, err)
+			}
+		}
+	}
+	got, err := tc.ListTemp(ctx, "run/")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "run/a.parquet?uploadId="+ids[0], got[0].Key)
+	require.Equal(t, int64(8), got[0].Size)
+	require.Equal(t, "run/b.parquet?uploadId="+ids[1], got[1].Key)
+	require.Equal(t, int64(0), got[1].Size)
+	require.WithinDuration(t, time.Now(), got[0].ModTime, time.Minute)
+	only, err := tc.ListTemp(ctx, "run/b")
+	require.NoError(t, err)
+	require.Len(t, only, 1)
+
+	require.NoError(t, tc.DeleteTemp(ctx, got[0].Key))
+	require.ErrorIs(t, tc.DeleteTemp(ctx, got[0].Key), storage.ErrNotFound)
+	for _, bad := range []string{"run/a.parquet", "run/a.parquet?uploadId=", "/run/a.parquet?uploadId=" + ids[0], "run/../a?uploadId=x", "run/a?uploadId=x/y"} {
+		require.ErrorIs(t, tc.DeleteTemp(ctx, bad), storage.ErrInvalidKey, bad)
+	}
+	left, err := tc.ListTemp(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the upload outside the prefix is not the store's")
+	require.Equal(t, got[1].Key, left[0].Key)
+}
