@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,10 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/storage/filestore"
+	"github.com/spade-pipeline/spade/pipeline/storage/s3store"
+	"github.com/spade-pipeline/spade/stages/all"
 	"github.com/spade-pipeline/spade/stages/engine"
 )
 
@@ -184,26 +189,32 @@ to every task. Trigger one DAG run per round, in order:
 			if !isIdentifier(o.DagID) {
 				return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)
 			}
-			ctx := cmd.Context()
-			a, err := g.open(ctx)
+			// The DAG is rendered without opening the store: the machine
+			// that renders it (a CI job, a laptop) need not reach the store
+			// or hold its credentials. The URL is still checked here.
+			log, err := g.logger()
 			if err != nil {
 				return err
 			}
-			defer a.close()
-			if err := engine.CheckConfig(&a.cfg); err != nil {
+			cfg, _, err := config.Load(g.configPath, os.Environ())
+			if err != nil {
+				return err
+			}
+			if err := pipeline.ValidateRunName(g.runName); err != nil {
 				return usageError{err}
 			}
-			r, eng := a.runner()
+			store, err := dagStoreURL(g.storeURL)
+			if err != nil {
+				return err
+			}
+			if err := engine.CheckConfig(&cfg); err != nil {
+				return usageError{err}
+			}
+			eng := &engine.Engines{Config: &cfg, Log: log}
 			defer eng.Close()
-			nodes, err := stageGraph(r.Stages, &a.cfg, o.Sharded)
+			nodes, err := stageGraph(all.Stages(eng), &cfg, o.Sharded)
 			if err != nil {
 				return usageError{err}
-			}
-			// Airflow runs each task in a fresh temporary directory, so
-			// relative paths would name a different store per task.
-			store, err := absoluteStoreURL(g.storeURL)
-			if err != nil {
-				return err
 			}
 			o.Env = map[string]string{"SPADE_STORE": store, "SPADE_RUN": g.runName}
 			if g.configPath != "" {
@@ -287,10 +298,14 @@ func isIdentifier(s string) bool {
 }
 
 // pyStr renders s as a Python string literal (JSON string syntax is a
-// subset of Python's).
+// subset of Python's), with '&', '<' and '>' as themselves rather than
+// JSON's HTML-safe \u escapes, so an S3 URL's query stays readable.
 func pyStr(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // shQuote quotes s for a POSIX shell.
@@ -472,16 +487,29 @@ with DAG(
 	return b.String()
 }
 
-// absoluteStoreURL turns a file:// store with a relative directory into
-// one with an absolute directory (other schemes are returned as they are).
-func absoluteStoreURL(u string) (string, error) {
-	dir, ok := strings.CutPrefix(u, "file://")
-	if !ok || filepath.IsAbs(dir) {
-		return u, nil
-	}
-	abs, err := filepath.Abs(dir)
+// dagStoreURL checks a store URL for the tasks of a DAG without opening
+// the store, and returns it with a file:// directory made absolute:
+// Airflow runs each task in a fresh temporary directory, so a relative
+// path would name a different store per task. Only file:// and s3://
+// stores are accepted (a mem:// store lives and dies with one process).
+// Errors wrap storage.ErrBadURL (exit 2) and name the URL, redacted.
+func dagStoreURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("store %s: %w", u, err)
+		return "", storage.BadURL(fmt.Errorf("store URL %q: %w", storage.Redact(raw), err))
 	}
-	return "file://" + abs, nil
+	switch u.Scheme {
+	case "file":
+		root, err := filestore.RootFromURL(u)
+		if err != nil {
+			return "", err
+		}
+		return "file://" + root, nil
+	case "s3":
+		if _, err := s3store.ParseURL(u); err != nil {
+			return "", err
+		}
+		return raw, nil
+	}
+	return "", storage.BadURL(fmt.Errorf("store URL %q: an Airflow DAG needs a file:// or s3:// store that every task reaches", storage.Redact(raw)))
 }

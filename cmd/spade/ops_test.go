@@ -486,6 +486,20 @@ func TestDagAirflow(t *testing.T) {
 	require.Equal(t, 0, rel.code, rel.stderr)
 	require.Contains(t, rel.stdout, `"SPADE_STORE": "file://`+filepath.Join(o.dir, "runs")+`"`)
 
+	// The DAG is rendered without opening the store: an S3 store that
+	// this machine cannot reach (nothing listens on port 9) and holds no
+	// credentials for still gives a DAG, which used to fail at the
+	// store's probe. A bad URL is still a usage error.
+	noCreds := []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent"}
+	s3URL := "s3://spade-runs/prod?endpoint=http://127.0.0.1:9&region=eu-west-1&path_style=true"
+	off := spade(t, o.dir, noCreds, "--store", s3URL, "--config", o.cfg, "dag", "airflow")
+	require.Equal(t, 0, off.code, off.stderr)
+	require.Contains(t, off.stdout, `"SPADE_STORE": "`+s3URL+`"`)
+	for _, bad := range []string{"s3://spade-runs/prod?bogus=1", "mem://x", "file://remote-host/dir"} {
+		r := spade(t, o.dir, noCreds, "--store", bad, "dag", "airflow")
+		require.Equal(t, 2, r.code, "%s: %s", bad, r.stderr)
+	}
+
 	// The expected graph, straight from the stages: stage s follows t when
 	// s reads a table t writes at the same regeneration round, or at round 0.
 	cfg, _, err := config.Load(o.cfg, nil)
