@@ -57,7 +57,9 @@ func (c *CountingStore) Reset() {
 	}
 }
 
-// Get counts one request and the body bytes the caller reads.
+// Get implements Store.Get: it counts one request (also when it fails)
+// and the body bytes the caller reads. Errors are the wrapped store's,
+// returned unchanged.
 func (c *CountingStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	c.gets.Add(1)
 	rc, err := c.Store.Get(ctx, key)
@@ -67,7 +69,9 @@ func (c *CountingStore) Get(ctx context.Context, key string) (io.ReadCloser, err
 	return &countingReadCloser{rc: rc, n: &c.bytesRead}, nil
 }
 
-// GetRange counts one request and the body bytes the caller reads.
+// GetRange implements Store.GetRange: it counts one request (also when it
+// fails) and the body bytes the caller reads. Errors are the wrapped
+// store's, returned unchanged.
 func (c *CountingStore) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	c.ranges.Add(1)
 	rc, err := c.Store.GetRange(ctx, key, offset, length)
@@ -77,31 +81,40 @@ func (c *CountingStore) GetRange(ctx context.Context, key string, offset, length
 	return &countingReadCloser{rc: rc, n: &c.bytesRead}, nil
 }
 
-// Put counts one request and the bytes the backend consumes from r.
+// Put implements Store.Put: it counts one request and the bytes the
+// backend consumes from r, also when the write then fails. Errors are the
+// wrapped store's, returned unchanged.
 func (c *CountingStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	c.puts.Add(1)
 	return c.Store.Put(ctx, key, &countingReader{r: r, n: &c.bytesWritten}, size)
 }
 
-// PutIfAbsent counts one request and the bytes the backend consumes from r.
+// PutIfAbsent implements Store.PutIfAbsent: it counts one request and the
+// bytes the backend consumes from r, also when the write then fails (with
+// ErrExists or otherwise). Errors are the wrapped store's, returned
+// unchanged.
 func (c *CountingStore) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	c.putIfAbsents.Add(1)
 	return c.Store.PutIfAbsent(ctx, key, &countingReader{r: r, n: &c.bytesWritten}, size)
 }
 
-// Stat counts one request.
+// Stat implements Store.Stat and counts one request (also when it fails).
+// Errors are the wrapped store's, returned unchanged.
 func (c *CountingStore) Stat(ctx context.Context, key string) (Info, error) {
 	c.stats.Add(1)
 	return c.Store.Stat(ctx, key)
 }
 
-// List counts one request (however many pages the backend fetches).
+// List implements Store.List and counts one request (however many pages
+// the backend fetches, and also when it fails). Errors are the wrapped
+// store's, returned unchanged.
 func (c *CountingStore) List(ctx context.Context, prefix string) ([]Info, error) {
 	c.lists.Add(1)
 	return c.Store.List(ctx, prefix)
 }
 
-// Delete counts one request.
+// Delete implements Store.Delete and counts one request (also when it
+// fails). Errors are the wrapped store's, returned unchanged.
 func (c *CountingStore) Delete(ctx context.Context, key string) error {
 	c.deletes.Add(1)
 	return c.Store.Delete(ctx, key)

@@ -230,7 +230,9 @@ func Redact(rawURL string) string {
 }
 
 // ReadAll reads a whole object into memory. For manifests and other small
-// objects; part files go through ReaderAt.
+// objects; part files go through ReaderAt. An error from s.Get (ErrNotFound,
+// ErrInvalidKey, ctx.Err(), all wrapped by the backend) is returned as it
+// is; an error while reading the body is wrapped as "read <key>".
 func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
 	rc, err := s.Get(ctx, key)
 	if err != nil {
@@ -244,12 +246,15 @@ func ReadAll(ctx context.Context, s Store, key string) ([]byte, error) {
 	return b, nil
 }
 
-// PutBytes stores b under key with Put.
+// PutBytes stores b under key with Put, declaring len(b) bytes. It returns
+// s.Put's error unchanged (see Store.Put).
 func PutBytes(ctx context.Context, s Store, key string, b []byte) error {
 	return s.Put(ctx, key, strings.NewReader(string(b)), int64(len(b)))
 }
 
-// PutBytesIfAbsent stores b under key with PutIfAbsent.
+// PutBytesIfAbsent stores b under key with PutIfAbsent, declaring len(b)
+// bytes. It returns s.PutIfAbsent's error unchanged: one wrapping ErrExists
+// when the key is taken, else those of Store.Put.
 func PutBytesIfAbsent(ctx context.Context, s Store, key string, b []byte) error {
 	return s.PutIfAbsent(ctx, key, strings.NewReader(string(b)), int64(len(b)))
 }

@@ -67,7 +67,11 @@ var _ storage.Store = (*Store)(nil)
 
 // RootFromURL returns the directory a file:// URL names, following the
 // forms in the package doc, without touching the file system beyond
-// resolving a relative path against the working directory.
+// resolving a relative path against the working directory. A scheme other
+// than file, user info, a query or fragment, a host other than "",
+// "localhost", "." or "..", or an empty path gives an error wrapping
+// storage.ErrBadURL (storage.BadURL); failing to read the working
+// directory gives a plain error. Errors quote the URL redacted.
 func RootFromURL(u *url.URL) (string, error) {
 	raw := storage.Redact(u.String())
 	if u.Scheme != "file" {
@@ -189,7 +193,12 @@ func (s *Store) open(op, key, p string) (*os.File, os.FileInfo, error) {
 	return f, st, nil
 }
 
-// Get returns the whole object; see storage.Store.
+// Get implements storage.Store.Get. Errors, each naming the operation, key
+// and store URL: ctx.Err() (also from Read once ctx is done);
+// storage.ErrInvalidKey, also for a segment starting with TempPrefix;
+// storage.ErrNotFound when the file is missing, is a directory or other
+// non-regular file, or a parent of it is a regular file; else the file
+// system's open or stat error. Symbolic links are followed.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	p, err := s.begin(ctx, "get", key)
 	if err != nil {
@@ -209,8 +218,10 @@ type sectionCloser struct {
 
 func (s sectionCloser) Close() error { return s.f.Close() }
 
-// GetRange returns length bytes from offset (cut at the end); see
-// storage.Store. Negative offset or length is an error.
+// GetRange implements storage.Store.GetRange: length bytes from offset,
+// cut at the end of the file (offset and length in bytes). Errors are
+// those of Get, plus a plain error for a negative offset or length
+// (checked after the key, before the file is opened).
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	p, err := s.begin(ctx, "get range", key)
 	if err != nil {
@@ -231,14 +242,27 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	return streams.ReadCloserWithContext(ctx, sectionCloser{SectionReader: io.NewSectionReader(f, start, end-start), f: f}), nil
 }
 
-// Put writes the object with temp file + fsync + rename + dir fsync.
+// Put implements storage.Store.Put: temp file + fsync + rename + dir
+// fsync. Errors, each wrapped as "put <key> in <url>": ctx.Err() (before,
+// during and after the copy); storage.ErrInvalidKey;
+// streams.ErrSizeMismatch when r yields other than size bytes (size >= 0);
+// r's read error; "a parent of the key is itself an object"; "key is the
+// directory of other keys"; or the file system's create, write, fsync,
+// close or rename error. On error the temp file is removed and nothing is
+// stored, except that a failed fsync of the directory after the rename is
+// reported although the new object is in place.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	return s.put(ctx, "put", key, r, size, false)
 }
 
-// PutIfAbsent writes the object with temp file + fsync + link(2) + dir
-// fsync; ErrExists if the key exists. link(2) is atomic across processes,
-// so exactly one of any number of racing writers wins.
+// PutIfAbsent implements storage.Store.PutIfAbsent: temp file + fsync +
+// link(2) + dir fsync. link(2) is atomic across processes, so exactly one
+// of any number of racing writers wins. Errors are those of Put, wrapped
+// as "put if absent <key> in <url>", with storage.ErrExists when any
+// non-directory (a symbolic link included) already has the key's name; a
+// directory there gives "key is the directory of other keys" instead. A
+// failed fsync of the directory after the link is reported although the
+// object is in place.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	return s.put(ctx, "put if absent", key, r, size, true)
 }
@@ -372,7 +396,10 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// Stat returns the object's Info; see storage.Store.
+// Stat implements storage.Store.Stat, following symbolic links; size is
+// in bytes, ModTime in UTC. Errors, each naming the key and store URL:
+// ctx.Err(); storage.ErrInvalidKey; storage.ErrNotFound in the cases Get
+// gives it; else the file system's stat error.
 func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	p, err := s.begin(ctx, "stat", key)
 	if err != nil {
@@ -391,9 +418,14 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	return storage.Info{Key: key, Size: st.Size(), ModTime: st.ModTime().UTC()}, nil
 }
 
-// List walks only the directories that can hold keys with the prefix (a
-// plain string prefix, so "a/b" also matches "a/bc/d"), skipping temp
-// files, and returns the objects sorted by key.
+// List implements storage.Store.List: it walks only the directories that
+// can hold keys with the prefix (a plain string prefix, so "a/b" also
+// matches "a/bc/d"), skipping temp files, and returns the objects sorted
+// by key. A missing root or directory, or a prefix whose part up to the
+// last "/" is not a valid key, gives an empty list and nil. Errors, wrapped
+// with the prefix and store URL: ctx.Err() (checked before and during the
+// walk), or a file system error while walking (entries removed meanwhile
+// are skipped, not errors).
 func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error) {
 	return s.walk(ctx, "list", prefix, false)
 }
@@ -474,9 +506,13 @@ func (s *Store) walk(ctx context.Context, op, prefix string, temp bool) ([]stora
 	return out, nil
 }
 
-// Delete removes the object (ErrNotFound if absent) and then any parent
-// directories it left empty, so the key space stays free for a later key
-// equal to one of those directory names.
+// Delete implements storage.Store.Delete: it removes the object and then
+// any parent directories it left empty, so the key space stays free for a
+// later key equal to one of those directory names (failures there are
+// ignored). Errors, each naming the key and store URL: ctx.Err();
+// storage.ErrInvalidKey; storage.ErrNotFound when the path is absent or is
+// not a regular file (a directory, or a symbolic link, which is not
+// followed); else the file system's remove error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	p, err := s.begin(ctx, "delete", key)
 	if err != nil {
@@ -523,8 +559,13 @@ func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, er
 	return s.walk(ctx, "list temp", prefix, true)
 }
 
-// DeleteTemp removes one temp file ListTemp returned, then the parent
-// directories it left empty (storage.TempCollector).
+// DeleteTemp implements storage.TempCollector.DeleteTemp: it removes one
+// temp file ListTemp returned, then the parent directories it left empty.
+// Errors, each naming the store URL: ctx.Err(); storage.ErrInvalidKey when
+// the last segment does not start with TempPrefix or holds a NUL, the
+// directory part is not a valid key, or the path leaves the root;
+// storage.ErrNotFound when the file is gone or not a regular file; else
+// the file system's remove error.
 func (s *Store) DeleteTemp(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete temp %s in %s: %w", key, s.url, err)
@@ -546,5 +587,6 @@ func (s *Store) DeleteTemp(ctx context.Context, key string) error {
 // URL returns the URL the store was opened with.
 func (s *Store) URL() string { return s.url }
 
-// Close does nothing; a file store holds no open resources between calls.
+// Close implements storage.Store.Close. It does nothing and always
+// returns nil; a file store holds no open resources between calls.
 func (s *Store) Close() error { return nil }

@@ -135,7 +135,9 @@ func (s *Store) lookupObject(op, key string) (object, error) {
 	return o, nil
 }
 
-// Get returns the whole object; see storage.Store.
+// Get implements storage.Store.Get. Errors, each naming the operation,
+// key and store URL: ctx.Err() (also from Read once ctx is done);
+// storage.ErrInvalidKey; storage.ErrNotFound when no object has the key.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return nil, err
@@ -147,7 +149,10 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return streams.ReadCloserWithContext(ctx, io.NopCloser(bytes.NewReader(o.data))), nil
 }
 
-// GetRange returns length bytes from offset; see storage.Store.
+// GetRange implements storage.Store.GetRange: length bytes from offset,
+// cut at the end of the object (offset and length in bytes). Errors are
+// those of Get, plus a plain error for a negative offset or length
+// (checked after the key, before the lookup).
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if err := s.check(ctx, "get range", key); err != nil {
 		return nil, err
@@ -182,7 +187,12 @@ func (s *Store) read(ctx context.Context, op, key string, r io.Reader, size int6
 	return buf.Bytes(), nil
 }
 
-// Put stores the object atomically; see storage.Store.
+// Put implements storage.Store.Put: it reads all of r into memory first,
+// then stores the object under the namespace lock, so readers never see a
+// prefix. Errors, each naming the key and store URL: ctx.Err() (before,
+// during and after the read); storage.ErrInvalidKey;
+// streams.ErrSizeMismatch when r yields other than size bytes (size >= 0);
+// r's read error. On error nothing is stored.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := s.check(ctx, "put", key); err != nil {
 		return err
@@ -200,9 +210,11 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) er
 	return nil
 }
 
-// PutIfAbsent stores the object unless the key exists (ErrExists); the
-// check and the store happen under one lock, so exactly one of any number
-// of concurrent callers wins.
+// PutIfAbsent implements storage.Store.PutIfAbsent; the check and the
+// store happen under one lock, so exactly one of any number of concurrent
+// callers wins. r is read in full before the check, so a caller that finds
+// the key taken still consumes its reader. Errors are those of Put, plus
+// storage.ErrExists (wrapped) when the key exists.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := s.check(ctx, "put if absent", key); err != nil {
 		return err
@@ -223,7 +235,10 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size i
 	return nil
 }
 
-// Stat returns the object's Info; see storage.Store.
+// Stat implements storage.Store.Stat: size in bytes, ModTime in UTC from
+// the namespace clock at the Put. Errors, each naming the key and store
+// URL: ctx.Err(); storage.ErrInvalidKey; storage.ErrNotFound when no
+// object has the key.
 func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	if err := s.check(ctx, "stat", key); err != nil {
 		return storage.Info{}, err
@@ -235,7 +250,9 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	return storage.Info{Key: key, Size: int64(len(o.data)), ModTime: o.modTime}, nil
 }
 
-// List returns the objects whose key starts with prefix, sorted by key.
+// List implements storage.Store.List: the objects whose key starts with
+// prefix, sorted by key. Its only error is ctx.Err(), checked once before
+// the listing and wrapped with the prefix and store URL.
 func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
@@ -253,7 +270,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 	return out, nil
 }
 
-// Delete removes the object; ErrNotFound if absent.
+// Delete implements storage.Store.Delete. Errors, each naming the key and
+// store URL: ctx.Err(); storage.ErrInvalidKey; storage.ErrNotFound when no
+// object has the key.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx, "delete", key); err != nil {
 		return err
@@ -270,6 +289,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // URL returns the URL the store was opened with.
 func (s *Store) URL() string { return s.url }
 
-// Close does nothing: the namespace outlives the store by design (see the
+// Close implements storage.Store.Close. It does nothing and always
+// returns nil: the namespace outlives the store by design (see the
 // package doc); use Forget to drop it.
 func (s *Store) Close() error { return nil }
