@@ -453,9 +453,12 @@ func PendingKey(run string, r int, stage, fingerprint string, part int) string {
 // MaxRunNameBytes is the longest run name accepted, in bytes.
 const MaxRunNameBytes = 128
 
-// ValidateRunName checks a run name: 1 to MaxRunNameBytes letters, digits,
-// '-', '_', '.', not starting with '.', '_' or '-' (a name starting with
-// '-' reads as a flag in shell commands).
+// ValidateRunName checks a run name: 1 to MaxRunNameBytes ASCII letters,
+// digits, '-', '_', '.', not starting with '.', '_' or '-' (a name
+// starting with '-' reads as a flag in shell commands). It returns nil for
+// a valid name, else an error quoting the name (its first 40 bytes when
+// too long) and saying which rule it breaks: its length, its first
+// character, or the first character not allowed.
 func ValidateRunName(run string) error {
 	if len(run) > MaxRunNameBytes {
 		return fmt.Errorf("invalid run name %.40q...: %d bytes, at most %d", run, len(run), MaxRunNameBytes)

@@ -229,7 +229,11 @@ func ReadSeal(ctx context.Context, s storage.Store, run string, r int) (*Seal, e
 	return &seal, nil
 }
 
-// NextRound returns the first round >= 1 without a seal.
+// NextRound returns the first round >= 1 without a seal (round 0 is not
+// looked at; a gap in the sealed rounds stops the search there). Errors
+// are ReadSeal's for a seal that exists: the store's error unwrapped
+// (ctx.Err() included), malformed JSON naming the key, or
+// ErrUnknownVersion.
 func NextRound(ctx context.Context, s storage.Store, run string) (int, error) {
 	for r := 1; ; r++ {
 		_, err := ReadSeal(ctx, s, run, r)
@@ -285,7 +289,8 @@ func (r *Runner) ordered(ri RoundInfo) ([]Stage, error) {
 	return out, nil
 }
 
-// StageByName returns the registered stage called name.
+// StageByName returns the registered stage called name, or an error
+// quoting name and listing the registered stages' names.
 func (r *Runner) StageByName(name string) (Stage, error) {
 	var names []string
 	for _, s := range r.Stages {
@@ -383,7 +388,10 @@ type Shard struct {
 	Index, Count int
 }
 
-// ParseShard parses "i/n" (0 <= i < n).
+// ParseShard parses "i/n" (0 <= i < n). Any other text, including one
+// with a sign, leading zeros, spaces or trailing characters (the parsed
+// shard must print back as s), is an error quoting s; the Shard returned
+// with the error holds whatever was parsed and is not meaningful.
 func ParseShard(s string) (Shard, error) {
 	var sh Shard
 	if _, err := fmt.Sscanf(s, "%d/%d", &sh.Index, &sh.Count); err != nil || sh.Count < 1 || sh.Index < 0 || sh.Index >= sh.Count || fmt.Sprintf("%d/%d", sh.Index, sh.Count) != s {
@@ -992,7 +1000,12 @@ func (r *Runner) cleanPending(ctx context.Context, round int) error {
 }
 
 // TableManifests returns the committed manifests of round r, by table name,
-// by trying every known stage output (readers never list directories).
+// by trying every known stage output (readers never list directories). A
+// table with no manifest is left out. It does not read the seal, so the
+// manifests are not checked against the content digests it records. The
+// first other error stops it: ReadManifest's (the store's error wrapped
+// as "read manifest <key>", ctx.Err() included, or DecodeManifest's,
+// ErrUnknownVersion among them).
 func (r *Runner) TableManifests(ctx context.Context, round int) (map[string]*Manifest, error) {
 	out := map[string]*Manifest{}
 	for _, s := range r.Stages {

@@ -191,7 +191,10 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 	return out, nil
 }
 
-// ReadVerified reads one data file and checks its size and sha256.
+// ReadVerified reads one data file and checks its size (bytes) and sha256
+// against f. A read error (storage.ErrNotFound, ctx.Err(), ...) is wrapped
+// as "read <key>"; a size or digest that differs from f gives an error
+// naming the key and wrapping ErrIntegrity.
 func ReadVerified(ctx context.Context, s storage.Store, f FileEntry) ([]byte, error) {
 	data, err := storage.ReadAll(ctx, s, f.Key)
 	if err != nil {

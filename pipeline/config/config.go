@@ -572,6 +572,8 @@ func (c Config) problems() []problem {
 // ParseWeightRule checks a grpo.weight_rule text: "ratio", "none" or
 // "fixed:X" with X a finite number > 0 (the designer sample weight,
 // SPADE.md "Designer training"). Returns the kind and, for fixed, X.
+// Any other text, or an X that does not parse or is NaN, infinite or
+// <= 0, is an error quoting s and the accepted forms.
 // stages/grpo turns the result into its WeightRule.
 func ParseWeightRule(s string) (kind string, fixed float64, err error) {
 	switch {

@@ -13,6 +13,8 @@ import (
 // (equal tables only when all is true), its listed row changes indented
 // below, and a summary line. Output is deterministic for a given report.
 // Values and keys from the tables are shown through termtext.Safe.
+// Output is buffered; the only error is w's first write error, returned
+// unwrapped by the final flush.
 func (r *Report) WriteText(w io.Writer, all bool) error {
 	bw := bufio.NewWriter(w)
 	counts := map[Status]int{}

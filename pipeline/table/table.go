@@ -255,7 +255,10 @@ func Decode[T any](t schemas.Table[T], name string, data []byte) ([]T, FileInfo,
 // taken, straight into that group's range of the result, so besides the
 // result at most one row group's reader buffers per goroutine are live.
 // workers <= 1 decodes one row group after another on the calling
-// goroutine.
+// goroutine. Errors are Decode's: each wraps ErrCorrupt and names the file
+// (an unreadable footer, row counts that overflow or disagree with the
+// footer, a bad row group or row); with several bad row groups the
+// lowest-numbered one's error is returned, whatever workers is.
 func DecodeWorkers[T any](t schemas.Table[T], name string, data []byte, workers int) ([]T, FileInfo, error) {
 	f, err := Open(t, name, bytes.NewReader(data), int64(len(data)))
 	if err != nil {
