@@ -124,8 +124,12 @@ func (r *Recorder) Results() []Result {
 	return slices.Clone(r.results)
 }
 
-// WriteJSON writes the report as indented JSON. NaN values (no samples)
-// become null-free zeros so the JSON stays valid.
+// WriteJSON writes the report as indented JSON. A Result whose Value is
+// NaN (no samples) or infinite is written with Value 0 so the JSON stays
+// valid; Samples and Target values are written as they are, so a NaN or
+// infinite one makes encoding fail. It returns the encoder's error (an
+// unsupported value or w's write error) wrapped as "write benchmark
+// report", else nil.
 func (rep *Report) WriteJSON(w io.Writer) error {
 	out := *rep
 	out.Results = slices.Clone(rep.Results)
@@ -144,7 +148,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 
 // WriteMarkdown writes the report as the tables docs/benchmarks.md quotes:
 // a machine line, then per section a table of measure, median, unit,
-// samples, target, whether it is met, and the load average.
+// samples, target, whether it is met, and the load average. The text is
+// built in memory and written to w in one call; the only error is that
+// write's, returned unwrapped.
 func (rep *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	m := rep.Machine
