@@ -29,8 +29,9 @@ func newGCCmd(g *globals) *cobra.Command {
 		Long: `Find the part files (<run>/round=N/<table>/part-*.parquet) that no
 committed manifest of any run in the store lists and no live part record
 (a sharded stage awaiting spade commit) names, and the part records of
-stages already committed or of sealed rounds, and on a file:// store the
-.spade-tmp-* files of writes whose writer was killed; delete those older
+stages already committed or of sealed rounds, and what writes whose
+writer was killed left behind (kind temp: .spade-tmp-* files on a file://
+store, incomplete multipart uploads on S3); delete or abort those older
 than --grace (by the store's modification time). Manifests, seals, run files
 and checkpoint files are never touched, and files a fork lists in this
 run are kept. Collects the run given by --run, or every run with
