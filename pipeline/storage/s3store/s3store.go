@@ -590,6 +590,14 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	return info, nil
 }
 
+// storeKey returns the store key of a full object key: the key relative
+// to the store's prefix, when it is under the prefix and valid (other
+// tools' "dir/" markers are not).
+func (s *Store) storeKey(full string) (string, bool) {
+	key, ok := strings.CutPrefix(full, s.opts.Prefix)
+	return key, ok && storage.ValidateKey(key) == nil
+}
+
 // List pages through ListObjectsV2 (1000 keys a page) and returns the
 // objects under prefix, sorted by key. Keys that break the key rules (e.g.
 // "dir/" markers made by other tools) are skipped.
@@ -608,12 +616,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 			return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
 		}
 		for _, o := range page.Contents {
-			full := aws.ToString(o.Key)
-			if !strings.HasPrefix(full, s.opts.Prefix) {
-				continue
-			}
-			key := full[len(s.opts.Prefix):]
-			if storage.ValidateKey(key) != nil {
+			key, ok := s.storeKey(aws.ToString(o.Key))
+			if !ok {
 				continue
 			}
 			info := storage.Info{Key: key, Size: aws.ToInt64(o.Size)}
@@ -659,11 +663,8 @@ func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, er
 		}
 		for _, u := range page.Uploads {
 			full, id := aws.ToString(u.Key), aws.ToString(u.UploadId)
-			if !strings.HasPrefix(full, s.opts.Prefix) || id == "" {
-				continue
-			}
-			key := full[len(s.opts.Prefix):]
-			if storage.ValidateKey(key) != nil {
+			key, ok := s.storeKey(full)
+			if !ok || id == "" {
 				continue
 			}
 			size, err := s.uploadedBytes(ctx, full, id)
