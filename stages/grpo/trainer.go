@@ -179,7 +179,8 @@ type TrainerConfig struct {
 	// Device is auto, cpu, cuda or cuda:N.
 	Device string `json:"device"`
 	// WeightDecay is AdamW's decoupled weight decay (default 0, so a batch
-	// whose advantages are all 0 leaves the weights unchanged).
+	// whose advantages are all 0 has a zero gradient: a fresh AdamW leaves
+	// the weights unchanged, resumed AdamW moments still move them).
 	WeightDecay float64 `json:"weight_decay"`
 	// AdamBeta1 is AdamW's first-moment decay, in [0, 1) (default 0.9).
 	AdamBeta1 float64 `json:"adam_beta1"`
@@ -213,7 +214,8 @@ type TrainerConfig struct {
 
 // DefaultTrainerConfig returns the trainer's defaults (the Python
 // TrainConfig's): lr 1e-6, clip 0.2, no KL, grad clip 1.0, one inner step,
-// micro-batch 4, weight decay 0 (a zero-advantage batch is a no-op).
+// micro-batch 4, weight decay 0 (a zero-advantage batch has a zero
+// gradient).
 func DefaultTrainerConfig() TrainerConfig {
 	return TrainerConfig{
 		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 4,

@@ -235,6 +235,8 @@ def restore_optimizer(model: torch.nn.Module, opt: torch.optim.Optimizer, ckpt_d
     if meta.get("spade") != "adamw-v1":
         raise ValueError(f"{path}: not a spade AdamW state (metadata spade={meta.get('spade')!r})")
     step = int(meta.get("step", "0"))
+    if step < 0:
+        raise ValueError(f"{path}: AdamW step {step} is negative")
     tensors = st.load_file(path)
     sd = opt.state_dict()
     index = {}
@@ -248,8 +250,9 @@ def restore_optimizer(model: torch.nn.Module, opt: torch.optim.Optimizer, ckpt_d
         a, b = tensors.get("exp_avg/" + name), tensors.get("exp_avg_sq/" + name)
         if a is None or b is None:
             raise ValueError(f"{path}: no AdamW moments for parameter {name}")
-        if tuple(a.shape) != tuple(p.shape):
-            raise ValueError(f"{path}: exp_avg/{name} shape {tuple(a.shape)} != parameter {tuple(p.shape)}")
+        for key, t in (("exp_avg", a), ("exp_avg_sq", b)):
+            if tuple(t.shape) != tuple(p.shape):
+                raise ValueError(f"{path}: {key}/{name} shape {tuple(t.shape)} != parameter {tuple(p.shape)}")
         state[index[id(p)]] = {"step": torch.tensor(float(step)), "exp_avg": a.to(p.device), "exp_avg_sq": b.to(p.device)}
     sd["state"] = state
     opt.load_state_dict(sd)

@@ -46,7 +46,8 @@ class TrainConfig:
     "bfloat16", "float16"; master weights and AdamW state stay float32.
     device: "auto" (cuda if available), "cpu", "cuda", "cuda:N".
     weight_decay: AdamW decoupled decay; 0 by default so a zero-advantage
-    batch leaves weights unchanged. max_seq_len: the longest sample in
+    batch has a zero gradient (a fresh AdamW then leaves the weights
+    unchanged; resumed moments still move them by their momentum). max_seq_len: the longest sample in
     tokens; overlong: what happens to a longer one: "truncate_left" (keep
     its last max_seq_len tokens if any trained token remains, else drop
     it; counted in the "encode" event), "drop", or "error". save_dtype: dtype of saved weights.

@@ -588,3 +588,151 @@ class OverlongTest(unittest.TestCase):
         self.assertEqual(stats["dropped_samples"], 2)
         with self.assertRaises(InputError):
             encode_batch(to_samples(rows), tok, 300, "mem", "error")
+
+
+def reference_round(model, rows, cfg, ref_model=None):
+    """An independent GRPO round (docs/training.md "Loss"): one sample at a
+    time, the whole batch in one backward, no micro-batches. Returns the
+    per-step (loss, kl, clip_fraction, grad_norm)."""
+    tok = ByteTokenizer()
+    enc = encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem")
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    T = sum(sum(e.mask[1:]) for e in enc)
+
+    def lp(m, e):
+        x = torch.tensor([e.ids])
+        return token_logps(m(x), x)[0]
+
+    with torch.no_grad():
+        old = [lp(model, e) for e in enc]
+        ref = [lp(ref_model, e) for e in enc] if ref_model is not None else old
+    out = []
+    for _ in range(cfg.inner_steps):
+        opt.zero_grad()
+        loss, kl, clipped = 0.0, 0.0, 0.0
+        for e, o, r in zip(enc, old, ref):
+            logp = lp(model, e)
+            mask = torch.tensor(e.mask[1:], dtype=torch.float32)
+            ratio = torch.exp(logp - o)
+            a, eps = e.advantage, cfg.clip_epsilon
+            surr = torch.min(ratio * a, torch.clamp(ratio, 1 - eps, 1 + eps) * a)
+            d = r - logp
+            k3 = torch.exp(d) - d - 1
+            loss = loss + (-(e.weight * surr * mask).sum() + cfg.kl_beta * (k3 * mask).sum()) / T
+            kl += float((k3 * mask).sum()) / T
+            clipped += float(((((a > 0) & (ratio > 1 + eps)) | ((a < 0) & (ratio < 1 - eps))).float() * mask).sum())
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
+        opt.step()
+        out.append((float(loss), kl, clipped / T, float(gn)))
+    return out
+
+
+class ReferenceRoundTest(unittest.TestCase):
+    """train_round against an independent implementation of the documented
+    loss, over several inner steps (ratio != 1, both clip sides active, KL
+    to a fixed reference, gradient clipping) and every micro-batch size:
+    token-level normalisation by the whole batch's trained tokens makes
+    gradient accumulation equal one full-batch step."""
+
+    def test_matches_reference_for_every_micro_batch_size(self):
+        rows = fixed_batch() + [sample("a3", "agent", "env1", [{"role": "user", "content": "obs2"}, {"role": "assistant", "content": "go left"}], 0.3)]
+        cfg = TrainConfig(lr=3e-3, inner_steps=4, kl_beta=0.3, clip_epsilon=0.05, grad_clip=0.5)
+        ref_model = ck.new_tiny(77).eval()
+        tok = ByteTokenizer()
+        want_model = ck.new_tiny(9)
+        want = reference_round(want_model, rows, cfg, ref_model)
+        self.assertGreater(want[-1][2], 0.0)  # the clip acted
+        self.assertGreater(want[0][1], 0.0)  # a fixed reference: KL from step 1
+        for size in (1, 3, 4):
+            with self.subTest(micro_batch_size=size):
+                model = ck.new_tiny(9)
+                enc = encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem")
+                mbs = make_micro_batches(enc, size, tok.pad_id, torch.device("cpu"))
+                params = list(model.parameters())
+                got = train_round(model, params, make_optimizer(params, cfg, torch.device("cpu")), mbs, cfg, torch.device("cpu"), None, lambda ids: ref_model(ids))
+                for g, w in zip(got, want):
+                    self.assertAlmostEqual(g["loss"], w[0], places=5)
+                    self.assertAlmostEqual(g["kl"], w[1], places=5)
+                    self.assertAlmostEqual(g["clip_fraction"], w[2], places=6)
+                    self.assertAlmostEqual(g["grad_norm"], w[3], places=4)
+                a, b = model.state_dict(), want_model.state_dict()
+                for k in a:
+                    self.assertTrue(torch.allclose(a[k], b[k], atol=1e-4), k)
+
+
+class ResumeTest(unittest.TestCase):
+    """A round resumed from a saved checkpoint (fp32 weights plus
+    optimizer.safetensors) gives bit-identical weights to continuing the
+    same model and AdamW in process."""
+
+    def test_resume_equals_continuing(self):
+        cpu = torch.device("cpu")
+        tok = ByteTokenizer()
+        cfg = TrainConfig(lr=1e-3, inner_steps=2, micro_batch_size=2)
+        batch_a = fixed_batch()
+        batch_b = fixed_batch()
+        for r in batch_b:
+            r["advantage"] = -r["advantage"]
+
+        def step(model, opt, rows):
+            enc = encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem")
+            train_round(model, list(model.parameters()), opt, make_micro_batches(enc, 2, tok.pad_id, cpu), cfg, cpu, None)
+
+        pol = ck.load_policy("tiny:5")
+        opt = make_optimizer(list(pol.model.parameters()), cfg, cpu)
+        step(pol.model, opt, batch_a)
+        with tempfile.TemporaryDirectory() as d:
+            ck.save_policy(pol, d, "float32", {"trainer": "test"}, ck.optimizer_tensors(pol.model, opt), cfg.inner_steps)
+            step(pol.model, opt, batch_b)  # in process
+            back = ck.load_policy(d)
+            opt2 = make_optimizer(list(back.model.parameters()), cfg, cpu)
+            self.assertEqual(ck.restore_optimizer(back.model, opt2, d), cfg.inner_steps)
+            step(back.model, opt2, batch_b)  # resumed
+        a, b = pol.model.state_dict(), back.model.state_dict()
+        for k in a:
+            self.assertTrue(torch.equal(a[k], b[k]), k)
+
+    def test_bad_optimizer_moment_shape_is_an_input_error(self):
+        """A corrupt exp_avg_sq (wrong shape) was accepted by
+        restore_optimizer and failed later inside AdamW with a RuntimeError
+        that named no file (exit 1); docs/training.md calls corrupt
+        optimizer state bad input (exit 2)."""
+        cpu = torch.device("cpu")
+        cfg = TrainConfig(lr=1e-3)
+        pol = ck.load_policy("tiny:5")
+        opt = make_optimizer(list(pol.model.parameters()), cfg, cpu)
+        tok = ByteTokenizer()
+        enc = encode_batch(to_samples(fixed_batch()), tok, cfg.max_seq_len, "mem")
+        train_round(pol.model, list(pol.model.parameters()), opt, make_micro_batches(enc, 4, tok.pad_id, cpu), cfg, cpu, None)
+        for name, bad in (("exp_avg_sq/model.norm.weight", torch.zeros(3)), ("exp_avg/model.norm.weight", torch.zeros(3))):
+            with self.subTest(name=name), tempfile.TemporaryDirectory() as d:
+                state = ck.optimizer_tensors(pol.model, opt)
+                state[name] = bad
+                ck.save_policy(pol, d, "float32", {"trainer": "test"}, state, 1)
+                back = ck.load_policy(d)
+                opt2 = make_optimizer(list(back.model.parameters()), cfg, cpu)
+                with self.assertRaisesRegex(ValueError, name.replace(".", r"\.")):
+                    ck.restore_optimizer(back.model, opt2, d)
+
+    def test_zero_advantage_batch_with_resumed_moments(self):
+        """docs/training.md (weight_decay): a zero-advantage batch has a
+        zero gradient, so a fresh AdamW leaves the weights unchanged, but
+        resumed moments move them by their momentum (the docs used to say
+        such a batch always leaves the weights unchanged)."""
+        cpu = torch.device("cpu")
+        tok = ByteTokenizer()
+        cfg = TrainConfig(lr=1e-3)
+        zero = fixed_batch()
+        for r in zero:
+            r["advantage"] = 0.0
+        mbs = lambda rows: make_micro_batches(encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem"), 4, tok.pad_id, cpu)  # noqa: E731
+        model = ck.new_tiny(5)
+        params = list(model.parameters())
+        opt = make_optimizer(params, cfg, cpu)
+        train_round(model, params, opt, mbs(fixed_batch()), cfg, cpu, None)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        m = train_round(model, params, opt, mbs(zero), cfg, cpu, None)
+        self.assertEqual(m[0]["grad_norm"], 0.0)
+        self.assertFalse(all(torch.equal(before[k], v) for k, v in model.state_dict().items()))
