@@ -333,13 +333,13 @@ type TrainSample struct {
 	// Group is the GRPO group: the env_id for agent samples, the skill for
 	// designer samples.
 	Group string `parquet:"group" json:"group"`
-	// Messages is the sequence to train: the unhinted play's chat (agent),
-	// or the design prompt plus the response as an assistant message
-	// (designer).
+	// Messages is the sequence to train: the unhinted play's chat (agent;
+	// a play without an assistant message is not a sample), or the design
+	// prompt plus the response as an assistant message (designer).
 	Messages []Message `parquet:"messages,optional,list" json:"messages"`
 	// Reward is the play's return (agent); for a designer sample the
-	// label's designer reward for a slot's final attempt that passed the
-	// quick checks, else -1.
+	// label's designer reward for a slot's final attempt (-1 when no
+	// label names its slot), -1 for every earlier attempt.
 	Reward float64 `parquet:"reward" json:"reward"`
 	// Advantage is (r - group mean) / (group std + grpo.eps) for agent
 	// samples (0 for zero-variance and singleton groups), r - skill mean

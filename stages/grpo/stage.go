@@ -73,11 +73,13 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // BuildBatch assembles the GRPO samples of a round: agent samples are the
-// unhinted plays of admitted environments, one group per environment,
-// reward = return; designer samples (regeneration rounds) are the design
-// responses, grouped by skill, rewarded by the label stage's designer
-// reward for a slot's final attempt and -1 for every earlier, failed
-// attempt. Attempts without a response (model errors) are not samples.
+// unhinted plays of admitted environments that have an assistant message
+// (a play that failed before the agent's first turn is not a sample), one
+// group per environment, reward = return; designer samples (regeneration
+// rounds) are the design responses, grouped by skill, rewarded by the
+// label stage's designer reward for a slot's final attempt and -1 for
+// every earlier, failed attempt. Attempts without a response (model
+// errors) are not samples.
 func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.Label, designs []schemas.Design) ([]schemas.TrainSample, map[string]float64, error) {
 	admitted := map[string]bool{}
 	rewardBySlot := map[string]float64{}
@@ -89,7 +91,11 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 	}
 	var agent []schemas.TrainSample
 	for _, p := range plays {
-		if p.Hinted || !admitted[p.EnvID] {
+		if p.Hinted || !admitted[p.EnvID] || !hasAssistant(p.Messages) {
+			// A play without an assistant message (its environment failed
+			// to load or reset, or the agent's first call failed) has no
+			// tokens to train: like a design attempt without a response,
+			// it is not a sample, and its group is the plays that are.
 			continue
 		}
 		agent = append(agent, schemas.TrainSample{
@@ -166,6 +172,17 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 	}
 	stats["designer_samples"] = float64(len(des))
 	return append(agent, des...), stats, nil
+}
+
+// hasAssistant reports whether msgs has an assistant message, the tokens
+// the trainer trains an agent sample on.
+func hasAssistant(msgs []schemas.Message) bool {
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			return true
+		}
+	}
+	return false
 }
 
 // Run implements pipeline.Stage.
@@ -289,9 +306,7 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 		}
 		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
 	}
-	tc := DefaultTrainerConfig()
-	tc.LR, tc.ClipEpsilon, tc.KLBeta, tc.MaxSeqLen = cfg.LR, cfg.ClipEps, cfg.KLBeta, cfg.MaxSeqLen
-	tc.Seed = sample.Seed(env.Round.Seed, "grpo", env.Round.Round)
+	tc := trainerConfig(env.Config, env.Round)
 	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}
 	if cfg.Trainer == "command" {
 		spec.Command = cfg.Command
@@ -328,6 +343,25 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 		ck.Files = append(ck.Files, schemas.CheckpointFile{Name: f.Name, Key: key, SHA256: f.SHA256, Bytes: f.Bytes})
 	}
 	return ck, res.Steps, nil
+}
+
+// trainerConfig returns the trainer config of a round: the trainer's
+// defaults with grpo.lr, grpo.clip_eps, grpo.kl_beta and grpo.max_seq_len,
+// the seed derived from the run seed and the round and, when grpo.kl_beta
+// > 0, grpo.base_checkpoint as the KL reference.
+func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
+	g := c.GRPO
+	tc := DefaultTrainerConfig()
+	tc.LR, tc.ClipEpsilon, tc.KLBeta, tc.MaxSeqLen = g.LR, g.ClipEps, g.KLBeta, g.MaxSeqLen
+	tc.Seed = sample.Seed(ri.Seed, "grpo", ri.Round)
+	if g.KLBeta > 0 {
+		// The trainer's default reference is its input checkpoint, whose
+		// log-probs equal the pre-step policy's: with one inner step the
+		// k3 term and its gradient would be exactly 0. DeepSeekMath's
+		// reference is the initial model.
+		tc.ReferenceCheckpoint = g.BaseCheckpoint
+	}
+	return tc
 }
 
 // fetchCheckpoint copies a stored checkpoint into dir, verifying sha256.

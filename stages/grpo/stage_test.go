@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/sample"
 )
 
 func rollout(env string, hinted bool, sample int, ret float64) schemas.Rollout {
@@ -219,6 +222,70 @@ func TestBuildBatchOffRegeneration(t *testing.T) {
 	require.Zero(t, batch[2].Advantage, "a singleton group gets advantage 0")
 	require.InDelta(t, 1, batch[0].Advantage, 1e-5)
 	require.InDelta(t, -1, batch[1].Advantage, 1e-5)
+}
+
+// TestBuildBatchPlaysWithoutAnAgentTurn: an unhinted play of an admitted
+// environment whose environment failed to load or reset (no messages), or
+// whose agent's first model call failed (no assistant message), has no
+// tokens to train. It used to become an agent sample that the trainer
+// protocol refuses ("no assistant message to train on"), so one such play
+// failed the round's grpo stage for good. Like a design attempt without a
+// response, it is not a sample, and its group is the plays that are.
+func TestBuildBatchPlaysWithoutAnAgentTurn(t *testing.T) {
+	cfg := config.Default()
+	plays := []schemas.Rollout{
+		rollout("e", false, 0, 1), rollout("e", false, 1, 0), rollout("e", false, 2, 0.5),
+		{EnvID: "e", Sample: 3, Error: "env reset: timeout"},
+		{EnvID: "e", Sample: 4, Error: "agent: timeout", Messages: []schemas.Message{{Role: "system", Content: "play"}, {Role: "user", Content: "obs"}}},
+		{EnvID: "e", Sample: 5, Error: "env load: exit 1"},
+	}
+	labels := []schemas.Label{{EnvID: "e", Valid: true, Admitted: true}}
+	batch, stats, err := BuildBatch(&cfg, plays, labels, nil)
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	require.EqualValues(t, 3, stats["agent_samples"])
+	// Rewards 1, 0, 0.5: mean 0.5, population std sqrt(1/6) (eps aside).
+	want := []float64{math.Sqrt(1.5), -math.Sqrt(1.5), 0}
+	for i, s := range batch {
+		require.Equal(t, fmt.Sprintf("agent-e-%04d", i), s.SampleID)
+		require.InDelta(t, want[i], s.Advantage, 1e-5)
+	}
+	samples := make([]Sample, len(batch))
+	for i, b := range batch {
+		msgs := make([]Message, len(b.Messages))
+		for j, m := range b.Messages {
+			msgs[j] = Message{Role: m.Role, Content: m.Content}
+		}
+		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
+	}
+	require.NoError(t, WriteBatch(io.Discard, samples), "the trainer accepts every sample")
+}
+
+// TestTrainerConfigKLReference: grpo.kl_beta must act. The trainer's
+// default reference is its input checkpoint, whose log-probs equal the
+// pre-step policy's, so with the stage's one inner step the k3 term and
+// its gradient were exactly 0 whatever grpo.kl_beta said. With kl_beta >
+// 0 the stage names grpo.base_checkpoint as the reference (DeepSeekMath's
+// pi_ref, the initial model); with 0 it loads no reference.
+func TestTrainerConfigKLReference(t *testing.T) {
+	cfg := config.Default()
+	cfg.GRPO.BaseCheckpoint, cfg.GRPO.LR, cfg.GRPO.ClipEps, cfg.GRPO.MaxSeqLen = "tiny:7", 3e-6, 0.28, 4096
+	ri := pipeline.RoundInfo{Run: "r", Round: 3, Seed: 11}
+	tc := trainerConfig(&cfg, ri)
+	require.Zero(t, tc.KLBeta)
+	require.Empty(t, tc.ReferenceCheckpoint, "no KL: no reference model is loaded")
+	require.Equal(t, 3e-6, tc.LR)
+	require.Equal(t, 0.28, tc.ClipEpsilon)
+	require.Equal(t, 4096, tc.MaxSeqLen)
+	require.Equal(t, sample.Seed(11, "grpo", 3), tc.Seed)
+
+	cfg.GRPO.KLBeta = 0.04
+	tc = trainerConfig(&cfg, ri)
+	require.Equal(t, 0.04, tc.KLBeta)
+	require.Equal(t, "tiny:7", tc.ReferenceCheckpoint)
+	rest := tc
+	rest.KLBeta, rest.ReferenceCheckpoint, rest.LR, rest.ClipEpsilon, rest.MaxSeqLen, rest.Seed = 0, "", 1e-6, 0.2, 8192, 0
+	require.Equal(t, DefaultTrainerConfig(), rest, "every other key keeps the trainer's default")
 }
 
 func TestBuildBatchErrors(t *testing.T) {
