@@ -111,7 +111,11 @@ func decodeReply(payload []byte) (*reply, error) {
 // (SPADE.md, "Known weaknesses": the public code lets NaN pass).
 type Reward float64
 
-// UnmarshalJSON implements json.Unmarshaler.
+// UnmarshalJSON implements json.Unmarshaler. JSON null leaves r as it
+// is. Errors, prefixed "reward:": a string other than "NaN", "Infinity"
+// and "-Infinity"; any other non-number (true, an object, ...); a number
+// outside the float64 range (strconv.ErrRange), which is refused rather
+// than read as an infinity.
 func (r *Reward) UnmarshalJSON(b []byte) error {
 	if bytes.Equal(b, []byte("null")) {
 		return nil

@@ -145,7 +145,8 @@ func (p *Program) Reset(ctx context.Context, seed int64) (*Episode, error) {
 }
 
 // Close kills the program's sandbox (and every process in it) and frees its
-// slot. It is idempotent.
+// slot. It is idempotent and always returns nil; whether processes were
+// left behind is reported by LeftProcesses instead.
 func (p *Program) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

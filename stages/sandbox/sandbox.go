@@ -542,6 +542,12 @@ func (s *Sandbox) Load(ctx context.Context, source string) (*Program, error) {
 
 // LoadClass is Load with the environment class named explicitly (for
 // programs defining several candidate classes). An empty name discovers.
+// Errors are Load's: ErrClosed once the sandbox is closed; an *Error of
+// KindCanceled wrapping ctx.Err() when ctx is done while it waits for a
+// slot; the error of starting a sandbox for the slot; the program's fault
+// as an *Error (KindNoClass also when the program defines no class of that
+// name); KindProtocol for a load reply without metadata. On error the
+// slot is released.
 func (s *Sandbox) LoadClass(ctx context.Context, source, class string) (*Program, error) {
 	s.mu.Lock()
 	closed := s.closed
