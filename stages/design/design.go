@@ -66,7 +66,9 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 	}{c.Design, c.Model, c.Sandbox}
 }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: one part per
+// design.slots_per_part slots of the round (at least one), counted from
+// the slots manifest without reading it. Its error is always nil.
 func (*Stage) Parts(_ context.Context, env *pipeline.Env) (int, error) {
 	n := int(env.Manifest("slots", env.Round.Round).Rows)
 	per := env.Config.Design.SlotsPerPart
@@ -86,7 +88,18 @@ type docRow struct {
 // by prompt.Excerpt, which then appends " [...]".
 const DocExcerptChars = 6000
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run: it designs the part's slots,
+// design.max_attempts attempts at most each. A failed model call, prompt,
+// code extraction or quick check is recorded in that attempt's row
+// (Design.Error), not returned. Errors returned: reading slots or memory
+// (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch); reading the grounding corpus rows
+// (wrapped as "read grounding documents"); engine.Engines.ForStage (a
+// replay whose recorded calls cannot be read) and Engines.Sandbox
+// ("sandbox: ..."); ctx.Err() when ctx is cancelled while slots are being
+// designed; and the StageModel's Emit error (replay.ErrMiss or
+// model.ErrUnavailable, wrapped), which fails the part so nothing is
+// committed.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
 	ri := env.Round
 	slots, err := pipeline.ReadAll(ctx, env, schemas.Slots, "slots", ri.Round)

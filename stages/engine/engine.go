@@ -136,7 +136,11 @@ func CheckReplay(ctx context.Context, store storage.Store, c *config.Config) err
 	return nil
 }
 
-// Backend returns the configured model backend (not recording).
+// Backend returns the configured model backend (not recording), built on
+// first use and then shared. Errors: openai.New's, unwrapped (an empty
+// model.name, a negative model.concurrency or model.timeout_s), or an
+// error naming an unknown model.backend; a failed build is not cached, so
+// the next call tries again.
 func (e *Engines) Backend() (model.Backend, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -69,7 +69,8 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 	}{g, c.RegenerateEvery, digest}
 }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // BuildBatch assembles the GRPO samples of a round: agent samples are the
@@ -80,6 +81,12 @@ func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil
 // label stage's designer reward for a slot's final attempt and -1 for
 // every earlier, failed attempt. Attempts without a response (model
 // errors) are not samples.
+// It also returns the batch statistics (sample and group counts, the
+// designer weight). Errors: GroupAdvantages' (wrapped as "agent
+// advantages") and DesignerAdvantages' (wrapped as "designer
+// advantages"), ErrShape or ErrNonFinite; a designs row whose prompt is
+// not a JSON message list, naming the slot and attempt; ParseWeightRule's
+// for a bad grpo.weight_rule.
 func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.Label, designs []schemas.Design) ([]schemas.TrainSample, map[string]float64, error) {
 	admitted := map[string]bool{}
 	rewardBySlot := map[string]float64{}
@@ -185,7 +192,21 @@ func hasAssistant(msgs []schemas.Message) bool {
 	return false
 }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run. It writes the batch, its metrics and
+// one checkpoints row: the parent carried over with trainer none or an
+// empty batch, else the checkpoint the trainer made, whose files it
+// stores under the round's checkpoints/files/ (an existing object at a
+// file's key is kept as it is and not compared). Errors: reading an input
+// (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch); BuildBatch's; more than one
+// checkpoints row in round r-1; and, when it trains: a work-directory,
+// trainer-extraction or checkpoint-file error from the file system
+// (unwrapped), a parent checkpoint whose file names are unsafe or whose
+// files fail pipeline.ReadVerified (naming the checkpoint), RunTrainer's
+// (ErrTrainerFailed, ErrTrainerInput, ErrBadMetrics, ErrNoCheckpoint, or
+// ctx.Err() wrapped, context.DeadlineExceeded once grpo.timeout_s seconds
+// have passed), and a failed store write other than storage.ErrExists
+// (wrapped as "store checkpoint file <key>").
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	ri := env.Round
 	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", ri.Round)

@@ -21,7 +21,10 @@ import (
 	"github.com/spade-pipeline/spade/stages/sample"
 )
 
-// MaxHintBytes bounds a stored hint.
+// MaxHintBytes bounds a stored hint, in bytes: a longer (trimmed) model
+// answer is cut to its longest prefix of at most this many bytes that does
+// not end inside a UTF-8 character (textcut.Prefix). Hint.Response keeps
+// the whole answer.
 const MaxHintBytes = 4000
 
 // Stage is the hint stage; it runs on regeneration rounds.
@@ -46,10 +49,18 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any { return c.Model }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run: one hint call per valid environment.
+// A failed prompt or model call is recorded in that environment's hints
+// row (Hint.Error), not returned. Errors returned: reading environments
+// (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch); engine.Engines.ForStage's;
+// ctx.Err() when ctx is cancelled during the calls; and the StageModel's
+// Emit error (replay.ErrMiss or model.ErrUnavailable, wrapped), which
+// fails the stage so nothing is committed.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", env.Round.Round)
 	if err != nil {

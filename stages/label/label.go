@@ -41,7 +41,8 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 // ConfigSubset implements pipeline.Stage.
 func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // Candidate is what labelling needs to know of an environment besides its
@@ -133,7 +134,11 @@ func DesignerReward(c Candidate, l schemas.Label) float64 {
 	return math.Max(-1, math.Min(1, *l.Regret/width))
 }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run: one labels row per candidate, in
+// env_id order; plays of an env_id that is not a candidate are ignored.
+// Its only errors are those of reading rollouts and the candidates'
+// table (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch), returned unwrapped.
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	ri := env.Round
 	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", ri.Round)

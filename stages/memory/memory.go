@@ -19,7 +19,9 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 )
 
-// ExcerptBytes bounds an entry's source excerpt shown in prompts.
+// ExcerptBytes bounds an entry's source excerpt shown in prompts, in
+// bytes: the source is cut to its longest prefix of at most this many
+// bytes that does not end inside a UTF-8 character (textcut.Prefix).
 const ExcerptBytes = 1200
 
 // Stage is the memory stage; on regeneration rounds it appends, otherwise
@@ -47,7 +49,8 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 // ConfigSubset implements pipeline.Stage.
 func (Stage) ConfigSubset(c *config.Config) any { return c.Memory }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // Append adds entries to mem (sorted by Seq), numbering them after the
@@ -102,7 +105,13 @@ func Describe(source, skill string) (family string, difficulty int64, summary st
 	return family, difficulty, summary
 }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run. Between regenerations it references
+// memory(r-1) (nothing when there is none) and returns nil without reading
+// anything. On a regeneration round its only errors are those of reading
+// memory(r-1), labels and environments (pipeline.ReadAll: the store's
+// error, pipeline.ErrIntegrity, table.ErrCorrupt, a schema mismatch),
+// returned unwrapped. A label whose environment is missing from
+// environments is not an error: its entry gets an empty source.
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	ri := env.Round
 	if !ri.Regeneration {

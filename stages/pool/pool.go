@@ -34,10 +34,16 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 // ConfigSubset implements pipeline.Stage.
 func (Stage) ConfigSubset(*config.Config) any { return nil }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run. Between regenerations it references
+// pool(r-1) and returns nil without reading anything. On a regeneration
+// round its only errors are those of reading labels, environments and
+// hints (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch), returned unwrapped; an admitted
+// environment without a hints row gets an empty hint.
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	ri := env.Round
 	if !ri.Regeneration {

@@ -134,7 +134,12 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 	return out, nil
 }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: one part per
+// rollout.envs_per_part environments to play (at least one). It reads the
+// targets' tables to count them, so its errors are those of reading
+// environments and hints, or pool(r-1) (pipeline.ReadAll: the store's
+// error, pipeline.ErrIntegrity, table.ErrCorrupt, a schema mismatch),
+// returned unwrapped.
 func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 	t, err := targets(ctx, env)
 	if err != nil {
@@ -144,7 +149,14 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 	return max(1, (len(t)+per-1)/per), nil
 }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run: it plays the part's environments. A
+// failed load, reset, step or agent call is recorded in that play's
+// rollouts row (Rollout.Error), not returned. Errors returned: those of
+// Parts (reading the targets); engine.Engines.ForStage's and
+// Engines.Sandbox's ("sandbox: ..."); ctx.Err() when ctx is cancelled
+// during the plays; and the StageModel's Emit error (replay.ErrMiss or
+// model.ErrUnavailable, wrapped), which fails the part so nothing is
+// committed.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
 	all, err := targets(ctx, env)
 	if err != nil {

@@ -46,7 +46,8 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 // ConfigSubset implements pipeline.Stage.
 func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: the stage is one part, and its
+// error is always nil.
 func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // Metric names written by the stage (docs/metrics.md defines each).
@@ -78,7 +79,15 @@ const (
 	SkillWinRate      = "skill_win_rate"
 )
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run. A NaN or infinite value is left out
+// of the metrics table rather than written. An empty pool is logged as a
+// warning, not returned. Errors, returned unwrapped unless noted: reading
+// an input (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
+// table.ErrCorrupt, a schema mismatch); and the stages/metrics function
+// that refuses its input (metrics.ErrNonFinite, a win rate outside
+// [0, 1], a band outside [0, 1] or reversed, an empty skill name, a failed
+// Vendi eigendecomposition), the win-rate summary's wrapped as "win
+// rates".
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	r := env.Round.Round
 	emit := func(name, skill string, v float64) {

@@ -37,7 +37,8 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 // ConfigSubset implements pipeline.Stage.
 func (Stage) ConfigSubset(c *config.Config) any { return c.Sample }
 
-// Parts implements pipeline.Stage: slots are cheap; one part.
+// Parts implements pipeline.Stage.Parts: slots are cheap; one part. Its
+// error is always nil.
 func (Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // ActiveSkills returns the skills active in regeneration g: a window of
@@ -124,8 +125,12 @@ type docRef struct {
 	Domain string `parquet:"domain"`
 }
 
-// Run implements pipeline.Stage. It reads only the doc_id and domain
-// columns of the sampled rows.
+// Run implements pipeline.Stage.Run. It reads only the doc_id and domain
+// columns of the sampled rows. Errors: an empty corpus (naming the run),
+// before anything is read; and pipeline.ReadRowsAt's (a row outside the
+// corpus, pipeline.ErrIntegrity, an open, seek or decode failure naming
+// the part file) wrapped as "read sampled corpus rows". The sampled rows
+// are not checked against the part files' sha256.
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	c := env.Config.Sample
 	m := env.Manifest("corpus", 0)

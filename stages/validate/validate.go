@@ -18,7 +18,9 @@ import (
 	"github.com/spade-pipeline/spade/stages/envcheck"
 )
 
-// EnvsPerPart is the unit of sharded validation work.
+// EnvsPerPart is the unit of sharded validation work: the number of
+// candidate environments (final attempts with code, one per env_id) each
+// part validates.
 const EnvsPerPart = 8
 
 // Stage is the validate stage; it runs on regeneration rounds.
@@ -76,7 +78,11 @@ func candidates(ctx context.Context, env *pipeline.Env) ([]schemas.Design, map[s
 	return out, bySlot, nil
 }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage.Parts: one part per EnvsPerPart
+// candidates (at least one). It reads designs and slots to count them, so
+// its errors are those of reading them (pipeline.ReadAll: the store's
+// error, pipeline.ErrIntegrity, table.ErrCorrupt, a schema mismatch),
+// returned unwrapped.
 func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 	c, _, err := candidates(ctx, env)
 	if err != nil {
@@ -85,7 +91,11 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 	return max(1, (len(c)+EnvsPerPart-1)/EnvsPerPart), nil
 }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage.Run: it validates the part's candidates.
+// A candidate that fails a check is an environments row with Valid false
+// and its reason, not an error. Errors returned: those of Parts (reading
+// designs and slots); engine.Engines.Sandbox's ("sandbox: ..."); and
+// ctx.Err() when ctx is cancelled during the checks.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
 	cands, slots, err := candidates(ctx, env)
 	if err != nil {
