@@ -55,7 +55,9 @@ type Message struct {
 	// Role is "system", "user", "assistant" or "tool".
 	Role string `json:"role"`
 	// Content is the message text; the grpo stage appends an agent turn's
-	// tool calls to it as the JSON the model emitted.
+	// tool calls to it as the rollout stored them (spade's JSON list of
+	// {"id", "name", "arguments"}, not the model's own tool-call format;
+	// docs/training.md "Batch file").
 	Content string `json:"content"`
 }
 
