@@ -347,6 +347,23 @@ func metadataProblem(m sandbox.Meta, o Options) string {
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
+// inRange reports whether reward r is finite and lies in [lo, hi], with a
+// tolerance of 1e-9 of the range's width for rounding (a fixed 1e-9 would
+// admit rewards far outside a narrow range such as [0, 1e-12]). Each bound
+// is scaled before subtracting so the tolerance of a range as wide as the
+// float64 range stays finite.
+func inRange(r, lo, hi float64) bool {
+	tol := 1e-9*hi - 1e-9*lo
+	return finite(r) && r >= lo-tol && r <= hi+tol
+}
+
+// isObject reports whether raw is a JSON object (not null, an array or a
+// scalar): the info dict of the contract.
+func isObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
+}
+
 // firstDiff locates the first difference of two traces.
 func firstDiff(a, b []string) string {
 	for i := 0; i < len(a) && i < len(b); i++ {
@@ -439,6 +456,16 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		}
 		return trace, true
 	}
+	if !isObject(ep.Info) {
+		// The harness refuses a reset info that is not a dict, but it runs
+		// in the program's process: judge what arrived.
+		name := CheckReset
+		if !first {
+			name = CheckDeterministic
+		}
+		c.fail(name, fmt.Sprintf("reset(seed=%d): info %s is not a JSON object (a dict)", seed, clip(string(ep.Info), 40)), nil)
+		return nil, false
+	}
 	if !v.observation(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) {
 		return nil, false
 	}
@@ -452,7 +479,10 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 			c.time(CheckProbeStep, time.Since(t1))
 		}
 	}()
-	for step := 0; step < maxSteps+1; step++ {
+	// At most maxSteps steps: the episode must have ended by then (the
+	// harness's forced truncation at max_turns is code in the program's
+	// process, which the program can switch off).
+	for step := 0; step < maxSteps; step++ {
 		var action string
 		isMalformed := false
 		switch {
@@ -486,7 +516,7 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 			c.fail(CheckReward, fmt.Sprintf("%s: reward %v is not finite", where, res.Reward), nil)
 			return nil, false
 		}
-		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; res.Reward < lo-1e-9 || res.Reward > hi+1e-9 {
+		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; !inRange(res.Reward, lo, hi) {
 			c.fail(CheckReward, fmt.Sprintf("%s: reward %g outside reward_range [%g, %g]", where, res.Reward, lo, hi), nil)
 			return nil, false
 		}
@@ -528,12 +558,13 @@ func (v *validator) observation(obs, where string) bool {
 	return true
 }
 
-// successProblem checks the optional info["success"]: the win signal must
-// be a bool when present.
+// successProblem checks that info is a JSON object (JSON null is not: the
+// harness that would refuse it runs in the program's process) and that the
+// optional info["success"], the win signal, is a bool when present.
 func successProblem(info json.RawMessage) string {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(info, &m); err != nil {
-		return "info is not a JSON object"
+	if err := json.Unmarshal(info, &m); err != nil || m == nil {
+		return fmt.Sprintf("info %s is not a JSON object (a dict)", clip(string(info), 40))
 	}
 	if s, ok := m["success"]; ok && string(s) != "true" && string(s) != "false" {
 		return fmt.Sprintf(`info["success"] must be a bool, got %s`, clip(string(s), 40))

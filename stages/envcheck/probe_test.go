@@ -2,6 +2,7 @@ package envcheck
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -44,6 +45,33 @@ func TestSuccessProblem(t *testing.T) {
 	assert.Empty(t, successProblem(json.RawMessage(`{}`)))
 	assert.Contains(t, successProblem(json.RawMessage(`{"success":"yes"}`)), "must be a bool")
 	assert.Contains(t, successProblem(json.RawMessage(`[1]`)), "not a JSON object")
+	// JSON null unmarshals into a Go map without error: still not a dict.
+	assert.Contains(t, successProblem(json.RawMessage(`null`)), "not a JSON object")
+	assert.Contains(t, successProblem(nil), "not a JSON object")
+}
+
+func TestIsObject(t *testing.T) {
+	assert.True(t, isObject(json.RawMessage(`{}`)))
+	assert.True(t, isObject(json.RawMessage(`{"a":1}`)))
+	for _, bad := range []string{`null`, `[]`, `"x"`, `1`, ``} {
+		assert.False(t, isObject(json.RawMessage(bad)), bad)
+	}
+}
+
+// TestInRange: the rounding tolerance scales with the range, so a reward
+// a thousand times the top of a narrow range is out, and a range as wide
+// as float64 allows still has a finite tolerance.
+func TestInRange(t *testing.T) {
+	assert.True(t, inRange(1, 0, 1))
+	assert.True(t, inRange(0.1+0.2, 0, 0.3), "rounding above the top")
+	assert.True(t, inRange(1+1e-12, 0, 1))
+	assert.False(t, inRange(1+1e-6, 0, 1))
+	assert.False(t, inRange(-1e-6, 0, 1))
+	assert.True(t, inRange(1e-12, 0, 1e-12))
+	assert.False(t, inRange(1e-9, 0, 1e-12))
+	assert.True(t, inRange(1e308, -math.MaxFloat64, math.MaxFloat64))
+	assert.False(t, inRange(math.Inf(1), -math.MaxFloat64, math.MaxFloat64))
+	assert.False(t, inRange(math.NaN(), 0, 1))
 }
 
 // FuzzValidActions: observations are untrusted environment output.
