@@ -431,6 +431,8 @@ type LLMCall struct {
 	Response string `parquet:"response,zstd" json:"response"`
 	// Error is the call's error text ("" when none).
 	Error string `parquet:"error" json:"error"`
-	// LatencyMS is NULL unless the run records timings.
+	// LatencyMS is the wall-clock time of the backend's Chat call in
+	// milliseconds (the backend's own retries included); NULL unless the
+	// run records timings.
 	LatencyMS *int64 `parquet:"latency_ms,optional" json:"latency_ms,omitempty"`
 }

@@ -75,7 +75,9 @@ type Options struct {
 	// MaxRows bounds RowChange entries per table (0: DefaultMaxRows;
 	// negative: no limit).
 	MaxRows int
-	// MaxValueBytes bounds each printed value (0: DefaultMaxValueBytes).
+	// MaxValueBytes bounds each printed value, in bytes of its JSON form,
+	// before the "…(N bytes)" marker a cut value gets (<= 0:
+	// DefaultMaxValueBytes).
 	MaxValueBytes int
 }
 

@@ -212,8 +212,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) er
 
 // PutIfAbsent implements storage.Store.PutIfAbsent; the check and the
 // store happen under one lock, so exactly one of any number of concurrent
-// callers wins. r is read in full before the check, so a caller that finds
-// the key taken still consumes its reader. Errors are those of Put, plus
+// callers wins. r is read in full (size bytes, or -1 for unknown) before
+// the check, so a caller that finds the key taken still consumes its
+// reader. Errors are those of Put, plus
 // storage.ErrExists (wrapped) when the key exists.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := s.check(ctx, "put if absent", key); err != nil {

@@ -37,15 +37,20 @@ func Kinds() []string { return []string{KindReasoning, KindGame, KindGrounded, K
 
 // Bounds on the text a prompt carries, in characters (Unicode code points).
 const (
-	// DefaultExcerptChars bounds each grounding document's excerpt.
+	// DefaultExcerptChars bounds each grounding document's excerpt, in
+	// characters (Unicode code points, as Excerpt counts them).
 	DefaultExcerptChars = 1500
-	// DefaultSeedSourceChars bounds each memory seed's source excerpt.
+	// DefaultSeedSourceChars bounds each memory seed's source excerpt, in
+	// characters (code points).
 	DefaultSeedSourceChars = 1200
-	// MaxFeedbackChars bounds the retry feedback text.
+	// MaxFeedbackChars bounds the retry feedback text, in characters (code
+	// points).
 	MaxFeedbackChars = 2000
-	// MaxPreviousSourceChars bounds the failed attempt's source shown on retry.
+	// MaxPreviousSourceChars bounds the failed attempt's source shown on
+	// retry, in characters (code points).
 	MaxPreviousSourceChars = 6000
-	// MaxHintSourceChars bounds the environment source given to the hint call.
+	// MaxHintSourceChars bounds the environment source given to the hint
+	// call, in characters (code points).
 	MaxHintSourceChars = 48000
 	// HintMaxWords is the hint length the hint prompt asks for, in words.
 	HintMaxWords = 150
@@ -112,10 +117,11 @@ type Input struct {
 	Feedback string
 	// PreviousSource is the failed attempt's code, shown with Feedback.
 	PreviousSource string
-	// ExcerptChars bounds each document excerpt (0: DefaultExcerptChars).
+	// ExcerptChars bounds each document excerpt, in characters (code
+	// points; <= 0: DefaultExcerptChars).
 	ExcerptChars int
-	// SeedSourceChars bounds each seed source excerpt (0:
-	// DefaultSeedSourceChars; negative: no source shown).
+	// SeedSourceChars bounds each seed source excerpt, in characters
+	// (code points; 0: DefaultSeedSourceChars; negative: no source shown).
 	SeedSourceChars int
 }
 
