@@ -39,7 +39,7 @@ func (r *Report) WriteText(w io.Writer, all bool) error {
 			}
 		}
 		if t.Note != "" {
-			fmt.Fprintf(bw, " [%s]", t.Note)
+			fmt.Fprintf(bw, " [%s]", termtext.Safe(t.Note)) // manifest kinds and fingerprints are file content
 		}
 		fmt.Fprintln(bw)
 		for _, rc := range t.Rows {

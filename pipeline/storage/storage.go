@@ -180,12 +180,20 @@ func Schemes() []string {
 
 // Open opens the store named by rawURL, e.g. "file://./runs",
 // "s3://bucket/prefix?endpoint=http://127.0.0.1:7070", "mem://test".
-// Errors: ErrUnknownScheme (wrapped, naming the scheme and the known ones),
-// or the backend's own error naming the URL.
+// Errors: ErrBadURL (wrapped) for a URL that does not parse, giving the
+// parser's reason but not the URL, which may hold a secret;
+// ErrUnknownScheme (wrapped, naming the scheme and the known ones); or the
+// backend's own error naming the URL, redacted.
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("store URL %q: %w", rawURL, err)
+		// url.Parse's error quotes the whole URL, secrets included; keep
+		// only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, BadURL(fmt.Errorf("store URL (not shown: it may hold a secret) cannot be parsed: %w", err))
 	}
 	registryMu.RLock()
 	open, ok := registry[u.Scheme]

@@ -94,3 +94,17 @@ func TestValidateKey(t *testing.T) {
 		require.True(t, errors.Is(err, storage.ErrInvalidKey), k)
 	}
 }
+
+// TestOpenUnparseableURLHidesSecret: url.Parse's error quotes the whole
+// URL, so a malformed URL with a secret in it (here a bad port after
+// credentials) used to reach logs and stderr whole. Open now gives the
+// parser's reason only, as a bad URL (exit 2).
+func TestOpenUnparseableURLHidesSecret(t *testing.T) {
+	_, err := storage.Open(context.Background(), "s3://AKIAEXAMPLE:s3cr3tPassw0rd@bucket:port/x?secret_key=hunter2")
+	require.Error(t, err)
+	require.ErrorIs(t, err, storage.ErrBadURL)
+	for _, secret := range []string{"s3cr3tPassw0rd", "hunter2", "AKIAEXAMPLE"} {
+		require.NotContains(t, err.Error(), secret)
+	}
+	require.Contains(t, err.Error(), "invalid port")
+}

@@ -158,7 +158,10 @@ type FileInfo struct {
 }
 
 // Open opens a Parquet part file for reading by row group. name is used in
-// errors. The file's schema must convert to the table's row type.
+// errors. Open reads only the footer and does not compare the file's
+// schema with the table's (t only fixes the row type for the caller); a
+// schema that does not convert is found by ReadRowGroup, as ErrCorrupt.
+// Errors: an unreadable footer, wrapping ErrCorrupt and naming the file.
 func Open[T any](t schemas.Table[T], name string, r io.ReaderAt, size int64) (*parquet.File, error) {
 	f, err := parquet.OpenFile(r, size, parquet.SkipBloomFilters(true))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -358,7 +359,13 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 		if err != nil {
 			return schemas.Checkpoint{}, nil, err
 		}
-		if err := env.Store().PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil && !isExists(err) {
+		if err := env.Store().PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data))); isExists(err) {
+			// An earlier attempt of this round stored the same files (the
+			// id hashes their digests); keep it only if it is what we hold.
+			if err := sameContent(ctx, env.Store(), key, f.SHA256); err != nil {
+				return schemas.Checkpoint{}, nil, err
+			}
+		} else if err != nil {
 			return schemas.Checkpoint{}, nil, fmt.Errorf("store checkpoint file %s: %w", key, err)
 		}
 		ck.Files = append(ck.Files, schemas.CheckpointFile{Name: f.Name, Key: key, SHA256: f.SHA256, Bytes: f.Bytes})
@@ -428,3 +435,22 @@ func fetchCheckpoint(ctx context.Context, st storage.Store, ck schemas.Checkpoin
 }
 
 func isExists(err error) bool { return errors.Is(err, storage.ErrExists) }
+
+// sameContent checks that the stored object key has the hex sha256 want;
+// errors name the key: a read error, or a different digest (a checkpoint
+// file changed in the store since an earlier attempt wrote it).
+func sameContent(ctx context.Context, s storage.Store, key, want string) error {
+	r, err := s.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("verify checkpoint file %s: %w", key, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return fmt.Errorf("verify checkpoint file %s: %w", key, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("checkpoint file %s is already in the store with sha256 %s, not the trained %s: it was changed after an earlier attempt wrote it; remove it to retrain", key, got, want)
+	}
+	return nil
+}

@@ -409,3 +409,22 @@ func TestFetchCheckpointBadNames(t *testing.T) {
 		})
 	}
 }
+
+// TestSameContent: a rerun of the grpo stage whose checkpoint files are
+// already in the store (an earlier attempt stored them, then died before
+// the commit) keeps them only if their sha256 is the trained one; the
+// "already exists" answer used to be accepted without reading them.
+func TestSameContent(t *testing.T) {
+	ctx := context.Background()
+	s, err := storage.Open(ctx, "mem://"+t.Name())
+	require.NoError(t, err)
+	data := []byte("model weights")
+	sum := sha256.Sum256(data)
+	want := hex.EncodeToString(sum[:])
+	require.NoError(t, storage.PutBytes(ctx, s, "ck/model.safetensors", data))
+	require.NoError(t, sameContent(ctx, s, "ck/model.safetensors", want))
+	require.NoError(t, storage.PutBytes(ctx, s, "ck/changed.safetensors", []byte("other weights")))
+	err = sameContent(ctx, s, "ck/changed.safetensors", want)
+	require.ErrorContains(t, err, "ck/changed.safetensors is already in the store with sha256")
+	require.ErrorIs(t, sameContent(ctx, s, "ck/missing", want), storage.ErrNotFound)
+}

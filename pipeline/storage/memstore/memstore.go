@@ -88,18 +88,18 @@ func New(name string) *Store {
 func OpenURL(u *url.URL) (*Store, error) {
 	raw := storage.Redact(u.String())
 	if u.Scheme != "mem" {
-		return nil, fmt.Errorf("open mem store %q: scheme is not mem", raw)
+		return nil, storage.BadURL(fmt.Errorf("open mem store %q: scheme is not mem", raw))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("open mem store %q: missing store name (want mem://NAME[/PREFIX])", raw)
+		return nil, storage.BadURL(fmt.Errorf("open mem store %q: missing store name (want mem://NAME[/PREFIX])", raw))
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("open mem store %q: user info, query and fragment are not supported", raw)
+		return nil, storage.BadURL(fmt.Errorf("open mem store %q: user info, query and fragment are not supported", raw))
 	}
 	prefix := strings.Trim(u.Path, "/")
 	if prefix != "" {
 		if err := storage.ValidateKey(prefix); err != nil {
-			return nil, fmt.Errorf("open mem store %q: prefix: %w", raw, err)
+			return nil, storage.BadURL(fmt.Errorf("open mem store %q: prefix: %w", raw, err))
 		}
 		prefix += "/"
 	}
@@ -172,13 +172,18 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 	return streams.ReadCloserWithContext(ctx, io.NopCloser(bytes.NewReader(o.data[start:end]))), nil
 }
 
+// maxPrealloc is the largest declared size (bytes) read allocates up front.
+const maxPrealloc = 64 << 20
+
 // read drains r fully before touching the map, so a cancelled or failed
 // read leaves no object behind and other readers never see a prefix.
 func (s *Store) read(ctx context.Context, op, key string, r io.Reader, size int64) ([]byte, error) {
 	var buf bytes.Buffer
-	if size > 0 {
+	if size > 0 && size <= maxPrealloc {
 		// ReadFrom wants MinRead spare bytes before it will see EOF; without
-		// them a full buffer doubles just to read nothing.
+		// them a full buffer doubles just to read nothing. A larger declared
+		// size is not trusted with an allocation: the buffer grows as bytes
+		// arrive, and a short body is ErrSizeMismatch.
 		buf.Grow(int(size) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(streams.Sized(streams.WithContext(ctx, r), size)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,4 +100,30 @@ func TestOpenURLErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestBadURLs: a malformed mem:// URL is a bad store URL (ErrBadURL, exit
+// 2 in the CLI) like a malformed file:// or s3:// one; it was a plain
+// error.
+func TestBadURLs(t *testing.T) {
+	for _, raw := range []string{"mem://", "mem://x?a=b", "mem://u@x", "mem://x/../y"} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		_, err = memstore.OpenURL(u)
+		require.ErrorIs(t, err, storage.ErrBadURL, raw)
+	}
+}
+
+// TestHugeDeclaredSize: a Put declaring far more bytes than it sends used
+// to allocate the declared size up front (a panic or an out-of-memory
+// kill for sizes near 2^62); it is now the size-mismatch error.
+func TestHugeDeclaredSize(t *testing.T) {
+	s := memstore.New(t.Name())
+	ctx := context.Background()
+	err := s.Put(ctx, "k", strings.NewReader("short"), 1<<62)
+	require.Error(t, err)
+	err = s.PutIfAbsent(ctx, "k", strings.NewReader("short"), 1<<40)
+	require.Error(t, err)
+	_, err = s.Stat(ctx, "k")
+	require.ErrorIs(t, err, storage.ErrNotFound)
 }
