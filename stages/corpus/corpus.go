@@ -31,10 +31,12 @@ func (Embedded) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input,
 // ConfigSubset implements pipeline.Stage: the corpus depends on no setting.
 func (Embedded) ConfigSubset(*config.Config) any { return "embedded" }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage: one part, and never an error.
 func (Embedded) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage: it emits the embedded documents. Errors:
+// the embedded corpus does not decode (a build defect), wrapped as
+// "embedded corpus".
 func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
 	docs, err := datasets.Embedded()
 	if err != nil {
@@ -81,10 +83,13 @@ func (im *Import) ConfigSubset(*config.Config) any {
 	}{im.Options, im.FileDigests}
 }
 
-// Parts implements pipeline.Stage.
+// Parts implements pipeline.Stage: one part, and never an error.
 func (*Import) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
-// Run implements pipeline.Stage.
+// Run implements pipeline.Stage: it emits every document datasets.Import
+// accepts and sets *Report (also on failure). Errors: datasets.Import's,
+// as it returns them (see its doc), or none imported ("import produced no
+// documents", with the rows read and skipped); nothing is committed then.
 func (im *Import) Run(ctx context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
 	var n int
 	rep, err := datasets.Import(ctx, im.Options, func(d schemas.CorpusDoc) error {

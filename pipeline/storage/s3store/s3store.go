@@ -368,7 +368,10 @@ func (s *Store) fail(op, key string, err error) error {
 	return fmt.Errorf("%s %s in %s: %w", op, key, s.url, err)
 }
 
-// Get returns the whole object; see storage.Store.
+// Get returns the whole object; see storage.Store. The body resumes a
+// broken transfer with ranged GETs (resuming). Errors, naming the key and
+// the store's URL: ctx's, storage.ErrInvalidKey, storage.ErrNotFound
+// (wrapped) for a missing key, else GetObject's.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := s.begin(ctx, "get", key); err != nil {
 		return nil, err
@@ -382,7 +385,10 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 
 // GetRange returns length bytes from offset with one ranged GET (RFC 9110
 // Range: bytes=first-last); see storage.Store for the edge cases. A
-// zero-length range costs a HEAD, since HTTP cannot express it.
+// zero-length range costs a HEAD, since HTTP cannot express it. Errors,
+// naming the key and the store's URL: ctx's, storage.ErrInvalidKey, a
+// negative offset or length, storage.ErrNotFound (wrapped), else
+// GetObject's; a range past the end (416) is an empty body, not an error.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if err := s.begin(ctx, "get range", key); err != nil {
 		return nil, err
@@ -574,7 +580,10 @@ func (s *Store) upload(ctx context.Context, key string, r io.Reader, size int64,
 	return err
 }
 
-// Stat returns the object's Info from a HEAD; see storage.Store.
+// Stat returns the object's Info from a HEAD (Size in bytes, ModTime in
+// UTC); see storage.Store. Errors, naming the key and the store's URL:
+// ctx's, storage.ErrInvalidKey, storage.ErrNotFound (wrapped), else
+// HeadObject's.
 func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	if err := s.begin(ctx, "stat", key); err != nil {
 		return storage.Info{}, err
@@ -600,7 +609,8 @@ func (s *Store) storeKey(full string) (string, bool) {
 
 // List pages through ListObjectsV2 (1000 keys a page) and returns the
 // objects under prefix, sorted by key. Keys that break the key rules (e.g.
-// "dir/" markers made by other tools) are skipped.
+// "dir/" markers made by other tools) are skipped. Errors: ctx's and
+// ListObjectsV2's, wrapped with the prefix and the store's URL.
 func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
@@ -759,6 +769,7 @@ func (s *Store) Client() *s3.Client { return s.client }
 func (s *Store) Options() Options { return s.opts }
 
 // Close closes idle HTTP connections; the store must not be used after.
+// It never fails and returns nil.
 func (s *Store) Close() error {
 	s.transport.CloseIdleConnections()
 	return nil
