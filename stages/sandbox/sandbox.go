@@ -32,8 +32,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spade-pipeline/spade/internal/textcut"
@@ -264,6 +266,16 @@ func New(cfg Config) (*Sandbox, error) {
 		if probeErr == nil {
 			return s, nil
 		}
+		if err := s.bwrapRuns(); err == nil {
+			// bubblewrap itself works; the harness does not start inside
+			// it. Falling back would run untrusted code without isolation
+			// because of an interpreter the sandbox cannot see.
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("sandbox: bubblewrap works here, but the Python harness does not start inside it with %s: %w "+
+				"(the sandbox shows /usr, /bin, /lib*, /etc/ld.so.cache and the interpreter's installation prefix, and no home "+
+				"directory or /tmp of the host: use an interpreter installed outside them, such as /usr/bin/python3; a pyenv "+
+				"shim is a script that runs one under $HOME)", cfg.Python, probeErr)
+		}
 	}
 	why := "bubblewrap not found"
 	switch {
@@ -288,6 +300,42 @@ func New(cfg Config) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: start python harness with %s: %w", cfg.Python, err)
 	}
 	return s, nil
+}
+
+// bwrapRuns runs bubblewrap with the sandbox's own namespaces, binds and
+// environment, less the bind of the interpreter's installation prefix, as
+// slot 0's uid, around /usr/bin/true instead of the harness: nil when
+// bubblewrap can build the sandbox here, so that a failing harness is the
+// interpreter's fault. Errors: the exit status with the tail of
+// bubblewrap's output, or a LoadTimeout (seconds) overrun.
+func (s *Sandbox) bwrapRuns() error {
+	argv := s.argv(-1)
+	end := slices.Index(argv, "--")
+	if end < 0 {
+		return fmt.Errorf("no bubblewrap command line")
+	}
+	argv = argv[:end+1]
+	if prefix := pythonPrefix(s.cfg.Python); prefix != "" {
+		for i := 0; i+2 < len(argv); i++ {
+			if argv[i] == "--ro-bind" && argv[i+1] == prefix && argv[i+2] == prefix {
+				argv = slices.Delete(slices.Clone(argv), i, i+3)
+				break
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LoadTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], append(slices.Clone(argv[1:]), "/usr/bin/true")...)
+	cmd.Env = s.childEnv()
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if uid := s.slotUID(0); uid >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+	}
+	cmd.SysProcAttr = attr
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w: %s", err, textcut.Suffix(strings.TrimSpace(string(out)), 512))
+	}
+	return nil
 }
 
 // probe starts and stops one worker to prove the configuration works.
