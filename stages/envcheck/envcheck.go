@@ -284,7 +284,7 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 		if quick {
 			maxSteps = 2
 		}
-		tr, ok := v.episode(ctx, seed, maxSteps, !quick, true)
+		tr, ok := v.episode(ctx, seed, maxSteps, !quick, true, false)
 		if !ok {
 			return c.report(&meta, start)
 		}
@@ -301,9 +301,16 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	}
 	c.pass(CheckEpisodeEnds, v.endsDetail())
 
+	// Every seed is replayed after the other episodes (state kept on the
+	// class or in module globals shows), the last one on the class of a
+	// second execution of the program's code (ResetFresh): what the program
+	// draws once at module level (os.urandom, random.Random(), the clock)
+	// is the same for every episode of one process but differs between
+	// processes, so between this validation and the rollouts.
 	t0 = time.Now()
 	for i, seed := range seeds {
-		tr, ok := v.episode(ctx, seed, meta.MaxTurns, true, false)
+		fresh := i == len(seeds)-1
+		tr, ok := v.episode(ctx, seed, meta.MaxTurns, true, false, fresh)
 		if !ok {
 			if c.ok() {
 				c.fail(CheckDeterministic, fmt.Sprintf("seed %d: the replay failed", seed), nil)
@@ -311,7 +318,11 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 			return c.report(&meta, start)
 		}
 		if d := firstDiff(traces[i], tr); d != "" {
-			c.fail(CheckDeterministic, fmt.Sprintf("seed %d replayed with the same actions diverged at %s", seed, d), nil)
+			how := ""
+			if fresh {
+				how = " on the class of a second execution of the program's code (module-level state was new: randomness or a clock reading taken at module level, or state left by earlier episodes)"
+			}
+			c.fail(CheckDeterministic, fmt.Sprintf("seed %d replayed with the same actions%s diverged at %s", seed, how, d), nil)
 			return c.report(&meta, start)
 		}
 	}
@@ -420,15 +431,24 @@ func (v *validator) malformedActions() []string {
 // malformed actions are interleaved and play continues to the end (at most
 // maxSteps steps); otherwise one malformed and one plausible step are taken.
 // The probe policy is a pure function of seed and observations, so a replay
-// of a deterministic environment takes the same actions.
-func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full, first bool) ([]string, bool) {
+// of a deterministic environment takes the same actions. first marks the
+// first pass over the seeds, fresh a replay with Program.ResetFresh.
+func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full, first, fresh bool) ([]string, bool) {
 	c := v.c
 	t0 := time.Now()
-	ep, err := v.prog.Reset(ctx, seed)
+	reset := v.prog.Reset
+	if fresh {
+		reset = v.prog.ResetFresh
+	}
+	ep, err := reset(ctx, seed)
 	if first {
 		c.time(CheckReset, time.Since(t0))
 	}
 	if err != nil {
+		if fresh {
+			c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay with a second execution of the program's code: %s", seed, errDetail(err)), err)
+			return nil, false
+		}
 		if !first {
 			c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay: %s", seed, errDetail(err)), err)
 			return nil, false

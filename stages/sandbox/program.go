@@ -112,6 +112,25 @@ func (p *Program) Alive() bool {
 // Reset. Errors: *Error (KindException, KindContract, KindTimeout, ...);
 // ErrEpisodeOpen; ErrClosed.
 func (p *Program) Reset(ctx context.Context, seed int64) (*Episode, error) {
+	return p.reset(ctx, seed, false)
+}
+
+// ResetFresh is Reset with an instance of the class of a new execution of
+// the program's code in the same process (module-level code runs again;
+// the loaded class and its module stay as they are for later episodes).
+// The validator replays a seed this way: what a program draws once at
+// module level (os.urandom, an unseeded random.Random(), the clock)
+// differs between program processes but not between the episodes of one.
+// Its call timeout is Config.LoadTimeout plus CallTimeout, and an
+// in-process episode gets twice CPUSeconds. When the second execution
+// raises an Exception (module-level code that cannot run twice in one
+// process, such as an exclusive file creation), the harness falls back to
+// the loaded class. Errors are Reset's.
+func (p *Program) ResetFresh(ctx context.Context, seed int64) (*Episode, error) {
+	return p.reset(ctx, seed, true)
+}
+
+func (p *Program) reset(ctx context.Context, seed int64, fresh bool) (*Episode, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -120,7 +139,14 @@ func (p *Program) Reset(ctx context.Context, seed int64) (*Episode, error) {
 	if p.episode != nil {
 		return nil, ErrEpisodeOpen
 	}
-	r, err := p.w.call(ctx, "reset", map[string]any{"op": "reset", "seed": seed, "fork": p.sb.cfg.ForkEpisodes}, p.sb.cfg.CallTimeout)
+	req := map[string]any{"op": "reset", "seed": seed, "fork": p.sb.cfg.ForkEpisodes}
+	timeout := p.sb.cfg.CallTimeout
+	if fresh {
+		req["fresh"] = true
+		// The module runs again first, which a load may take LoadTimeout for.
+		timeout += p.sb.cfg.LoadTimeout
+	}
+	r, err := p.w.call(ctx, "reset", req, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -791,3 +791,66 @@ class E(Env):
 		require.True(t, pf.Alive(), "fork mode, after episode %d", seed)
 	}
 }
+
+// TestResetFresh: ResetFresh plays an episode on the class of a second
+// execution of the program's code, so a value drawn once at module level
+// differs from the loaded class's, while the loaded class (later Resets)
+// keeps its own; module-level code that cannot run twice falls back to the
+// loaded class.
+func TestResetFresh(t *testing.T) {
+	const salted = `import os
+from spade_env import Env
+SALT = os.urandom(8).hex()
+class E(Env):
+    max_turns = 2
+    def reset(self, seed=None):
+        super().reset(seed)
+        return SALT, {}
+    def step(self, a):
+        return SALT, 0.0, True, False, {}
+`
+	const once = `from spade_env import Env
+open("/tmp/once", "x").close()
+class E(Env):
+    max_turns = 2
+    def reset(self, seed=None):
+        super().reset(seed)
+        return "same", {}
+    def step(self, a):
+        return "same", 0.0, True, False, {}
+`
+	obs := func(t *testing.T, p *Program, fresh bool) string {
+		t.Helper()
+		reset := p.Reset
+		if fresh {
+			reset = p.ResetFresh
+		}
+		e, err := reset(context.Background(), 1)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, e.Close()) }()
+		r, err := e.Step(context.Background(), "x")
+		require.NoError(t, err)
+		require.Equal(t, e.Observation, r.Observation)
+		return e.Observation
+	}
+	for _, fork := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fork=%v", fork), func(t *testing.T) {
+			sb := newSandbox(t, func(c *Config) { c.ForkEpisodes = fork })
+			p, err := sb.Load(context.Background(), salted)
+			require.NoError(t, err)
+			defer p.Close()
+			loaded := obs(t, p, false)
+			fresh := obs(t, p, true)
+			assert.Len(t, fresh, 16)
+			assert.NotEqual(t, loaded, fresh, "a second execution draws another salt")
+			assert.Equal(t, loaded, obs(t, p, false), "the loaded class keeps its salt")
+			assert.NotEqual(t, fresh, obs(t, p, true))
+
+			q, err := sb.Load(context.Background(), once)
+			require.NoError(t, err)
+			defer q.Close()
+			assert.Equal(t, "same", obs(t, q, true), "falls back to the loaded class")
+			assert.Equal(t, "same", obs(t, q, false))
+		})
+	}
+}

@@ -13,7 +13,9 @@ Lifecycle (one program per process, never a second one):
   load       compile + exec the program, discover the environment class
   reset      seed ``random`` from the reset seed, build a fresh instance,
              call reset(seed) and serve step / tool_status / close for that
-             episode, in this process or (``"fork": true``) in a forked child
+             episode, in this process or (``"fork": true``) in a forked child;
+             with ``"fresh": true`` the instance is of the class of a new
+             execution of the program's code (fresh_class)
   ended      after the episode, with the forked child's wait status and
              whether stray processes had to be killed
 
@@ -291,7 +293,39 @@ def op_load(req):
         send({"ok": False, "kind": "no_class", "detail": str(exc)})
         return
     PROGRAM["cls"] = cls
+    PROGRAM["code"] = code
+    # The name the class is bound to, for fresh_class.
+    PROGRAM["name"] = next((k for k, v in module.__dict__.items() if v is cls), cls.__name__)
     send({"ok": True, "meta": metadata(cls)})
+
+
+def fresh_class():
+    """Execute the loaded program's code again, as a new spade_program
+    module in this process, and return its environment class (the one bound
+    to the same name). The validator replays a seed on it: what a program
+    draws once at module level (os.urandom, an unseeded random.Random(),
+    the clock, object addresses) is the same for every episode of one
+    process but differs between program processes, so between the
+    validation and the rollouts, and between two runs."""
+    old = sys.modules.get("spade_program")
+    module = type(sys)("spade_program")
+    module.__dict__.update({"__name__": "spade_program", "__builtins__": __builtins__})
+    sys.modules["spade_program"] = module
+    try:
+        random.seed(0)
+        exec(PROGRAM["code"], module.__dict__)
+    finally:
+        if old is not None:
+            sys.modules["spade_program"] = old
+    cls = module.__dict__.get(PROGRAM["name"])
+    if not isinstance(cls, type):
+        raise LookupError(f"executed again, the program binds no class to {PROGRAM['name']!r}")
+    return cls
+
+
+def turn_limit(cls):
+    mt = getattr(cls, "max_turns", 0)
+    return mt if isinstance(mt, int) and not isinstance(mt, bool) and mt > 0 else 0
 
 
 # --- one episode (runs in the forked child) --------------------------------
@@ -468,10 +502,19 @@ class KeyProbe(dict):
         return self._wrap(key, dict.__getitem__(self, key))
 
 
-def serve_episode(seed, max_turns):
+def serve_episode(seed, fresh):
     cls = PROGRAM["cls"]
-    random.seed(seed)
+    if fresh:
+        try:
+            cls = fresh_class()
+        except Exception:  # noqa: BLE001
+            # Module-level code that cannot run twice in one process (it
+            # creates a file exclusively, say) is no fault of the program,
+            # which runs it once per process: replay on the loaded class.
+            cls = PROGRAM["cls"]
     try:
+        max_turns = turn_limit(cls)
+        random.seed(seed)
         env = cls()
         obs, info = check_reset(env.reset(seed=seed))
         if len(obs) > MAX_REPLY:
@@ -537,10 +580,9 @@ def op_reset(req):
         send({"op": "ended", "exit": -1})
         return
     seed = req.get("seed")
-    mt = getattr(PROGRAM["cls"], "max_turns", 0)
-    max_turns = mt if isinstance(mt, int) and not isinstance(mt, bool) and mt > 0 else 0
+    fresh = bool(req.get("fresh"))
     if not req.get("fork", True):
-        episode_in_process(seed, max_turns)
+        episode_in_process(seed, fresh)
         return
     sys.stdout.flush()
     sys.stderr.flush()
@@ -556,7 +598,7 @@ def op_reset(req):
         send({"op": "ended", "exit": -1})
         return
     if pid == 0:
-        child_main(lambda: serve_episode(seed, max_turns))
+        child_main(lambda: serve_episode(seed, fresh))
     _, status = os.waitpid(pid, 0)
     ended = dict({"op": "ended"}, **status_fields(status))
     if kill_strays():
@@ -587,7 +629,7 @@ def kill_strays():
     return True
 
 
-def episode_in_process(seed, max_turns):
+def episode_in_process(seed, fresh):
     """Serve one episode in this process: a fresh instance of the loaded
     class, the same seeding as a forked episode, and the same reply frames.
     State the program keeps outside its instances (class attributes,
@@ -597,10 +639,11 @@ def episode_in_process(seed, max_turns):
     cpu = LIMITS.get("cpu_seconds")
     if cpu:
         # RLIMIT_CPU counts the whole process: give each episode its own
-        # budget on top of what earlier episodes used.
+        # budget on top of what earlier episodes used (twice for a fresh
+        # one, which executes the module again first, as a load does).
         ru = resource.getrusage(resource.RUSAGE_SELF)
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-        soft = int(ru.ru_utime + ru.ru_stime) + cpu
+        soft = int(ru.ru_utime + ru.ru_stime) + cpu * (2 if fresh else 1)
         if hard != resource.RLIM_INFINITY:
             soft = min(soft, hard)
         try:
@@ -608,7 +651,7 @@ def episode_in_process(seed, max_turns):
         except (ValueError, OSError):
             pass
     try:
-        serve_episode(seed, max_turns)
+        serve_episode(seed, fresh)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
