@@ -47,6 +47,11 @@ var gameChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, C
 var quickChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
 	CheckReward, CheckObservation, CheckCleanup}
 
+// DefaultMaxObservationBytes is the contract's bound on one observation
+// (docs/environment-contract.md) and the default of
+// Options.MaxObservationBytes. The rollout stage applies it to every play.
+const DefaultMaxObservationBytes = 16 << 10
+
 // Options tunes a validation. Zero fields take the documented defaults.
 type Options struct {
 	// Seeds are the reset seeds tested (at least 3 are used; fewer are
@@ -65,7 +70,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.MaxObservationBytes <= 0 {
-		o.MaxObservationBytes = 16 << 10
+		o.MaxObservationBytes = DefaultMaxObservationBytes
 	}
 	if o.MaxTurnsLimit <= 0 {
 		o.MaxTurnsLimit = 100
@@ -358,12 +363,13 @@ func metadataProblem(m sandbox.Meta, o Options) string {
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
-// inRange reports whether reward r is finite and lies in [lo, hi], with a
-// tolerance of 1e-9 of the range's width for rounding (a fixed 1e-9 would
-// admit rewards far outside a narrow range such as [0, 1e-12]). Each bound
-// is scaled before subtracting so the tolerance of a range as wide as the
-// float64 range stays finite.
-func inRange(r, lo, hi float64) bool {
+// RewardInRange reports whether reward r is finite and lies in [lo, hi],
+// with a tolerance of 1e-9 of the range's width for rounding (a fixed 1e-9
+// would admit rewards far outside a narrow range such as [0, 1e-12]). Each
+// bound is scaled before subtracting so the tolerance of a range as wide as
+// the float64 range stays finite. The rollout stage applies the same test
+// to every play.
+func RewardInRange(r, lo, hi float64) bool {
 	tol := 1e-9*hi - 1e-9*lo
 	return finite(r) && r >= lo-tol && r <= hi+tol
 }
@@ -536,7 +542,7 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 			c.fail(CheckReward, fmt.Sprintf("%s: reward %v is not finite", where, res.Reward), nil)
 			return nil, false
 		}
-		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; !inRange(res.Reward, lo, hi) {
+		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; !RewardInRange(res.Reward, lo, hi) {
 			c.fail(CheckReward, fmt.Sprintf("%s: reward %g outside reward_range [%g, %g]", where, res.Reward, lo, hi), nil)
 			return nil, false
 		}

@@ -58,20 +58,20 @@ func TestIsObject(t *testing.T) {
 	}
 }
 
-// TestInRange: the rounding tolerance scales with the range, so a reward
+// TestRewardInRange: the rounding tolerance scales with the range, so a reward
 // a thousand times the top of a narrow range is out, and a range as wide
 // as float64 allows still has a finite tolerance.
-func TestInRange(t *testing.T) {
-	assert.True(t, inRange(1, 0, 1))
-	assert.True(t, inRange(0.1+0.2, 0, 0.3), "rounding above the top")
-	assert.True(t, inRange(1+1e-12, 0, 1))
-	assert.False(t, inRange(1+1e-6, 0, 1))
-	assert.False(t, inRange(-1e-6, 0, 1))
-	assert.True(t, inRange(1e-12, 0, 1e-12))
-	assert.False(t, inRange(1e-9, 0, 1e-12))
-	assert.True(t, inRange(1e308, -math.MaxFloat64, math.MaxFloat64))
-	assert.False(t, inRange(math.Inf(1), -math.MaxFloat64, math.MaxFloat64))
-	assert.False(t, inRange(math.NaN(), 0, 1))
+func TestRewardInRange(t *testing.T) {
+	assert.True(t, RewardInRange(1, 0, 1))
+	assert.True(t, RewardInRange(0.1+0.2, 0, 0.3), "rounding above the top")
+	assert.True(t, RewardInRange(1+1e-12, 0, 1))
+	assert.False(t, RewardInRange(1+1e-6, 0, 1))
+	assert.False(t, RewardInRange(-1e-6, 0, 1))
+	assert.True(t, RewardInRange(1e-12, 0, 1e-12))
+	assert.False(t, RewardInRange(1e-9, 0, 1e-12))
+	assert.True(t, RewardInRange(1e308, -math.MaxFloat64, math.MaxFloat64))
+	assert.False(t, RewardInRange(math.Inf(1), -math.MaxFloat64, math.MaxFloat64))
+	assert.False(t, RewardInRange(math.NaN(), 0, 1))
 }
 
 // FuzzValidActions: observations are untrusted environment output.

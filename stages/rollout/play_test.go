@@ -44,6 +44,7 @@ func TestPlayNonFiniteReward(t *testing.T) {
 
 class Bad(Env):
     max_turns = 5
+    reward_range = (0.0, 1.5e308)  # wide enough for the overflow case
 
     def reset(self, seed=None):
         super().reset(seed)
@@ -90,5 +91,70 @@ func TestSuccess(t *testing.T) {
 		{``, 0.5, true},
 	} {
 		require.Equal(t, c.want, success(json.RawMessage(c.info), c.ret), "info %s return %v", c.info, c.ret)
+	}
+}
+
+// TestPlayEnforcesContract: a program can tell the validator's seeds (0, 1,
+// 2) from a play's and keep the contract only under validation, so Play
+// checks what the validator checks on every step: a reward outside the
+// reward_range (the validated one, else the program's declared one) or an
+// observation over 16 KiB ends the play as an environment failure with the
+// return so far.
+func TestPlayEnforcesContract(t *testing.T) {
+	sb, err := sandbox.New(sandbox.Config{Workers: 1, CallTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Close() })
+	cfg := config.Default()
+	const src = `from spade_env import Env
+
+
+class TwoFaced(Env):
+    max_turns = 5
+    reward_range = (0.0, 1.0)
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.seed, self.t = seed, 0
+        big = seed == 1 << 40
+        return ("x" * 20000 if big else "") + "Valid actions: go", {}
+
+    def step(self, action):
+        self.t += 1
+        if self.seed < 10 or self.t == 1:
+            return "Valid actions: go", 0.5, False, False, {}
+        if self.seed == 1 << 41:
+            return "x" * 20000, 0.0, False, False, {}
+        return "Valid actions: go", 1000.0, True, False, {"success": True}
+`
+	for _, tc := range []struct {
+		name   string
+		seed   int64
+		rr     []float64
+		err    string
+		turns  int64
+		ret    float64
+		errNil bool
+	}{
+		{name: "validator seed", seed: 1, rr: []float64{0, 1}, errNil: true, turns: 5, ret: 2.5},
+		{name: "reward, validated range", seed: 1 << 33, rr: []float64{0, 1}, err: "env step: reward 1000 outside reward_range [0, 1]", turns: 1, ret: 0.5},
+		{name: "reward, pool row", seed: 1 << 33, err: "env step: reward 1000 outside reward_range [0, 1]", turns: 1, ret: 0.5},
+		{name: "reward, wider validated range", seed: 1 << 33, rr: []float64{0, 1000}, errNil: true, turns: 2, ret: 1000.5},
+		{name: "reset observation", seed: 1 << 40, rr: []float64{0, 1}, err: "env reset: observation of 20017 bytes exceeds 16384"},
+		{name: "step observation", seed: 1 << 41, rr: []float64{0, 1}, err: "env step: observation of 20000 bytes exceeds 16384", turns: 1, ret: 0.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prog, err := sb.Load(context.Background(), src)
+			require.NoError(t, err)
+			defer prog.Close()
+			r := schemas.Rollout{EnvID: "two", Seed: tc.seed}
+			Play(context.Background(), &cfg, goAgent{}, prog, Target{EnvID: "two", Source: src, MaxTurns: 5, RewardRange: tc.rr}, false, &r)
+			if tc.errNil {
+				require.Empty(t, r.Error)
+			} else {
+				require.Equal(t, tc.err, r.Error)
+			}
+			require.Equal(t, tc.turns, r.Turns)
+			require.Equal(t, tc.ret, r.Return)
+		})
 	}
 }

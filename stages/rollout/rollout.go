@@ -19,6 +19,7 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/design/prompt"
 	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/envcheck"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/procedural"
 	"github.com/spade-pipeline/spade/stages/sample"
@@ -78,6 +79,10 @@ type Target struct {
 	// MaxTurns is the environment's turn limit (0: none declared); a play
 	// stops at the smaller of it and rollout.max_turns.
 	MaxTurns int
+	// RewardRange is the validated reward_range [low, high] of an
+	// environments row; nil for a pool row, which does not carry it (the
+	// loaded program's declared range is used then).
+	RewardRange []float64
 }
 
 // isToolUse reports whether an environment whose environments or pool row
@@ -93,7 +98,8 @@ func isToolUse(tools string) bool { return tools != "" }
 // envTarget is the target of a valid environments row on a regeneration
 // round, with its hint ("" when none).
 func envTarget(e schemas.Environment, hint string) Target {
-	return Target{EnvID: e.EnvID, Skill: e.Skill, Source: e.Source, Hint: hint, Tools: e.Tools, ToolUse: isToolUse(e.Tools), MaxTurns: int(e.MaxTurns)}
+	return Target{EnvID: e.EnvID, Skill: e.Skill, Source: e.Source, Hint: hint, Tools: e.Tools, ToolUse: isToolUse(e.Tools), MaxTurns: int(e.MaxTurns),
+		RewardRange: []float64{e.RewardLow, e.RewardHigh}}
 }
 
 // poolTarget is the target of a pool row on a pool round.
@@ -234,14 +240,34 @@ func playAll(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *
 	return out
 }
 
+// rewardBounds is the reward_range a play's rewards must lie in: the
+// target's validated one, else (pool rows) the loaded program's.
+func rewardBounds(t Target, meta sandbox.Meta) (lo, hi float64, ok bool) {
+	for _, rr := range [][]float64{t.RewardRange, meta.RewardRange} {
+		if len(rr) == 2 && !math.IsNaN(rr[0]) && !math.IsInf(rr[0], 0) && !math.IsNaN(rr[1]) && !math.IsInf(rr[1], 0) && rr[0] < rr[1] {
+			return rr[0], rr[1], true
+		}
+	}
+	return 0, 0, false
+}
+
 // Play runs one episode: reset with r.Seed, then agent turn and step until
 // the episode ends or the turn limit (the smaller of the environment's and
 // rollout.max_turns) truncates it. Failures of the environment or the agent
 // end the play and are recorded in r.Error; the return so far stands.
+// What the validator checks on its probe episodes is checked again on
+// every step here (a reward outside reward_range, an observation over
+// envcheck.DefaultMaxObservationBytes): a program can tell the validator's
+// seeds and pace from a play's and behave only under validation.
 func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *sandbox.Program, t Target, hinted bool, r *schemas.Rollout) {
 	hint := ""
 	if hinted {
 		hint = t.Hint
+	}
+	lo, hi, bounded := rewardBounds(t, prog.Meta())
+	if !bounded {
+		r.Error = "env reset: no finite reward_range with low < high"
+		return
 	}
 	ep, err := prog.Reset(ctx, r.Seed)
 	if err != nil {
@@ -249,6 +275,10 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		return
 	}
 	defer ep.Close()
+	if n := len(ep.Observation); n > envcheck.DefaultMaxObservationBytes {
+		r.Error = fmt.Sprintf("env reset: observation of %d bytes exceeds %d", n, envcheck.DefaultMaxObservationBytes)
+		return
+	}
 	msgs := []model.Message{
 		{Role: model.RoleSystem, Content: prompt.AgentSystem(hint, t.ToolUse)},
 		{Role: model.RoleUser, Content: ep.Observation},
@@ -311,6 +341,17 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 			if !math.IsNaN(st.Reward) && !math.IsInf(st.Reward, 0) {
 				r.Error = fmt.Sprintf("env step: reward %v makes the return overflow", st.Reward)
 			}
+			return
+		}
+		if !envcheck.RewardInRange(st.Reward, lo, hi) {
+			// Ends the play like a non-finite reward: a return beyond the
+			// declared range would inflate the regret (and the designer
+			// reward, which divides by the declared width).
+			r.Error = fmt.Sprintf("env step: reward %v outside reward_range [%g, %g]", st.Reward, lo, hi)
+			return
+		}
+		if n := len(st.Observation); n > envcheck.DefaultMaxObservationBytes {
+			r.Error = fmt.Sprintf("env step: observation of %d bytes exceeds %d", n, envcheck.DefaultMaxObservationBytes)
 			return
 		}
 		r.Turns++
