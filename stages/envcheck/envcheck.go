@@ -347,6 +347,11 @@ func metadataProblem(m sandbox.Meta, o Options) string {
 		// The harness derives it; a program that rewrote the harness in its
 		// own process could report anything.
 		return fmt.Sprintf("kind must be game or tool_use, got %q", m.Kind)
+	case m.Kind == "game" && len(m.Tools) > 0:
+		// The harness sends tools only for ToolUseEnv subclasses; a game
+		// with tools would skip the tool-use checks here and still be played
+		// with tool calls (the rollout stage goes by the tools column).
+		return "a game declares no tools (tools are for spade_env.ToolUseEnv subclasses)"
 	case m.Kind == "game" && !m.HasStep:
 		return "class " + m.Class + " defines no step method"
 	case m.Kind == "game" && !m.HasReset:

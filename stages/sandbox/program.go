@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
 // Meta describes a loaded environment class, read from its class attributes
@@ -48,8 +50,13 @@ type wireMeta struct {
 	HasStep     bool            `json:"has_step"`
 }
 
+// metaTextBytes bounds Meta.Name and Meta.Skill. The harness cuts them too,
+// but it runs in the program's process.
+const metaTextBytes = 200
+
 func (m *wireMeta) clean() Meta {
-	out := Meta{Class: m.Class, Kind: m.Kind, Name: m.Name, Skill: m.Skill, HasReset: m.HasReset, HasStep: m.HasStep}
+	out := Meta{Class: m.Class, Kind: m.Kind, Name: textcut.Prefix(m.Name, metaTextBytes), Skill: textcut.Prefix(m.Skill, metaTextBytes),
+		HasReset: m.HasReset, HasStep: m.HasStep}
 	if m.MaxTurns != nil {
 		out.MaxTurns = *m.MaxTurns
 	}
