@@ -156,7 +156,11 @@ func (v *validator) toolChecks(ctx context.Context, seeds []int64) {
 		}
 		for i, holds := range st.Criteria {
 			if holds {
-				c.fail(CheckResetGate, fmt.Sprintf("seed %d: instruction %d (%s) is already satisfied right after reset", seed, i+1, clip(st.Instructions[i], 80)), nil)
+				text := "" // Episode.ToolStatus checks the lists' lengths; do not rely on it here
+				if i < len(st.Instructions) {
+					text = st.Instructions[i]
+				}
+				c.fail(CheckResetGate, fmt.Sprintf("seed %d: instruction %d (%s) is already satisfied right after reset", seed, i+1, clip(text, 80)), nil)
 				return
 			}
 		}

@@ -351,7 +351,8 @@ type ToolStatus struct {
 }
 
 // ToolStatus asks a tool-use episode for its ToolStatus; usually called
-// right after Reset. Errors: *Error (KindContract for a game environment).
+// right after Reset. Errors: *Error (KindContract for a game environment,
+// or for a reply whose per-instruction lists differ in length).
 func (e *Episode) ToolStatus(ctx context.Context) (ToolStatus, error) {
 	p := e.p
 	p.mu.Lock()
@@ -374,7 +375,16 @@ func (e *Episode) ToolStatus(ctx context.Context) (ToolStatus, error) {
 	if !r.OK {
 		return ToolStatus{}, harnessError("tool_status", r)
 	}
-	return r.ToolStatus, nil
+	st := r.ToolStatus
+	if n := len(st.Instructions); len(st.Criteria) != n || len(st.CriterionErrors) != n || len(st.MissingKeys) != n {
+		// The harness lists one entry per instruction in each; the reply
+		// comes from the program's process, and callers index one list by
+		// another's positions.
+		return ToolStatus{}, &Error{Kind: KindContract, Op: "tool_status", Detail: fmt.Sprintf(
+			"tool status lists %d instructions but %d criteria, %d criterion errors and %d missing-key lists",
+			n, len(st.Criteria), len(st.CriterionErrors), len(st.MissingKeys))}
+	}
+	return st, nil
 }
 
 // Close ends the episode's process and frees the program for the next
