@@ -12,6 +12,8 @@ type Kind string
 // Failure kinds. Kinds reported by the harness (exception, syntax, no_class,
 // contract, memory, recursion, file_size, exit) come from inside the sandbox;
 // the rest are decided by the Go side, which owns every deadline and limit.
+// An error reply of any kind the harness does not send (a program can
+// rewrite the harness in its own process) is reported as KindProtocol.
 const (
 	// KindTimeout: a call ran past its wall-clock timeout; the whole sandbox
 	// was SIGKILLed.
@@ -60,7 +62,8 @@ type Error struct {
 	// "tool_status" or "close".
 	Op string
 	// Detail is a one-line description (exception type and message, exit
-	// status, limit that was hit).
+	// status, limit that was hit); at most 4,000 bytes when it comes from
+	// the harness.
 	Detail string
 	// Traceback is the tail of the Python traceback, when there is one
 	// (at most 4,000 bytes).

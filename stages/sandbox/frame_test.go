@@ -127,3 +127,33 @@ func TestMetaTextCut(t *testing.T) {
 	assert.Equal(t, strings.Repeat("é", 100), m.Skill, "200 bytes, whole characters")
 	assert.Equal(t, 3, m.MaxTurns)
 }
+
+// TestHarnessErrorBounds: an error reply comes from the program's process,
+// which can rewrite the harness: its detail and traceback are cut to 4,000
+// bytes (the traceback keeps its end), and a kind the harness never sends
+// is reported as protocol.
+func TestHarnessErrorBounds(t *testing.T) {
+	big := strings.Repeat("d", 1<<20)
+	err := harnessError("step", &reply{Kind: KindException, Detail: big, Traceback: big + "END"})
+	var se *Error
+	require.True(t, errors.As(err, &se))
+	assert.Equal(t, KindException, se.Kind)
+	assert.Len(t, se.Detail, 4000)
+	assert.Len(t, se.Traceback, 4000)
+	assert.True(t, strings.HasSuffix(se.Traceback, "END"))
+
+	err = harnessError("step", &reply{Kind: Kind(strings.Repeat("\x1b[2K", 1000)), Detail: "boom"})
+	require.True(t, errors.As(err, &se))
+	assert.Equal(t, KindProtocol, se.Kind)
+	assert.Contains(t, se.Detail, "unknown kind")
+	assert.Contains(t, se.Detail, "boom")
+	assert.Less(t, len(se.Error()), 400)
+
+	for _, k := range []Kind{KindTimeout, KindCanceled, KindCrash} {
+		require.True(t, errors.As(harnessError("reset", &reply{Kind: k}), &se))
+		assert.Equal(t, KindProtocol, se.Kind, "%s is the Go side's to decide", k)
+	}
+	require.True(t, errors.As(harnessError("reset", &reply{}), &se))
+	assert.Equal(t, KindProtocol, se.Kind)
+	assert.Empty(t, se.Detail)
+}

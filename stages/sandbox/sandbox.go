@@ -694,11 +694,31 @@ func (s *Sandbox) release(w *worker, slot int) (strays bool) {
 
 // harnessError converts an error reply into an *Error.
 func harnessError(op string, r *reply) error {
-	kind := r.Kind
-	if kind == "" {
+	// The harness bounds detail and traceback and sends only the kinds
+	// below, but a program can rewrite it in its own process; a forged
+	// reply must not carry a megabyte of text into tables and prompts.
+	kind, detail := r.Kind, textcut.Prefix(r.Detail, maxDetailBytes)
+	switch {
+	case kind == "":
+		kind = KindProtocol
+	case !harnessKinds[kind]:
+		detail = textcut.Prefix(fmt.Sprintf("error reply of unknown kind %q: %s", textcut.Prefix(string(kind), 40), detail), maxDetailBytes)
 		kind = KindProtocol
 	}
-	return &Error{Kind: kind, Op: op, Detail: r.Detail, Traceback: r.Traceback}
+	return &Error{Kind: kind, Op: op, Detail: detail, Traceback: textcut.Suffix(r.Traceback, maxTracebackBytes)}
+}
+
+// Bounds of an Error's Detail and Traceback taken from a harness reply.
+const (
+	maxDetailBytes    = 4000
+	maxTracebackBytes = 4000
+)
+
+// harnessKinds are the kinds a harness error reply can carry; the others
+// are decided by the Go side.
+var harnessKinds = map[Kind]bool{
+	KindException: true, KindSyntax: true, KindNoClass: true, KindContract: true, KindMemory: true,
+	KindRecursion: true, KindFileSize: true, KindExit: true, KindReplyLimit: true, KindProtocol: true, KindSandbox: true,
 }
 
 // errClosedProgram is returned for calls on a closed program.
