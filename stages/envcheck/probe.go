@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
 // validActions extracts the actions an observation lists on its last
@@ -169,18 +171,18 @@ func (v *validator) toolChecks(ctx context.Context, seeds []int64) {
 			return
 		}
 		if len(st.Problems) > 0 {
-			c.fail(CheckImpossibility, fmt.Sprintf("seed %d: %s", seed, strings.Join(st.Problems, "; ")), nil)
+			c.fail(CheckImpossibility, fmt.Sprintf("seed %d: %s", seed, textcut.Prefix(strings.Join(st.Problems, "; "), 2000)), nil)
 			return
 		}
 		for i, keys := range st.MissingKeys {
 			if len(keys) > 0 {
-				c.fail(CheckImpossibility, fmt.Sprintf("seed %d: criterion %d reads state %s that initial_state does not define", seed, i+1, strings.Join(keys, ", ")), nil)
+				c.fail(CheckImpossibility, fmt.Sprintf("seed %d: criterion %d reads state %s that initial_state does not define", seed, i+1, textcut.Prefix(strings.Join(keys, ", "), 2000)), nil)
 				return
 			}
 		}
 		for i, e := range st.CriterionErrors {
 			if e != "" {
-				c.fail(CheckImpossibility, fmt.Sprintf("seed %d: criterion %d raises on the initial state: %s", seed, i+1, e), nil)
+				c.fail(CheckImpossibility, fmt.Sprintf("seed %d: criterion %d raises on the initial state: %s", seed, i+1, textcut.Prefix(e, 2000)), nil)
 				return
 			}
 		}
