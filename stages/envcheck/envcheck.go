@@ -362,6 +362,11 @@ func metadataProblem(m sandbox.Meta, o Options) string {
 		return "reward_range must be a pair of numbers (low, high)"
 	case !finite(m.RewardRange[0]) || !finite(m.RewardRange[1]) || m.RewardRange[0] >= m.RewardRange[1]:
 		return fmt.Sprintf("reward_range must be finite with low < high, got [%g, %g]", m.RewardRange[0], m.RewardRange[1])
+	case !finite(m.RewardRange[1] - m.RewardRange[0]):
+		// The designer reward divides regret by the width; the label stage
+		// takes an infinite width as 1, which would leave returns on a
+		// scale up to 1e308 unnormalised (docs/regret.md).
+		return fmt.Sprintf("reward_range must have a finite width high - low, got [%g, %g]", m.RewardRange[0], m.RewardRange[1])
 	}
 	return ""
 }
