@@ -117,12 +117,15 @@ func FuzzReadFrame(f *testing.F) {
 
 // TestMetaTextCut: a load reply is written by code in the program's
 // process, which can replace the harness's 200-character cut of name and
-// skill; Meta keeps at most 200 bytes of each, whole characters only.
+// skill; Meta keeps at most 200 bytes of class, kind, name and skill,
+// whole characters only.
 func TestMetaTextCut(t *testing.T) {
 	long := strings.Repeat("n", 300000)
-	r, err := decodeReply([]byte(`{"ok":true,"meta":{"class":"E","kind":"game","name":"` + long + `","skill":"` + strings.Repeat("é", 150) + `","max_turns":3}}`))
+	r, err := decodeReply([]byte(`{"ok":true,"meta":{"class":"` + long + `","kind":"` + long + `","name":"` + long + `","skill":"` + strings.Repeat("é", 150) + `","max_turns":3}}`))
 	require.NoError(t, err)
 	m := r.Meta.clean()
+	assert.Equal(t, long[:200], m.Class)
+	assert.Equal(t, long[:200], m.Kind)
 	assert.Equal(t, long[:200], m.Name)
 	assert.Equal(t, strings.Repeat("é", 100), m.Skill, "200 bytes, whole characters")
 	assert.Equal(t, 3, m.MaxTurns)

@@ -13,7 +13,7 @@ import (
 // Meta describes a loaded environment class, read from its class attributes
 // (the spade_env contract, docs/environment-contract.md).
 type Meta struct {
-	// Class is the Python class name.
+	// Class is the Python class name (at most 200 bytes).
 	Class string `json:"class"`
 	// Kind is "tool_use" for spade_env.ToolUseEnv subclasses, else "game".
 	Kind string `json:"kind"`
@@ -50,12 +50,13 @@ type wireMeta struct {
 	HasStep     bool            `json:"has_step"`
 }
 
-// metaTextBytes bounds Meta.Name and Meta.Skill. The harness cuts them too,
-// but it runs in the program's process.
+// metaTextBytes bounds Meta.Class, Kind, Name and Skill. The harness cuts
+// name and skill too, but it runs in the program's process.
 const metaTextBytes = 200
 
 func (m *wireMeta) clean() Meta {
-	out := Meta{Class: m.Class, Kind: m.Kind, Name: textcut.Prefix(m.Name, metaTextBytes), Skill: textcut.Prefix(m.Skill, metaTextBytes),
+	out := Meta{Class: textcut.Prefix(m.Class, metaTextBytes), Kind: textcut.Prefix(m.Kind, metaTextBytes),
+		Name: textcut.Prefix(m.Name, metaTextBytes), Skill: textcut.Prefix(m.Skill, metaTextBytes),
 		HasReset: m.HasReset, HasStep: m.HasStep}
 	if m.MaxTurns != nil {
 		out.MaxTurns = *m.MaxTurns
