@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/stages/sandbox"
@@ -589,6 +590,12 @@ func (v *validator) observation(obs, where string) bool {
 	}
 	if strings.TrimSpace(obs) == "" {
 		v.c.fail(CheckObservation, where+": observation is empty", nil)
+		return false
+	}
+	// Zero-width spaces, NULs and other format or control characters are
+	// not text an agent can read.
+	if strings.IndexFunc(obs, func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) }) < 0 {
+		v.c.fail(CheckObservation, where+": observation has no visible character (only spaces, control or format characters such as U+200B)", nil)
 		return false
 	}
 	return true
