@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -492,11 +493,19 @@ with DAG(
 // Airflow runs each task in a fresh temporary directory, so a relative
 // path would name a different store per task. Only file:// and s3://
 // stores are accepted (a mem:// store lives and dies with one process).
-// Errors wrap storage.ErrBadURL (exit 2) and name the URL, redacted.
+// Errors wrap storage.ErrBadURL (exit 2) and name the URL, redacted; a
+// URL that does not parse is not quoted at all, only the reason.
 func dagStoreURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", storage.BadURL(fmt.Errorf("store URL %q: %w", storage.Redact(raw), err))
+		// url.Parse's error quotes the whole URL, secrets included (and
+		// Redact cannot parse it either); keep only its reason, as
+		// storage.Open does.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", storage.BadURL(fmt.Errorf("store URL (not shown: it may hold a secret) cannot be parsed: %w", err))
 	}
 	switch u.Scheme {
 	case "file":
