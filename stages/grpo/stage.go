@@ -196,8 +196,9 @@ func hasAssistant(msgs []schemas.Message) bool {
 // Run implements pipeline.Stage.Run. It writes the batch, its metrics and
 // one checkpoints row: the parent carried over with trainer none or an
 // empty batch, else the checkpoint the trainer made, whose files it
-// stores under the round's checkpoints/files/ (an existing object at a
-// file's key is kept as it is and not compared). Errors: reading an input
+// stores under the round's checkpoints/files/ (an object already at a
+// file's key, left by an earlier attempt, is kept only when its sha256 is
+// the trained file's). Errors: reading an input
 // (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
 // table.ErrCorrupt, a schema mismatch); BuildBatch's; more than one
 // checkpoints row in round r-1; and, when it trains: a work-directory,
@@ -206,8 +207,10 @@ func hasAssistant(msgs []schemas.Message) bool {
 // files fail pipeline.ReadVerified (naming the checkpoint), RunTrainer's
 // (ErrTrainerFailed, ErrTrainerInput, ErrBadMetrics, ErrNoCheckpoint, or
 // ctx.Err() wrapped, context.DeadlineExceeded once grpo.timeout_s seconds
-// have passed), and a failed store write other than storage.ErrExists
-// (wrapped as "store checkpoint file <key>").
+// have passed), a failed store write other than storage.ErrExists
+// (wrapped as "store checkpoint file <key>"), and for a file already in
+// the store, sameContent's: a read error ("verify checkpoint file <key>")
+// or a sha256 other than the trained one.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	ri := env.Round
 	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", ri.Round)
@@ -321,7 +324,8 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 			content := m.Content
 			if m.ToolCalls != "" {
 				// The agent's turn in a tool-use play is its tool call: the
-				// trainer sees it as the JSON the model emitted.
+				// trainer sees it as the rollout stored it (spade's JSON
+				// list, not the model's own tool-call format; Message).
 				content = strings.TrimSpace(content + "\n" + m.ToolCalls)
 			}
 			msgs[j] = Message{Role: m.Role, Content: content}
