@@ -24,7 +24,8 @@
 //     whose every table is committed with the records' fingerprint, or
 //     that is committed with another fingerprint, are stale.
 //  4. Nothing younger than the grace period (storage.Info.ModTime) is
-//     deleted: a part being written has no record yet.
+//     deleted: a part being written has no record yet. An object listed
+//     without a modification time counts as young.
 package gc
 
 import (
@@ -95,7 +96,8 @@ type Object struct {
 	ModTime time.Time `json:"mod_time"`
 	// Why explains why nothing needs the object.
 	Why string `json:"why"`
-	// WithinGrace marks garbage younger than the grace period (kept).
+	// WithinGrace marks garbage younger than the grace period, or listed
+	// without a modification time (kept).
 	WithinGrace bool `json:"within_grace,omitempty"`
 	// Deleted is true when Collect removed the object.
 	Deleted bool `json:"deleted,omitempty"`
@@ -321,7 +323,10 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })
 	cutoff := now().Add(-opts.Grace)
 	for i := range garbage {
-		garbage[i].WithinGrace = garbage[i].ModTime.After(cutoff)
+		// A store that gives no modification time (an S3-compatible server
+		// that omits LastModified or an upload's Initiated) leaves the age
+		// unknown: keep the object rather than take it for ancient.
+		garbage[i].WithinGrace = garbage[i].ModTime.IsZero() || garbage[i].ModTime.After(cutoff)
 	}
 	if !opts.DryRun {
 		dp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()

@@ -458,3 +458,29 @@ func TestCollectWithoutMultipartListing(t *testing.T) {
 	require.Contains(t, res.Warnings[0], "temp objects not listed, none removed")
 	require.Contains(t, res.Warnings[0], "AccessDenied")
 }
+
+// TestCollectKeepsObjectsOfUnknownAge: an object the store lists without
+// a modification time (an S3-compatible server that omits LastModified, or
+// an incomplete upload's Initiated) has a zero ModTime, which gc took for
+// older than any grace period and deleted at once, although it may be a
+// part being written right now. It is kept, as within the grace period.
+func TestCollectKeepsObjectsOfUnknownAge(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(t.Name())
+	defer memstore.Forget(t.Name())
+	_, err := runner(s, "a", 3).RunRound(ctx, 0)
+	require.NoError(t, err)
+	s.SetClock(func() time.Time { return time.Time{} })
+	orphan := "a/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet"
+	require.NoError(t, storage.PutBytes(ctx, s, orphan, []byte("no manifest lists it")))
+
+	res, err := gc.Collect(ctx, s, gc.Options{Run: "a", Grace: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	require.NoError(t, err)
+	require.Equal(t, []string{orphan}, keys(res.Garbage))
+	require.True(t, res.Garbage[0].ModTime.IsZero())
+	require.True(t, res.Garbage[0].WithinGrace)
+	require.False(t, res.Garbage[0].Deleted)
+	require.Zero(t, res.Deleted)
+	_, err = s.Stat(ctx, orphan)
+	require.NoError(t, err, "the object of unknown age is still there")
+}
