@@ -180,9 +180,11 @@ type TrainerConfig struct {
 	Dtype string `json:"dtype"`
 	// Device is auto, cpu, cuda or cuda:N.
 	Device string `json:"device"`
-	// WeightDecay is AdamW's decoupled weight decay (default 0, so a batch
-	// whose advantages are all 0 has a zero gradient: a fresh AdamW leaves
-	// the weights unchanged, resumed AdamW moments still move them).
+	// WeightDecay is AdamW's decoupled weight decay (default 0, so with
+	// KLBeta 0 a batch whose advantages are all 0 has a zero gradient: a
+	// fresh AdamW leaves the weights unchanged, resumed AdamW moments still
+	// move them; the KL term to a reference other than the policy has a
+	// gradient of its own).
 	WeightDecay float64 `json:"weight_decay"`
 	// AdamBeta1 is AdamW's first-moment decay, in [0, 1) (default 0.9).
 	AdamBeta1 float64 `json:"adam_beta1"`
