@@ -11,7 +11,9 @@
 //     (<run>/round=NNNNNN/<table>/part-*.parquet) and part records
 //     (<run>/round=NNNNNN/_pending/<stage>-<fp>/part-*.json), plus the
 //     temp objects a storage.TempCollector lists (temp files, incomplete
-//     multipart uploads), which no key names.
+//     multipart uploads), which no key names, under the directory of a
+//     run that has a run file (an S3 prefix may hold other tools'
+//     uploads).
 //     Manifests, seals, run files, leases and stage artefacts (checkpoint
 //     files) are never touched.
 //  2. References are collected from every manifest of every run in the
@@ -125,6 +127,7 @@ var (
 	pendingRe  = regexp.MustCompile(`^([^/]+)/round=(\d{6})/_pending/([^/]+)-([0-9a-f]{16})/part-\d{5}\.json$`)
 	manifestRe = regexp.MustCompile(`^([^/]+)/round=(\d{6})/([^/_][^/]*)/_manifest\.json$`)
 	sealRe     = regexp.MustCompile(`^([^/]+)/round=(\d{6})/_ROUND\.json$`)
+	runFileRe  = regexp.MustCompile(`^([^/]+)/_RUN\.json$`)
 )
 
 // roundOf names one round of one run ("<run>/round=NNNNNN").
@@ -155,10 +158,14 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		return nil, fmt.Errorf("gc: list %s: %w", s.URL(), err)
 	}
 	sealed := map[string]bool{}
+	runs := map[string]bool{} // runs with a run file
 	var manifests []string
 	for _, in := range all {
 		if m := sealRe.FindStringSubmatch(in.Key); m != nil {
 			sealed[roundOf(m[1], m[2])] = true
+		}
+		if m := runFileRe.FindStringSubmatch(in.Key); m != nil {
+			runs[m[1]] = true
 		}
 		if manifestRe.MatchString(in.Key) {
 			manifests = append(manifests, in.Key)
@@ -317,6 +324,11 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			res.Warnings = append(res.Warnings, fmt.Sprintf("temp objects not listed, none removed: %v", err))
 		}
 		for _, in := range temps {
+			if run, _, _ := strings.Cut(in.Key, "/"); !runs[run] {
+				// Not under a spade run: on S3 every incomplete upload
+				// under the store's prefix is listed, another tool's too.
+				continue
+			}
 			garbage = append(garbage, Object{Key: in.Key, Kind: KindTemp, Bytes: in.Size, ModTime: in.ModTime, Why: "temp object of a write that never finished (a temp file, or an incomplete multipart upload)"})
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -483,4 +484,46 @@ func TestCollectKeepsObjectsOfUnknownAge(t *testing.T) {
 	require.Zero(t, res.Deleted)
 	_, err = s.Stat(ctx, orphan)
 	require.NoError(t, err, "the object of unknown age is still there")
+}
+
+// TestCollectLeavesOtherUploads: on S3, ListTemp lists every incomplete
+// multipart upload under the store's prefix, including those of other
+// tools that share it (a store at a bucket's root). gc --all-runs used to
+// abort them all past the grace period; it now aborts only uploads under
+// the directory of a spade run (one with a run file).
+func TestCollectLeavesOtherUploads(t *testing.T) {
+	ctx := context.Background()
+	srv := s3server.Start(t)
+	s, err := storage.Open(ctx, srv.StoreURL("shared", nil))
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = runner(s, "a", 3).RunRound(ctx, 0)
+	require.NoError(t, err)
+	cl := srv.Client()
+	start := func(key string) string {
+		full := "shared/" + key
+		up, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s3server.Bucket), Key: &full})
+		require.NoError(t, err)
+		return key + "?uploadId=" + aws.ToString(up.UploadId)
+	}
+	mine := start("a/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet")
+	theirs := start("backups/db.tar")
+	noRun := start("b/round=000000/metrics/part-00000-of-00001-0123456789abcdef.parquet")
+
+	later := func() time.Time { return time.Now().Add(48 * time.Hour) }
+	res, err := gc.Collect(ctx, s, gc.Options{Grace: time.Hour, Now: later})
+	require.NoError(t, err)
+	require.Equal(t, []string{mine}, keys(res.Garbage))
+	require.True(t, res.Garbage[0].Deleted)
+
+	left, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s3server.Bucket), Prefix: aws.String("shared/")})
+	require.NoError(t, err)
+	var still []string
+	for _, u := range left.Uploads {
+		still = append(still, strings.TrimPrefix(aws.ToString(u.Key), "shared/")+"?uploadId="+aws.ToString(u.UploadId))
+	}
+	sort.Strings(still)
+	want := []string{theirs, noRun}
+	sort.Strings(want)
+	require.Equal(t, want, still, "uploads outside a spade run are not gc's")
 }
