@@ -259,6 +259,13 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	var probeErr error
 	if s.bwrap != "" {
+		if prefix := pythonPrefix(cfg.Python); prefix != "" {
+			if why := prefixProblem(prefix); why != "" {
+				os.RemoveAll(dir)
+				return nil, fmt.Errorf("sandbox: interpreter %s: the sandbox would show its installation prefix %s read-only, which %s; "+
+					"use /usr/bin/python3 or an interpreter installed in a directory of its own, such as /opt/python3.12/bin/python3", cfg.Python, prefix, why)
+			}
+		}
 		s.isolation = IsolationBwrap
 		s.zygote = true
 		s.limitsArg = s.limitsJSON()
@@ -561,6 +568,21 @@ func (s *Sandbox) argv(seccompFD int) []string {
 	a = append(a, "--")
 	a = append(a, py...)
 	return append(a, "/spade/spade_run.py", s.limitsArg)
+}
+
+// prefixProblem says why an interpreter's installation prefix must not be
+// bound into the sandbox, or "" when it may: "/" or a top-level directory
+// (/python3, /opt/bin/python3) would show far more than Python, and a
+// directory without lib/python3.* (a script or a lone binary in ~/bin)
+// is not an installation and may be a home directory.
+func prefixProblem(prefix string) string {
+	if strings.Count(strings.Trim(prefix, "/"), "/") < 1 {
+		return "is too broad"
+	}
+	if m, _ := filepath.Glob(filepath.Join(prefix, "lib", "python3*")); len(m) == 0 {
+		return "holds no lib/python3.* (it is not a Python installation)"
+	}
+	return ""
 }
 
 // pythonPrefix returns the installation prefix to bind when the interpreter
