@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline/gc"
 )
 
@@ -96,7 +97,7 @@ func printGC(res *gc.Result, dryRun bool) {
 		case !o.Deleted:
 			action = "not deleted"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", action, o.Kind, o.Bytes, o.ModTime.UTC().Format(time.RFC3339), o.Key, o.Why)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", action, o.Kind, o.Bytes, o.ModTime.UTC().Format(time.RFC3339), termtext.Safe(o.Key), o.Why)
 	}
 	_ = tw.Flush()
 	fmt.Printf("%d manifests read, %d files referenced; %d unreferenced, %d deleted (%d bytes), %d within the grace period\n",

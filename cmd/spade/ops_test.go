@@ -331,6 +331,15 @@ func TestOps(t *testing.T) {
 		}
 		r = o.spade(t, nil, "gc", "--grace", "-1h")
 		require.Equal(t, exitUsage, r.code)
+
+		// A key is file content too: a temp file named with a terminal
+		// escape is listed escaped in the table (kept as is in --json).
+		evil := filepath.Join(root, "base/round=000001/designs/.spade-tmp-\x1b]0;owned\x07")
+		require.NoError(t, os.WriteFile(evil, []byte("x"), 0o644))
+		out = o.must(t, nil, "gc", "--run", "base", "--dry-run")
+		require.NotContains(t, out, "\x1b]0;", "a raw escape reached the terminal: %q", out)
+		require.Contains(t, out, `.spade-tmp-\x1b]0;owned\x07`)
+		require.NoError(t, os.Remove(evil))
 	})
 
 	t.Run("sharded stages in separate processes", func(t *testing.T) {

@@ -647,7 +647,7 @@ const uploadParam = "?uploadId="
 
 // ListTemp returns the incomplete multipart uploads (storage.TempCollector)
 // whose key relative to the store's prefix starts with prefix, sorted by
-// key then upload id. A Put of more than part_size bytes whose writer was
+// Key (the joined "KEY?uploadId=ID" string). A Put of more than part_size bytes whose writer was
 // killed leaves one behind: its parts are stored (and billed) but no key
 // names them, and S3 never expires them without a bucket lifecycle rule.
 // Each Info's Key is "KEY?uploadId=ID" (KEY a valid storage key), Size the
