@@ -258,7 +258,8 @@ type Label struct {
 	// Admitted says the environment is in the training pool: Learnable on
 	// regeneration rounds, Valid (so always true) between them.
 	Admitted bool `parquet:"admitted" json:"admitted"`
-	// DesignerReward is in [-1, 1] (docs/regret.md); NULL off regeneration rounds.
+	// DesignerReward is in [-1, 1] (docs/regret.md); NULL off regeneration
+	// rounds and for a valid environment without hinted plays (no hint).
 	DesignerReward *float64 `parquet:"designer_reward,optional" json:"designer_reward,omitempty"`
 }
 

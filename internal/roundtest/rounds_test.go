@@ -77,8 +77,8 @@ func TestLabelsMatchRollouts(t *testing.T) {
 	none(t, f.db, "designer rewards that differ from the shaped regret", `
 		SELECT l.round, l.env_id, l.valid, l.regret, e.reward_low, e.reward_high, l.designer_reward
 		FROM labels l JOIN environments e USING (round, env_id)
-		WHERE l.designer_reward IS NULL OR abs(l.designer_reward - CASE
-			WHEN NOT e.valid OR l.regret IS NULL THEN -1
+		WHERE (l.designer_reward IS NULL) <> (e.valid AND l.regret IS NULL) OR abs(l.designer_reward - CASE
+			WHEN NOT e.valid THEN -1
 			ELSE greatest(-1, least(1, l.regret / CASE WHEN e.reward_high - e.reward_low > 0 THEN e.reward_high - e.reward_low ELSE 1 END))
 		END) > 1e-12`)
 	none(t, f.db, "designer rewards or regret off regeneration rounds", `

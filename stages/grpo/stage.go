@@ -81,7 +81,9 @@ func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil
 // rounds) are the design responses, grouped by skill, rewarded by the
 // label stage's designer reward for a slot's final attempt and -1 for
 // every earlier, failed attempt. Attempts without a response (model
-// errors) are not samples.
+// errors) are not samples, nor is the final attempt of a slot whose label
+// has no designer reward (a valid environment left unmeasured because its
+// hint call failed; docs/regret.md).
 // It also returns the batch statistics (sample and group counts, the
 // designer weight). Errors: GroupAdvantages' (wrapped as "agent
 // advantages") and DesignerAdvantages' (wrapped as "designer
@@ -91,10 +93,13 @@ func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil
 func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.Label, designs []schemas.Design) ([]schemas.TrainSample, map[string]float64, error) {
 	admitted := map[string]bool{}
 	rewardBySlot := map[string]float64{}
+	unmeasured := map[string]bool{} // slots whose label has no designer reward
 	for _, l := range labels {
 		admitted[l.EnvID] = l.Admitted
 		if l.DesignerReward != nil {
 			rewardBySlot[l.SlotID] = *l.DesignerReward
+		} else {
+			unmeasured[l.SlotID] = true
 		}
 	}
 	var agent []schemas.TrainSample
@@ -142,8 +147,13 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 			// environment, even when its quick check failed and full
 			// validation passed (docs/regret.md); a final attempt without
 			// a label of its own (no code, a repeated source) gets -1.
-			if v, ok := rewardBySlot[d.SlotID]; ok {
+			v, ok := rewardBySlot[d.SlotID]
+			if ok {
 				r = v
+			} else if unmeasured[d.SlotID] {
+				// A valid environment nobody could measure (no hint, so
+				// no regret): no reward, so not a sample.
+				continue
 			}
 		}
 		var msgs []schemas.Message

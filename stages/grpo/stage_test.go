@@ -428,3 +428,26 @@ func TestSameContent(t *testing.T) {
 	require.ErrorContains(t, err, "ck/changed.safetensors is already in the store with sha256")
 	require.ErrorIs(t, sameContent(ctx, s, "ck/missing", want), storage.ErrNotFound)
 }
+
+// TestBuildBatchUnmeasuredFinalAttempt: the final attempt of a slot whose
+// label has no designer reward (a valid environment whose hint call
+// failed, so no regret) is not a sample; before, it fell through to the
+// -1 of an attempt without a label. A slot with no label at all (a
+// repeated source) still gets -1, and earlier attempts keep their -1.
+func TestBuildBatchUnmeasuredFinalAttempt(t *testing.T) {
+	cfg := config.Default()
+	labels := []schemas.Label{{EnvID: "e", SlotID: "s0", Skill: "planning", Valid: true, Admitted: true}}
+	designs := []schemas.Design{
+		design("s0", "planning", 0, false, "quick check reset: timeout", "code"),
+		design("s0", "planning", 1, true, "", "code"),
+		design("s1", "planning", 0, true, "", "code"),
+	}
+	batch, _, err := BuildBatch(&cfg, nil, labels, designs)
+	require.NoError(t, err)
+	var ids []string
+	for _, s := range batch {
+		ids = append(ids, s.SampleID)
+		require.Equal(t, -1.0, s.Reward, s.SampleID)
+	}
+	require.Equal(t, []string{"designer-s0-0", "designer-s1-0"}, ids)
+}

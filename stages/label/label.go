@@ -111,8 +111,7 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 	if !regen {
 		l.Admitted = c.Valid
 	}
-	if regen {
-		r := DesignerReward(c, l)
+	if r, ok := DesignerReward(c, l); regen && ok {
 		l.DesignerReward = &r
 	}
 	return l
@@ -122,16 +121,23 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 // invalid environment; otherwise the regret divided by the width of the
 // environment's declared reward range (so returns on any scale map to the
 // same [-1, 1]) and clipped. Unsolvable and trivial environments have
-// regret near 0 and so earn near 0, as in the paper.
-func DesignerReward(c Candidate, l schemas.Label) float64 {
-	if !c.Valid || l.Regret == nil {
-		return -1
+// regret near 0 and so earn near 0, as in the paper. ok is false for a
+// valid environment without regret (its hint call failed or answered
+// nothing, so it has no hinted plays): its quality is unmeasured, and it
+// gets no reward rather than the invalid environment's -1, which would
+// punish the designer for a failed model call (docs/regret.md).
+func DesignerReward(c Candidate, l schemas.Label) (reward float64, ok bool) {
+	if !c.Valid {
+		return -1, true
+	}
+	if l.Regret == nil {
+		return 0, false
 	}
 	width := c.RewardHigh - c.RewardLow
 	if !(width > 0) || math.IsInf(width, 0) {
 		width = 1
 	}
-	return math.Max(-1, math.Min(1, *l.Regret/width))
+	return math.Max(-1, math.Min(1, *l.Regret/width)), true
 }
 
 // Run implements pipeline.Stage.Run: one labels row per candidate, in

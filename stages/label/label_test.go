@@ -143,9 +143,9 @@ func TestCompute(t *testing.T) {
 			want: schemas.Label{Plays: 4, UnhintedMean: 0.5, WinRate: 0.5, Learnable: true, Admitted: true},
 		},
 		{
-			name: "valid but never played: not learnable",
+			name: "valid but never played: not learnable, no designer reward (unmeasured)",
 			cand: validCand, plays: nil, regen: true,
-			want: schemas.Label{DesignerReward: ptr(-1)},
+			want: schemas.Label{DesignerReward: nil},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,7 +245,7 @@ func TestDesignerReward(t *testing.T) {
 		want   float64
 	}{
 		{"invalid", 0, 1, false, ptr(0.5), -1},
-		{"no hinted plays", 0, 1, true, nil, -1},
+		{"invalid without hinted plays", 0, 1, false, nil, -1},
 		{"unit range", 0, 1, true, ptr(0.3), 0.3},
 		{"range width 10", -5, 5, true, ptr(2), 0.2},
 		{"range width 0.5 clips", 0, 0.5, true, ptr(0.75), 1},
@@ -257,7 +257,8 @@ func TestDesignerReward(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Candidate{Valid: tc.valid, RewardLow: tc.lo, RewardHigh: tc.hi}
-			got := DesignerReward(c, schemas.Label{Regret: tc.regret})
+			got, ok := DesignerReward(c, schemas.Label{Regret: tc.regret})
+			require.True(t, ok)
 			require.InDelta(t, tc.want, got, 1e-12)
 			require.True(t, got >= -1 && got <= 1)
 		})
@@ -279,4 +280,18 @@ func TestLearnableMatchesMetric(t *testing.T) {
 	}
 	l := Compute(validCand, plays, 0.34, 0.8, false)
 	require.False(t, l.Learnable, "1/3 is outside [0.34, 0.8]")
+}
+
+// TestNoHintNoDesignerReward: a valid environment whose hint call failed
+// (or answered nothing) has no hinted plays and so no regret. It used to
+// get the invalid environment's -1, so a failed model call punished the
+// designer for an environment nobody measured; it now gets no reward
+// (NULL), and the grpo stage makes no sample of its design.
+func TestNoHintNoDesignerReward(t *testing.T) {
+	_, ok := DesignerReward(validCand, schemas.Label{})
+	require.False(t, ok)
+	l := Compute(validCand, arm(false, 1, 0, 0, 1), 0.2, 0.8, true)
+	require.Nil(t, l.Regret)
+	require.Nil(t, l.DesignerReward)
+	require.True(t, l.Learnable, "admission still follows the win rate")
 }
