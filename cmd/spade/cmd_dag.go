@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -496,16 +494,9 @@ with DAG(
 // Errors wrap storage.ErrBadURL (exit 2) and name the URL, redacted; a
 // URL that does not parse is not quoted at all, only the reason.
 func dagStoreURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
+	u, err := storage.ParseURL(raw)
 	if err != nil {
-		// url.Parse's error quotes the whole URL, secrets included (and
-		// Redact cannot parse it either); keep only its reason, as
-		// storage.Open does.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return "", storage.BadURL(fmt.Errorf("store URL (not shown: it may hold a secret) cannot be parsed: %w", err))
+		return "", err
 	}
 	switch u.Scheme {
 	case "file":

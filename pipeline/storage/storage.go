@@ -185,15 +185,9 @@ func Schemes() []string {
 // ErrUnknownScheme (wrapped, naming the scheme and the known ones); or the
 // backend's own error naming the URL, redacted.
 func Open(ctx context.Context, rawURL string) (Store, error) {
-	u, err := url.Parse(rawURL)
+	u, err := ParseURL(rawURL)
 	if err != nil {
-		// url.Parse's error quotes the whole URL, secrets included; keep
-		// only its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, BadURL(fmt.Errorf("store URL (not shown: it may hold a secret) cannot be parsed: %w", err))
+		return nil, err
 	}
 	registryMu.RLock()
 	open, ok := registry[u.Scheme]
@@ -202,6 +196,22 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 		return nil, fmt.Errorf("store URL %q: %w %q (known: %s)", Redact(rawURL), ErrUnknownScheme, u.Scheme, strings.Join(Schemes(), ", "))
 	}
 	return open(ctx, u)
+}
+
+// ParseURL parses a store URL (url.Parse). Its error wraps ErrBadURL and
+// gives the parser's reason but not the URL: url.Parse's own error quotes
+// the whole URL, and a store URL may hold a secret that Redact cannot strip
+// from text that does not parse.
+func ParseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, BadURL(fmt.Errorf("store URL (not shown: it may hold a secret) cannot be parsed: %w", err))
+	}
+	return u, nil
 }
 
 // ValidateKey checks the key rules of the package doc. It returns an error

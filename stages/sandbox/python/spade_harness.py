@@ -281,12 +281,7 @@ def op_load(req):
 
     # Lets tracebacks quote the program's source lines.
     linecache.cache["<env>"] = (len(source), None, source.splitlines(True), "<env>")
-    namespace = {"__name__": "spade_program", "__builtins__": __builtins__}
-    module = type(sys)("spade_program")
-    module.__dict__.update(namespace)
-    sys.modules["spade_program"] = module
-    random.seed(0)
-    exec(code, module.__dict__)
+    module = execute(code)
     try:
         cls = discover(module.__dict__, req.get("class") or "")
     except LookupError as exc:
@@ -299,6 +294,17 @@ def op_load(req):
     send({"ok": True, "meta": metadata(cls)})
 
 
+def execute(code):
+    """Execute the program's code as a new spade_program module, registered
+    in sys.modules, with ``random`` seeded 0; return the module."""
+    module = type(sys)("spade_program")
+    module.__dict__.update({"__name__": "spade_program", "__builtins__": __builtins__})
+    sys.modules["spade_program"] = module
+    random.seed(0)
+    exec(code, module.__dict__)
+    return module
+
+
 def fresh_class():
     """Execute the loaded program's code again, as a new spade_program
     module in this process, and return its environment class (the one bound
@@ -308,12 +314,8 @@ def fresh_class():
     process but differs between program processes, so between the
     validation and the rollouts, and between two runs."""
     old = sys.modules.get("spade_program")
-    module = type(sys)("spade_program")
-    module.__dict__.update({"__name__": "spade_program", "__builtins__": __builtins__})
-    sys.modules["spade_program"] = module
     try:
-        random.seed(0)
-        exec(PROGRAM["code"], module.__dict__)
+        module = execute(PROGRAM["code"])
     finally:
         if old is not None:
             sys.modules["spade_program"] = old
