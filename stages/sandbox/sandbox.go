@@ -35,7 +35,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spade-pipeline/spade/internal/textcut"
@@ -334,11 +333,7 @@ func (s *Sandbox) bwrapRuns() error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], append(slices.Clone(argv[1:]), "/usr/bin/true")...)
 	cmd.Env = s.childEnv()
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if uid := s.slotUID(0); uid >= 0 {
-		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
-	}
-	cmd.SysProcAttr = attr
+	cmd.SysProcAttr = procAttr(s.slotUID(0))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%w: %s", err, textcut.Suffix(strings.TrimSpace(string(out)), 512))
 	}

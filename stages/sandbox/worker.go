@@ -70,6 +70,17 @@ func filterPipe(filter []byte) (*os.File, error) {
 	return r, nil
 }
 
+// procAttr is how a sandbox process is started: its own process group
+// (so the group can be killed whole), SIGKILL when spade dies, and, for
+// uid >= 0, that uid and gid with no supplementary groups.
+func procAttr(uid int) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if uid >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+	}
+	return attr
+}
+
 // startWorker launches the harness for slot and waits for its ready frame.
 func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	reqR, reqW, err := os.Pipe()
@@ -128,11 +139,7 @@ func (s *Sandbox) startWorker(ctx context.Context, slot int) (*worker, error) {
 	cmd.Stderr = w.out
 	cmd.ExtraFiles = extra
 	cmd.WaitDelay = 2 * time.Second
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if w.uid >= 0 {
-		attr.Credential = &syscall.Credential{Uid: uint32(w.uid), Gid: uint32(w.uid), Groups: []uint32{}}
-	}
-	cmd.SysProcAttr = attr
+	cmd.SysProcAttr = procAttr(w.uid)
 	w.cmd = cmd
 	if err := cmd.Start(); err != nil {
 		for _, f := range append(extra, reqW, repR, w.ctlW, w.ctlR) {
