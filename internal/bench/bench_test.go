@@ -345,3 +345,39 @@ func TestReportGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteJSONNonFinite: a NaN or infinite value, sample or target is
+// written as null (the encoder refuses them), never as a made-up number.
+func TestWriteJSONNonFinite(t *testing.T) {
+	rep := Report{Results: []Result{
+		{Section: "s", Name: "none", Value: Median(nil), Unit: "x", Samples: []float64{}},
+		{Section: "s", Name: "broken", Value: math.Inf(1), Unit: "x", Samples: []float64{1, math.NaN(), math.Inf(-1)}, Target: AtLeast(math.Inf(1))},
+	}}
+	var b bytes.Buffer
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Results []struct {
+			Value   *float64   `json:"value"`
+			Samples []*float64 `json:"samples"`
+			Target  struct {
+				Op    string   `json:"op"`
+				Value *float64 `json:"value"`
+			} `json:"target"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("%v\n%s", err, b.Bytes())
+	}
+	r0, r1 := got.Results[0], got.Results[1]
+	if r0.Value != nil || r1.Value != nil {
+		t.Errorf("non-finite values written as numbers:\n%s", b.Bytes())
+	}
+	if len(r1.Samples) != 3 || r1.Samples[0] == nil || *r1.Samples[0] != 1 || r1.Samples[1] != nil || r1.Samples[2] != nil {
+		t.Errorf("samples not [1, null, null]:\n%s", b.Bytes())
+	}
+	if r1.Target.Op != ">=" || r1.Target.Value != nil {
+		t.Errorf("infinite target not null:\n%s", b.Bytes())
+	}
+}

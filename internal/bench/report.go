@@ -124,19 +124,51 @@ func (r *Recorder) Results() []Result {
 	return slices.Clone(r.results)
 }
 
-// WriteJSON writes the report as indented JSON. A Result whose Value is
-// NaN (no samples) or infinite is written with Value 0 so the JSON stays
-// valid; Samples and Target values are written as they are, so a NaN or
-// infinite one makes encoding fail. It returns the encoder's error (an
-// unsupported value or w's write error) wrapped as "write benchmark
-// report", else nil.
+// WriteJSON writes the report as indented JSON. Every number that JSON
+// cannot hold (a NaN Value, from a result with no samples, or a NaN or
+// infinite sample or target) is written as null, so one broken measure
+// neither fails the report nor reads as a real 0. It returns the
+// encoder's error (w's write error) wrapped as "write benchmark report",
+// else nil.
 func (rep *Report) WriteJSON(w io.Writer) error {
-	out := *rep
-	out.Results = slices.Clone(rep.Results)
-	for i := range out.Results {
-		if math.IsNaN(out.Results[i].Value) || math.IsInf(out.Results[i].Value, 0) {
-			out.Results[i].Value = 0
+	type jsonTarget struct {
+		Op    string   `json:"op,omitempty"`
+		Value *float64 `json:"value,omitempty"`
+	}
+	type jsonResult struct {
+		Section string     `json:"section"`
+		Name    string     `json:"name"`
+		Value   *float64   `json:"value"`
+		Unit    string     `json:"unit"`
+		Samples []*float64 `json:"samples"`
+		Target  jsonTarget `json:"target"`
+		Load1   *float64   `json:"load1"`
+		Note    string     `json:"note,omitempty"`
+	}
+	finite := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
 		}
+		return &v
+	}
+	out := struct {
+		Machine    Machine      `json:"machine"`
+		CPUSource  string       `json:"cpu_source"`
+		Command    string       `json:"command"`
+		LoadBefore LoadAvg      `json:"load_before"`
+		LoadAfter  LoadAvg      `json:"load_after"`
+		Results    []jsonResult `json:"results"`
+	}{rep.Machine, rep.CPUSource, rep.Command, rep.LoadBefore, rep.LoadAfter, []jsonResult{}}
+	for _, r := range rep.Results {
+		jr := jsonResult{Section: r.Section, Name: r.Name, Value: finite(r.Value), Unit: r.Unit,
+			Samples: make([]*float64, len(r.Samples)), Target: jsonTarget{Op: r.Target.Op}, Load1: finite(r.Load1), Note: r.Note}
+		if r.Target.Value != 0 {
+			jr.Target.Value = finite(r.Target.Value)
+		}
+		for i, v := range r.Samples {
+			jr.Samples[i] = finite(v)
+		}
+		out.Results = append(out.Results, jr)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
