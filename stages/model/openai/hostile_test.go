@@ -84,6 +84,15 @@ func TestHostileServer(t *testing.T) {
 	for name, body := range map[string]string{
 		"content not a string":     `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":12345}}]}`,
 		"tool call without a name": `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":null,"type":7,"function":null}]}}]}`,
+		// The SDK decodes each of these without an error: an empty
+		// answer, a dropped tool_calls, the name "123", an empty name.
+		"choice null":                   `{"id":"x","object":"chat.completion","model":"m","choices":[null]}`,
+		"message null":                  `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"stop","message":null}]}`,
+		"message missing":               `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"stop"}]}`,
+		"tool_calls not a list":         `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":"add 1","tool_calls":"zzz"}}]}`,
+		"tool name a number":            `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":123,"arguments":"{}"}}]}}]}`,
+		"custom call named in function": `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"custom","function":{"name":"f","arguments":"{}"},"custom":{"input":"raw"}}]}}]}`,
+		"function call named in custom": `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"arguments":"{}"},"custom":{"name":"f","input":"raw"}}]}}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {

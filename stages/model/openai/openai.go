@@ -358,18 +358,36 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 }
 
 // checkShape refuses what the SDK's lenient decoding lets through: a
+// choice that is null or has no message object (it would read as an
+// empty answer and be played, or stored as a hint, with no error), a
 // message content that is not a JSON string or null (a number would
-// become the text "12345" and be played as an action), and a tool call
-// without a function name.
+// become the text "12345" and be played as an action), a tool_calls that
+// is not a list (the SDK drops it and the content is played instead), and
+// a tool call whose name, the one fromCompletion reads for its type
+// (custom.name for a custom call, function.name otherwise), is missing,
+// empty or not a JSON string (a number would become the name "123").
 func checkShape(c *oa.ChatCompletion) error {
 	for _, ch := range c.Choices {
+		if raw := strings.TrimSpace(ch.RawJSON()); !strings.HasPrefix(raw, "{") {
+			return fmt.Errorf("choice is not an object: %.60s", raw)
+		}
+		if raw := strings.TrimSpace(ch.JSON.Message.Raw()); !strings.HasPrefix(raw, "{") {
+			return fmt.Errorf("choice %d: no message object (message: %.60q)", ch.Index, raw)
+		}
 		raw := strings.TrimSpace(ch.Message.JSON.Content.Raw())
 		if raw != "" && raw != "null" && !strings.HasPrefix(raw, `"`) {
 			return fmt.Errorf("choice %d: message content is not a string: %.60s", ch.Index, raw)
 		}
+		if raw := strings.TrimSpace(ch.Message.JSON.ToolCalls.Raw()); raw != "" && raw != "null" && !strings.HasPrefix(raw, "[") {
+			return fmt.Errorf("choice %d: tool_calls is not a list: %.60s", ch.Index, raw)
+		}
 		for i, tc := range ch.Message.ToolCalls {
-			if tc.Function.Name == "" && tc.Custom.Name == "" {
-				return fmt.Errorf("choice %d: tool call %d has no function name", ch.Index, i)
+			name, rawName := tc.Function.Name, tc.Function.JSON.Name.Raw()
+			if tc.Type == "custom" {
+				name, rawName = tc.Custom.Name, tc.Custom.JSON.Name.Raw()
+			}
+			if name == "" || !strings.HasPrefix(strings.TrimSpace(rawName), `"`) {
+				return fmt.Errorf("choice %d: tool call %d has no function name (a non-empty string)", ch.Index, i)
 			}
 		}
 	}
