@@ -6,6 +6,7 @@ package hint
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/sourcegraph/conc/pool"
@@ -112,6 +113,13 @@ func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e sche
 	}
 	h.Response = resp.Choices[0].Message.Content
 	h.Hint = strings.TrimSpace(h.Response)
+	if h.Hint == "" {
+		// The call answered, but with no hint (content null or blank, a
+		// reasoning model out of tokens): the rollout stage plays no
+		// hinted arm, and the row says why.
+		h.Error = fmt.Sprintf("model: empty answer (finish_reason %q)", resp.Choices[0].FinishReason)
+		return h
+	}
 	if len(h.Hint) > MaxHintBytes {
 		h.Hint = textcut.Prefix(h.Hint, MaxHintBytes)
 	}

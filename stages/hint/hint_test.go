@@ -69,6 +69,8 @@ func userText(req model.Request) string {
 //     multi-byte character is kept whole;
 //   - a failed model call gives a "model: " row with the prompt and no
 //     hint or response;
+//   - a blank answer gives a "model: empty answer" row with the raw
+//     response and no hint;
 //   - a blank source gives a "prompt: " row and no model call;
 //   - an invalid environment gets no row and no call.
 //
@@ -91,6 +93,9 @@ func TestHintRows(t *testing.T) {
 			return modeltest.Reply{Choices: []model.Choice{{Message: model.Message{Role: model.RoleAssistant, Content: longRaw}}}}
 		case strings.Contains(text, "class ExactHint"):
 			return modeltest.Reply{Choices: []model.Choice{{Message: model.Message{Role: model.RoleAssistant, Content: " " + exact + "\n"}}}}
+		case strings.Contains(text, "class EmptyHint"):
+			// A reasoning model that spent max_tokens before answering.
+			return modeltest.Reply{Choices: []model.Choice{{Message: model.Message{Role: model.RoleAssistant, Content: " \n\t"}, FinishReason: "length"}}}
 		case strings.Contains(text, "class FailHint"):
 			return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: "hint refused by the test server"}}
 		}
@@ -117,6 +122,7 @@ func TestHintRows(t *testing.T) {
 	}
 	f := &envFixture{envs: []schemas.Environment{
 		env("e-blank", " \n\t\n", true),
+		env("e-empty", "class EmptyHint:\n    pass\n", true),
 		env("e-exact", "class ExactHint:\n    pass\n", true),
 		env("e-fail", "class FailHint:\n    pass\n", true),
 		env("e-invalid", "class InvalidHint:\n    pass\n", false),
@@ -133,7 +139,7 @@ func TestHintRows(t *testing.T) {
 	for _, h := range rows {
 		byID[h.EnvID] = h
 	}
-	require.Len(t, rows, 4, "one row per valid environment")
+	require.Len(t, rows, 5, "one row per valid environment")
 	require.NotContains(t, byID, "e-invalid")
 
 	lh := byID["e-long"]
@@ -156,6 +162,13 @@ func TestHintRows(t *testing.T) {
 	require.Empty(t, fh.Response)
 	require.Contains(t, fh.Prompt, "class FailHint", "the prompt is kept when the call fails")
 
+	// An answer with no hint text is a failed call on its row, not a
+	// silent empty hint.
+	mh := byID["e-empty"]
+	require.Equal(t, `model: empty answer (finish_reason "length")`, mh.Error)
+	require.Empty(t, mh.Hint)
+	require.Equal(t, " \n\t", mh.Response, "Response keeps the raw answer")
+
 	bh := byID["e-blank"]
 	require.True(t, strings.HasPrefix(bh.Error, "prompt: "), "error %q", bh.Error)
 	require.Contains(t, bh.Error, "environment source is empty")
@@ -163,16 +176,16 @@ func TestHintRows(t *testing.T) {
 	require.Empty(t, bh.Hint)
 	require.Empty(t, bh.Response)
 
-	// Three calls: long, exact and fail; none for the blank source or the
-	// invalid environment.
+	// Four calls: long, exact, empty and fail; none for the blank source
+	// or the invalid environment.
 	reqs := srv.Requests()
-	require.Len(t, reqs, 3)
+	require.Len(t, reqs, 4)
 	for _, q := range reqs {
 		require.InDelta(t, 0.7, q.Chat.Temperature, 0, "model.temperature is sent on hint calls")
 		require.Equal(t, 512, q.Chat.MaxTokens)
 	}
 	calls := readTable(t, st, schemas.LLMCalls, "hint_calls", "h", 1)
-	require.Len(t, calls, 3, "every call is recorded, the failed one too")
+	require.Len(t, calls, 4, "every call is recorded, the failed one too")
 	failed := 0
 	for _, c := range calls {
 		require.Equal(t, "hint", c.Stage)
