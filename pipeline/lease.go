@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,8 +93,83 @@ const maxTakeoverClaims = 4
 // The returned release stops renewal and deletes the lease if it still
 // names this holder. Renewal (every TTL/3) rewrites the lease only while it
 // still names this holder; once another invocation has taken it over,
-// renewal stops and logs an error.
+// renewal stops and logs an error. AcquireLease is TakeLease without the
+// fencing: use TakeLease for work that commits under the lease.
 func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64, log *slog.Logger) (release func(), err error) {
+	l, err := TakeLease(ctx, s, run, ttl, log)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// ErrLeaseLost is the cause with which a HeldLease's context is cancelled,
+// and what HeldLease.Check wraps, once the run's lease no longer names its
+// holder: another invocation took it over (the holder was stopped or
+// stalled past the lease's expiry, or its TTL is shorter than its round)
+// or it was removed. The holder must then stop writing: the round goes on
+// under the new holder.
+var ErrLeaseLost = errors.New("lease lost")
+
+// HeldLease is the run's lease held by this invocation (TakeLease): a
+// context that ends when the lease is lost, a fencing check for commits,
+// and its release.
+type HeldLease struct {
+	store   storage.Store
+	key     string
+	holder  string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	release func()
+}
+
+// Context is the parent context given to TakeLease, cancelled with cause
+// ErrLeaseLost (context.Cause) as soon as renewal finds the lease taken
+// over or removed, and cancelled by Release.
+func (l *HeldLease) Context() context.Context { return l.ctx }
+
+// Check reads the lease and returns an error wrapping ErrLeaseLost when it
+// no longer names this holder (another invocation took it over, or it was
+// removed), after cancelling Context with that cause; other errors are
+// the store's. Call it right before each commit, so that a holder that was
+// stopped past its expiry and resumed commits nothing beside the new
+// holder's work. It narrows that window to the time between the check and
+// the write; it cannot close it (the store has no compare-and-swap).
+func (l *HeldLease) Check(ctx context.Context) error {
+	data, err := storage.ReadAll(ctx, l.store, l.key)
+	if isNotFound(err) {
+		return l.lost("it was removed")
+	}
+	if err != nil {
+		return fmt.Errorf("check lease %s: %w", l.key, err)
+	}
+	var held Lease
+	if json.Unmarshal(data, &held) != nil {
+		return l.lost("it is no longer valid JSON")
+	}
+	if held.Holder != l.holder {
+		return l.lost(fmt.Sprintf("another invocation (%s, pid %d on %s) has taken it over", held.Holder, held.PID, held.Host))
+	}
+	return nil
+}
+
+// lost cancels the lease's context with ErrLeaseLost and returns that error.
+func (l *HeldLease) lost(why string) error {
+	err := fmt.Errorf("%w: %s of holder %s: %s; this invocation stopped, the run goes on under the lease's new holder (a --lease-ttl shorter than a round, or a holder stopped past its expiry)", ErrLeaseLost, l.key, l.holder, why)
+	l.cancel(err)
+	return err
+}
+
+// Release stops renewal and deletes the lease if it still names this
+// holder; it also cancels Context. Calling it again does nothing more.
+func (l *HeldLease) Release() { l.release() }
+
+// TakeLease takes the run's lease as AcquireLease does (the same rules for
+// stale leases and takeovers, the same errors) and returns it held: its
+// Context is cancelled with cause ErrLeaseLost once renewal finds that
+// another invocation took the lease over (or removed it), and Check reads
+// the lease to fence a commit.
+func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, log *slog.Logger) (*HeldLease, error) {
 	if !(ttl > 0) || ttl*float64(time.Second) >= math.MaxInt64 {
 		return nil, fmt.Errorf("lease TTL must be > 0 seconds and finite (got %g)", ttl)
 	}
@@ -147,6 +223,8 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			break
 		}
 	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	l := &HeldLease{store: s, key: key, holder: me.Holder, ctx: lctx, cancel: cancel}
 	renewCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -162,12 +240,14 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 				if err == nil {
 					var held Lease
 					if json.Unmarshal(data, &held) != nil || held.Holder != me.Holder {
-						log.Error("lease lost: another invocation has taken it over; no longer renewing", "key", key, "holder", me.Holder, "now", held.Holder)
+						log.Error("lease lost: another invocation has taken it over; no longer renewing, stopping", "key", key, "holder", me.Holder, "now", held.Holder)
+						_ = l.lost(fmt.Sprintf("another invocation (%s, pid %d on %s) has taken it over", held.Holder, held.PID, held.Host))
 						return
 					}
 					err = storage.PutBytes(renewCtx, s, key, encode())
 				} else if isNotFound(err) {
-					log.Error("lease lost: it was removed; no longer renewing", "key", key, "holder", me.Holder)
+					log.Error("lease lost: it was removed; no longer renewing, stopping", "key", key, "holder", me.Holder)
+					_ = l.lost("it was removed")
 					return
 				}
 				if err != nil && renewCtx.Err() == nil {
@@ -176,18 +256,23 @@ func AcquireLease(ctx context.Context, s storage.Store, run string, ttl float64,
 			}
 		}
 	}()
-	return func() {
-		stop()
-		<-done
-		data, err := storage.ReadAll(context.WithoutCancel(ctx), s, key)
-		if err != nil {
-			return
-		}
-		var held Lease
-		if json.Unmarshal(data, &held) == nil && held.Holder == me.Holder {
-			_ = s.Delete(context.WithoutCancel(ctx), key)
-		}
-	}, nil
+	var once sync.Once
+	l.release = func() {
+		once.Do(func() {
+			stop()
+			<-done
+			defer cancel(context.Canceled)
+			data, err := storage.ReadAll(context.WithoutCancel(ctx), s, key)
+			if err != nil {
+				return
+			}
+			var held Lease
+			if json.Unmarshal(data, &held) == nil && held.Holder == me.Holder {
+				_ = s.Delete(context.WithoutCancel(ctx), key)
+			}
+		})
+	}
+	return l, nil
 }
 
 // takeOver replaces the stale lease bytes stale of run by a new lease

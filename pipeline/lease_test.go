@@ -276,3 +276,59 @@ func TestLeaseTTL(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, infos)
 }
+
+// TestLeaseLostFences: a holder whose lease another invocation has taken
+// over (it was stopped past the expiry) learns it at its next Check, and
+// its renewal cancels the lease's context with ErrLeaseLost, so that the
+// round it runs stops instead of committing beside the new holder's.
+func TestLeaseLostFences(t *testing.T) {
+	ctx := context.Background()
+	t.Run("check", func(t *testing.T) {
+		s := leaseStore(t)
+		l, err := TakeLease(ctx, s, "r", 3600, quietLog())
+		require.NoError(t, err)
+		defer l.Release()
+		require.NoError(t, l.Check(ctx))
+		require.NoError(t, l.Context().Err())
+		putLease(t, s, "r", Lease{Holder: "h-new", Host: "elsewhere", PID: 7, Expires: time.Now().Add(time.Hour)})
+		err = l.Check(ctx)
+		require.ErrorIs(t, err, ErrLeaseLost)
+		require.Contains(t, err.Error(), "h-new")
+		require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+		l.Release()
+		require.Equal(t, "h-new", readLease(t, s, "r").Holder, "release keeps the new holder's lease")
+	})
+	t.Run("renewal", func(t *testing.T) {
+		s := leaseStore(t)
+		l, err := TakeLease(ctx, s, "r", 0.3, quietLog()) // renews every 100 ms
+		require.NoError(t, err)
+		defer l.Release()
+		putLease(t, s, "r", Lease{Holder: "h-new", Host: "elsewhere", PID: 7, Expires: time.Now().Add(time.Hour)})
+		select {
+		case <-l.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lease's context is not cancelled after the lease was taken over")
+		}
+		require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+	})
+	t.Run("removed", func(t *testing.T) {
+		s := leaseStore(t)
+		l, err := TakeLease(ctx, s, "r", 3600, quietLog())
+		require.NoError(t, err)
+		defer l.Release()
+		require.NoError(t, s.Delete(ctx, LeaseKey("r")))
+		require.ErrorIs(t, l.Check(ctx), ErrLeaseLost)
+	})
+	t.Run("release", func(t *testing.T) {
+		s := leaseStore(t)
+		l, err := TakeLease(ctx, s, "r", 3600, quietLog())
+		require.NoError(t, err)
+		l.Release()
+		l.Release()
+		require.Error(t, l.Context().Err())
+		require.NotErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+		infos, err := s.List(ctx, "r/")
+		require.NoError(t, err)
+		require.Empty(t, infos)
+	})
+}

@@ -100,6 +100,22 @@ type Runner struct {
 	Progress ProgressFunc
 	// Now returns the time for created_at fields (observations only).
 	Now func() time.Time
+	// Fence, when set, is called right before each commit write (a
+	// table's manifest, a round's seal); its error stops the commit and is
+	// returned. `spade round next` sets it to HeldLease.Check, so that an
+	// invocation that lost the run's lease commits nothing more.
+	Fence func(ctx context.Context) error
+}
+
+// fence runs r.Fence before a commit write of key (nil when unset).
+func (r *Runner) fence(ctx context.Context, key string) error {
+	if r.Fence == nil {
+		return nil
+	}
+	if err := r.Fence(ctx); err != nil {
+		return fmt.Errorf("not committing %s: %w", key, err)
+	}
+	return nil
 }
 
 // ProgressFunc reports progress of a stage: done of total parts.
@@ -816,6 +832,9 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 			m.Bytes += f.Bytes
 		}
 		key := ManifestKey(r.Run, ri.Round, o.Table)
+		if err := r.fence(ctx, key); err != nil {
+			return 0, err
+		}
 		err := storage.PutBytesIfAbsent(ctx, r.Store, key, m.Encode())
 		if isExists(err) {
 			have, rerr := ReadManifest(ctx, r.Store, key)
@@ -974,6 +993,9 @@ func (r *Runner) seal(ctx context.Context, round int) (*Seal, error) {
 		}
 	}
 	b, _ := json.MarshalIndent(seal, "", "  ")
+	if err := r.fence(ctx, SealKey(r.Run, round)); err != nil {
+		return nil, err
+	}
 	err := storage.PutBytesIfAbsent(ctx, r.Store, SealKey(r.Run, round), append(b, '\n'))
 	if err != nil && !isExists(err) {
 		return nil, fmt.Errorf("seal round %d: %w", round, err)

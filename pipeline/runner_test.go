@@ -541,3 +541,38 @@ func TestConcurrentRoundsOfOneRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, res.Seal.Digest(), res2.Seal.Digest())
 }
+
+// TestFenceStopsCommits: a Fence that fails (the lease was lost) stops
+// every commit write: no manifest and no seal, and its error is returned.
+func TestFenceStopsCommits(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	r := newRunner(t, st, "a", &gen{parts: 2, rows: 10, failPart: -1})
+	_, err := r.RunRound(ctx, 0)
+	require.NoError(t, err)
+	lost := errors.New("lease lost (test)")
+	r.Fence = func(context.Context) error { return lost }
+	_, err = r.RunRound(ctx, 1)
+	require.ErrorIs(t, err, lost)
+	infos, err := st.List(ctx, "a/round=000001/")
+	require.NoError(t, err)
+	for _, in := range infos {
+		require.NotContains(t, in.Key, "_manifest.json")
+		require.NotContains(t, in.Key, "_ROUND.json")
+	}
+	calls := 0 // the manifests pass, the seal is refused
+	r.Fence = func(context.Context) error {
+		calls++
+		if calls > 2 {
+			return lost
+		}
+		return nil
+	}
+	_, err = r.RunRound(ctx, 1)
+	require.ErrorIs(t, err, lost)
+	_, err = pipeline.ReadSeal(ctx, st, "a", 1)
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted, "no seal past a failed fence")
+	r.Fence = nil
+	_, err = r.RunRound(ctx, 1)
+	require.NoError(t, err)
+}

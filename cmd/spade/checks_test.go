@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,4 +223,65 @@ func TestRoundNextAfterKill(t *testing.T) {
 	require.Equal(t, 0, r.code, "round next after round 2 was finished by hand: %s", r.stderr)
 	require.Contains(t, r.stdout, "round 3 of run cron committed")
 	require.NoFileExists(t, lease)
+}
+
+// TestRoundNextLeaseLost: a `round next` stopped (SIGSTOP) past its lease's
+// expiry, whose lease another `round next` takes over meanwhile, must not
+// commit beside the new holder once it is continued (SIGCONT): it stops
+// with exit 1 naming the lost lease, and the new holder finishes the
+// round (exit 0).
+func TestRoundNextLeaseLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs full rounds in subprocesses")
+	}
+	o := newOpsEnv(t)
+	lease := filepath.Join(o.dir, "runs", pipeline.LeaseKey("cron"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	zombie := exec.CommandContext(ctx, spadeBin, o.args(o.store, []string{"round", "next", "--run", "cron", "--lease-ttl", "1"})...)
+	var zout bytes.Buffer
+	zombie.Stdout, zombie.Stderr = &zout, &zout
+	require.NoError(t, zombie.Start())
+	for {
+		if _, err := os.Stat(lease); err == nil {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.NoError(t, zombie.Process.Signal(syscall.SIGSTOP))
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = zombie.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond) // past the lease's expiry
+
+	taker := exec.CommandContext(ctx, spadeBin, o.args(o.store, []string{"round", "next", "--run", "cron", "--lease-ttl", "1", "--log-level", "info"})...)
+	var tout, terr bytes.Buffer
+	taker.Stdout, taker.Stderr = &tout, &terr
+	require.NoError(t, taker.Start())
+	for { // until the taker holds the lease
+		var l pipeline.Lease
+		if b, err := os.ReadFile(lease); err == nil && json.Unmarshal(b, &l) == nil && l.PID == taker.Process.Pid {
+			break
+		}
+		require.NoError(t, ctx.Err(), "the taker never took the lease over")
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.NoError(t, zombie.Process.Signal(syscall.SIGCONT))
+	stopped = false
+	err := zombie.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	require.Equal(t, exitFailure, code, "the continued holder must stop, not finish the round beside the new holder:\n%s", zout.String())
+	require.Contains(t, zout.String(), "lease lost")
+	require.NoError(t, taker.Wait(), "the new holder: %s", terr.String())
+	require.Contains(t, tout.String(), "round 1 of run cron committed")
+	require.NoFileExists(t, lease)
+	r := o.spade(t, nil, "round", "next", "--run", "cron")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "round 2 of run cron committed")
 }

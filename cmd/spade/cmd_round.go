@@ -97,20 +97,25 @@ once; one of another host only after --lease-ttl seconds.`,
 			defer eng.Close()
 			var round int
 			if args[0] == "next" {
-				release, err := pipeline.AcquireLease(ctx, a.store, g.runName, leaseTTL, a.log)
+				lease, err := pipeline.TakeLease(ctx, a.store, g.runName, leaseTTL, a.log)
 				if err != nil {
 					return err
 				}
-				defer release()
+				defer lease.Release()
+				// Fencing: once another invocation has taken the lease
+				// over (this one was stopped past its expiry), the round
+				// is cancelled and no further manifest or seal is written.
+				ctx = lease.Context()
+				r.Fence = lease.Check
 				if round, err = pipeline.NextRound(ctx, a.store, g.runName); err != nil {
-					return err
+					return leaseLost(ctx, err)
 				}
 			} else if round, err = parseRound(args[0]); err != nil {
 				return err
 			}
 			res, err := runRounds(ctx, r, round)
 			if err != nil {
-				return err
+				return leaseLost(ctx, err)
 			}
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(res)
@@ -126,6 +131,16 @@ once; one of another host only after --lease-ttl seconds.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().Float64Var(&leaseTTL, "lease-ttl", 6*3600, "with next: seconds after which another invocation may take over a lease whose holder stopped renewing it (> 0)")
 	return cmd
+}
+
+// leaseLost returns err, or, when ctx was cancelled because the run's lease
+// was lost (pipeline.ErrLeaseLost), that cause: exit 1 with the reason, not
+// exit 130 (interrupted) for the parts the cancellation cut short.
+func leaseLost(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, pipeline.ErrLeaseLost) && !errors.Is(err, pipeline.ErrLeaseLost) {
+		return fmt.Errorf("round stopped: %w", cause)
+	}
+	return err
 }
 
 // runRounds runs round n; before round 1 it seals round 0 (the embedded
