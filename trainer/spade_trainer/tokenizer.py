@@ -7,12 +7,14 @@ output; ``mask[t]`` is 1 when token t is a training target:
 * :class:`ByteTokenizer`, the built-in tokenizer of the tiny model: ids
   0..255 are the UTF-8 bytes, then the specials <|endoftext|> (256, padding),
   <|im_start|> (257) and <|im_end|> (258). Chat layout as Qwen's ChatML:
-  ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message. Special-token
-  text inside message content is encoded as plain bytes, never as the
-  special id, so LLM-written text cannot forge turn boundaries.
+  ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message.
 * :class:`HFChatEncoder`, wrapping a transformers tokenizer and its
   ``apply_chat_template``; a trained message's span is found by rendering
   the conversation up to it (with the generation prompt) and through it.
+
+Both encode special-token text inside a message's content as ordinary
+text, never as the special id, so LLM- or environment-written text cannot
+forge turn boundaries.
 
 For a trained message the targets are its content tokens and the closing
 <|im_end|> (the model must learn to stop), not the role header and not the
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 from typing import Dict, List, Sequence, Tuple
 
 ENDOFTEXT = "<|endoftext|>"
@@ -156,9 +160,39 @@ class ByteTokenizer:
         return ByteTokenizer()
 
 
+def _special_texts(tokenizer) -> List[str]:
+    """The texts of a transformers tokenizer's special tokens: its named
+    and additional specials (``all_special_tokens``) and every added token
+    flagged ``special`` (``added_tokens_decoder``), such as ChatML's
+    ``<|im_start|>``. Added tokens not flagged special (Qwen's
+    ``<tool_call>``) are left out: the model writes them as ordinary
+    output, and they decode into the text it returned."""
+    out = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(tok, "special", False):
+            out.add(getattr(tok, "content", None) or str(tok))
+    return sorted(t for t in out if t)
+
+
 class HFChatEncoder:
     """Chat encoding with a transformers tokenizer (GPU path; needs the
-    ``transformers`` package, which this module imports lazily)."""
+    ``transformers`` package, which this module imports lazily).
+
+    Special-token text inside a message's content (say an environment's
+    observation or the model's own answer holding the characters
+    ``<|im_end|>``) is encoded as ordinary text, as :class:`ByteTokenizer`
+    does, never as the special id: otherwise text written by the model or
+    an environment could forge a turn boundary, and a trained answer that
+    contains the characters would teach the model to emit the real
+    end-of-turn token in the middle of an answer. The chat template's own
+    special tokens stay special. How: each special token's text in the
+    contents is replaced by a placeholder before the template is rendered
+    (so a template that rewrites contents still sees their shape), and in
+    the rendered text each placeholder is tokenized with
+    ``split_special_tokens=True`` and the rest as usual. Conversations with
+    no special-token text in any content are tokenized exactly as before,
+    in one call on the rendered text, as a serving engine tokenizes a chat
+    prompt."""
 
     def __init__(self, tokenizer) -> None:
         self.tok = tokenizer
@@ -166,10 +200,33 @@ class HFChatEncoder:
         if pad is None:
             pad = tokenizer.eos_token_id
         self.pad_id = pad if pad is not None else 0
+        self.specials = _special_texts(tokenizer)
+        # Longest first, so a special that contains another is replaced whole.
+        self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.specials, key=len, reverse=True))) if self.specials else None
 
     def _ids(self, messages: Sequence[dict], gen: bool) -> List[int]:
-        text = self.tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen)
-        return self.tok(text, add_special_tokens=False)["input_ids"]
+        messages = list(messages)
+        if self._special_re is None or not any(self._special_re.search(str(m.get("content") or "")) for m in messages):
+            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+            return list(self.tok(text, add_special_tokens=False)["input_ids"])
+        nonce = secrets.token_hex(8)
+        while any(nonce in str(m.get("content") or "") for m in messages):
+            nonce = secrets.token_hex(8)
+        index = {t: k for k, t in enumerate(self.specials)}
+
+        def defang(content: str) -> str:
+            return self._special_re.sub(lambda mo: f"\ue000{nonce}:{index[mo.group(0)]}\ue001", content)
+
+        masked = [dict(m, content=defang(m["content"])) if isinstance(m.get("content"), str) else m for m in messages]
+        text = self.tok.apply_chat_template(masked, tokenize=False, add_generation_prompt=gen)
+        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", text)
+        ids: List[int] = []
+        for j, piece in enumerate(pieces):
+            if j % 2 == 1:
+                ids += self.tok(self.specials[int(piece)], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            elif piece:
+                ids += self.tok(piece, add_special_tokens=False)["input_ids"]
+        return ids
 
     def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:
         full = self._ids(messages, False)
