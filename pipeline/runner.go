@@ -142,22 +142,29 @@ func (r *Runner) workers() int {
 	return runtime.NumCPU()
 }
 
-// EnsureRun creates the run's _RUN.json (put-if-absent) or checks that the
-// committed one pins the same config digest (ErrConflict otherwise).
+// EnsureRun checks that the run's committed _RUN.json pins the same config
+// digest (ErrConflict otherwise), or creates it (put-if-absent) when the
+// run has none. The run file is read first, so a run that exists is
+// checked without any write: `spade round N` on a sealed round, or a
+// stage that is already committed, works on a read-only store.
 func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
 	if err := ValidateRunName(r.Run); err != nil {
 		return nil, err
 	}
 	rf := &RunFile{FormatVersion: FormatVersion, Run: r.Run, ConfigDigest: r.Config.Digest(), Config: r.Config, CodeVersion: CodeVersion(), CreatedAt: r.now()}
-	b, _ := json.MarshalIndent(rf, "", "  ")
-	err := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
-	if err == nil {
-		return rf, nil
-	}
-	if !isExists(err) {
-		return nil, fmt.Errorf("create run %s: %w", r.Run, err)
-	}
 	have, err := ReadRunFile(ctx, r.Store, r.Run)
+	if errors.Is(err, ErrNotCommitted) {
+		b, _ := json.MarshalIndent(rf, "", "  ")
+		err := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
+		if err == nil {
+			return rf, nil
+		}
+		if !isExists(err) {
+			return nil, fmt.Errorf("create run %s: %w", r.Run, err)
+		}
+		// Another invocation created the run in between: check its config.
+		have, err = ReadRunFile(ctx, r.Store, r.Run)
+	}
 	if err != nil {
 		return nil, err
 	}
