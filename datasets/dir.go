@@ -66,11 +66,13 @@ func fileKind(m fs.FileMode) string {
 	return "special file"
 }
 
-func (im *importer) importDir(ctx context.Context, root string) error {
+// listDir returns the .txt, .md and .markdown entries under root in the
+// order a directory import reads them. filepath.WalkDir visits entries in
+// lexical order, which makes that order deterministic, and does not
+// follow symbolic links to directories. InputDigest lists a directory
+// with it too, so the fingerprint covers exactly the files read.
+func listDir(root string) ([]dirEntry, error) {
 	var entries []dirEntry
-	// WalkDir visits entries in lexical order, which makes the import
-	// order deterministic. It does not follow symbolic links to
-	// directories.
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -80,6 +82,11 @@ func (im *importer) importDir(ctx context.Context, root string) error {
 		}
 		return nil
 	})
+	return entries, err
+}
+
+func (im *importer) importDir(ctx context.Context, root string) error {
+	entries, err := listDir(root)
 	if err != nil {
 		return fmt.Errorf("import %s: %w", root, err)
 	}

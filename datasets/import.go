@@ -87,7 +87,7 @@ type ImportOptions struct {
 	// At least one must be present on a row. Default: ["text"].
 	TextPaths []string
 	// Source is stored in CorpusDoc.Source; default: each input path's
-	// base name.
+	// base name, however the path is spelt (see SourceLabel).
 	Source string
 	// MaxDocBytes caps a document's text in bytes; longer documents are
 	// skipped. Default DefaultMaxDocBytes.
@@ -347,10 +347,7 @@ func (im *importer) importPath(ctx context.Context, p string) error {
 		}
 		return fmt.Errorf("%w: %s is a file, but format is dir", ErrBadOptions, p)
 	}
-	im.curSource = im.opts.Source
-	if im.curSource == "" {
-		im.curSource = filepath.Base(p)
-	}
+	im.curSource = SourceLabel(im.opts.Source, p)
 	for _, f := range im.specs() {
 		f.matched = 0
 	}

@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
 
 	"github.com/spf13/cobra"
 
@@ -33,7 +27,8 @@ Several --text paths are concatenated. Documents are deduplicated by the
 sha256 of their text; skipped rows are reported with file, line, field and
 reason, also when every row is skipped and the import fails. A run has one
 corpus: importing a different one into a run that has a corpus is refused
-(exit 3); use a new --run.
+(exit 3); use a new --run. Importing the same inputs again (same names and
+contents, same options, by any path from any directory) does nothing.
 
 Example (the unarXive sample):
   spade corpus import --run arxiv ../shared/datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz \
@@ -43,9 +38,9 @@ Example (the unarXive sample):
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			opts.Paths = args
-			digests := map[string]string{}
-			for _, p := range args {
-				d, err := pathDigest(p)
+			digests := make([]string, len(args))
+			for i, p := range args {
+				d, err := datasets.InputDigest(opts, p)
 				if err != nil {
 					err = usagef("corpus import: %v", err)
 					if asJSON {
@@ -54,7 +49,7 @@ Example (the unarXive sample):
 					}
 					return err
 				}
-				digests[p] = d
+				digests[i] = d
 			}
 			a, err := g.open(ctx)
 			if err != nil {
@@ -62,7 +57,7 @@ Example (the unarXive sample):
 			}
 			defer a.close()
 			var rep datasets.ImportReport
-			st := &corpus.Import{Options: opts, FileDigests: digests, Report: &rep}
+			st := &corpus.Import{Options: opts, InputDigests: digests, Report: &rep}
 			r := &pipeline.Runner{Store: a.store, Run: g.runName, Config: a.cfg, Stages: []pipeline.Stage{st}, Log: a.log}
 			res, err := r.RunRound(ctx, 0)
 			if err != nil {
@@ -117,60 +112,6 @@ Example (the unarXive sample):
 // sameImport reports whether the committed corpus came from this import.
 func sameImport(ctx context.Context, r *pipeline.Runner, st *corpus.Import, m *pipeline.Manifest) bool {
 	return r.FingerprintOf(ctx, st, 0) == m.StageFingerprint
-}
-
-// pathDigest hashes a file, or every file under a directory in path order
-// (symbolic links to regular files included, as the importer reads them).
-func pathDigest(p string) (string, error) {
-	st, err := os.Stat(p)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	add := func(path string) error {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(path))
-		_, err = io.Copy(h, f)
-		return err
-	}
-	if !st.IsDir() {
-		if err := add(p); err != nil {
-			return "", err
-		}
-		return hex.EncodeToString(h.Sum(nil)), nil
-	}
-	var files []string
-	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			files = append(files, path)
-		} else if d.Type()&fs.ModeSymlink != 0 {
-			// The importer reads a link to a regular file like the file
-			// (datasets, importDir), so the file it names is input the
-			// fingerprint must cover; a link to anything else is a skipped
-			// row, and opening a FIFO would block.
-			if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
-				files = append(files, path)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		if err := add(f); err != nil {
-			return "", err
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // importJSON is what `corpus import --json` prints: whether the run

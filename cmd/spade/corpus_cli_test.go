@@ -2,12 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/datasets"
 )
 
 // TestCorpusImportSkipReasons runs `spade corpus import` on inputs whose
@@ -106,8 +109,8 @@ func TestCorpusImportSkipReasons(t *testing.T) {
 
 // TestCorpusImportDirLinkInFingerprint: the importer reads a symbolic link
 // to a .txt or .md file of an imported directory like the file, so the
-// file it names is part of the corpus stage's fingerprint. pathDigest
-// hashed regular files only: importing the directory again after the
+// file it names is part of the corpus stage's fingerprint. The digest
+// once hashed regular files only: importing the directory again after the
 // linked file changed said "already imported" (exit 0) of a run whose
 // corpus no longer matches it, instead of a conflict (exit 3).
 func TestCorpusImportDirLinkInFingerprint(t *testing.T) {
@@ -119,16 +122,120 @@ func TestCorpusImportDirLinkInFingerprint(t *testing.T) {
 	require.NoError(t, os.WriteFile(target, []byte("# Linked\n\nFirst version.\n"), 0o644))
 	require.NoError(t, os.Symlink(target, filepath.Join(docs, "b.md")))
 
-	d1, err := pathDigest(docs)
+	d1, err := datasets.InputDigest(datasets.ImportOptions{}, docs)
 	require.NoError(t, err)
 	r := spade(t, dir, nil, "--run", "linked", "corpus", "import", docs)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "imported 2 documents")
 
 	require.NoError(t, os.WriteFile(target, []byte("# Linked\n\nSecond version.\n"), 0o644))
-	d2, err := pathDigest(docs)
+	d2, err := datasets.InputDigest(datasets.ImportOptions{}, docs)
 	require.NoError(t, err)
 	require.NotEqual(t, d1, d2, "the linked file's content is part of the digest")
 	r = spade(t, dir, nil, "--run", "linked", "corpus", "import", docs)
 	require.Equal(t, 3, r.code, "the run's corpus holds the first version: %s%s", r.stdout, r.stderr)
+}
+
+// TestCorpusImportSpellingOfPath: the corpus committed by an import
+// depends on the input's name and content, not on the working directory
+// or on how the path was typed. Importing the same file or directory into
+// a run again from another directory, or by an absolute instead of a
+// relative path, is a no-op ("already imported", exit 0); the stage
+// fingerprint once held the paths as typed, so these were refused (exit
+// 3). An input whose documents would differ (other content, another
+// file name that the source label is taken from, a file added to a
+// directory) is still refused.
+func TestCorpusImportSpellingOfPath(t *testing.T) {
+	base := t.TempDir()
+	store := "file://" + filepath.Join(base, "store")
+	proj := filepath.Join(base, "proj")
+	data := filepath.Join(proj, "data")
+	docs := filepath.Join(proj, "docs")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(docs, "sub"), 0o755))
+	x := filepath.Join(data, "x.jsonl")
+	require.NoError(t, os.WriteFile(x, []byte(`{"text":"the tides of the North Sea"}`+"\n"+`{"text":"a second document"}`+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(docs, "a.txt"), []byte("Plain text a.\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(docs, "sub", "b.md"), []byte("# Bee\n\nAbout bees.\n"), 0o644))
+
+	imp := func(dir, run string, paths ...string) result {
+		t.Helper()
+		return spade(t, dir, nil, append([]string{"--store", store, "--run", run, "corpus", "import"}, paths...)...)
+	}
+	sources := func(run string) string {
+		t.Helper()
+		q := spade(t, base, nil, "--store", store, "--run", run, "sql", "--format", "csv", "select distinct source from corpus order by source")
+		require.Equal(t, 0, q.code, q.stderr)
+		return q.stdout
+	}
+
+	t.Run("file", func(t *testing.T) {
+		r := imp(proj, "file", "data/x.jsonl")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "imported 2 documents")
+		for _, again := range []struct{ dir, path string }{
+			{"/", x},
+			{proj, "./data/x.jsonl"},
+			{data, "x.jsonl"},
+			{filepath.Join(proj, "docs"), "../data/x.jsonl"},
+			{base, "proj/data//x.jsonl"},
+		} {
+			r := imp(again.dir, "file", again.path)
+			require.Equal(t, 0, r.code, "%s in %s: %s%s", again.path, again.dir, r.stdout, r.stderr)
+			require.Contains(t, r.stdout, "already imported (2 documents)", again)
+		}
+		require.Equal(t, "source\nx.jsonl\n", sources("file"))
+	})
+
+	t.Run("file with other content or name", func(t *testing.T) {
+		other := filepath.Join(base, "other")
+		require.NoError(t, os.MkdirAll(other, 0o755))
+		orig, err := os.ReadFile(x)
+		require.NoError(t, err)
+		// The same name, other content.
+		require.NoError(t, os.WriteFile(filepath.Join(other, "x.jsonl"), append(orig, `{"text":"a third"}`+"\n"...), 0o644))
+		r := imp(other, "file", "x.jsonl")
+		require.Equal(t, 3, r.code, r.stdout+r.stderr)
+		// The same content, another name: the source label differs.
+		require.NoError(t, os.WriteFile(filepath.Join(other, "y.jsonl"), orig, 0o644))
+		r = imp(other, "file", "y.jsonl")
+		require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	})
+
+	t.Run("directory", func(t *testing.T) {
+		r := imp(proj, "dir", "docs")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "imported 2 documents")
+		require.Equal(t, "source\ndocs\n", sources("dir"))
+		for _, again := range []struct{ dir, path string }{
+			{"/", docs},
+			{"/", docs + "/."},
+			{proj, "docs/"},
+			{proj, "./docs/."},
+			{docs, "."},
+			{filepath.Join(docs, "sub"), ".."},
+		} {
+			r := imp(again.dir, "dir", again.path)
+			require.Equal(t, 0, r.code, "%s in %s: %s%s", again.path, again.dir, r.stdout, r.stderr)
+			require.Contains(t, r.stdout, "already imported (2 documents)", again)
+		}
+		// A file added to the directory changes the corpus.
+		require.NoError(t, os.WriteFile(filepath.Join(docs, "c.txt"), []byte("Plain text c.\n"), 0o644))
+		r = imp(docs, "dir", ".")
+		require.Equal(t, 3, r.code, r.stdout+r.stderr)
+	})
+
+	t.Run("directory spelt with a trailing dot", func(t *testing.T) {
+		// The source label is the directory's name however it is spelt.
+		for i, p := range []string{"docs/.", "docs/", "."} {
+			dir := proj
+			if p == "." {
+				dir = docs
+			}
+			run := fmt.Sprintf("dot%d", i)
+			r := imp(dir, run, p)
+			require.Equal(t, 0, r.code, r.stderr)
+			require.Equal(t, "source\ndocs\n", sources(run), p)
+		}
+	})
 }

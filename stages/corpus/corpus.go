@@ -52,14 +52,20 @@ func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out
 }
 
 // Import is the stage `spade corpus import` runs: it commits the documents
-// the importer reads as the run's round-0 corpus. Its fingerprint covers the
-// import options and the sha256 of every input file (FileDigests).
+// the importer reads as the run's round-0 corpus. Its fingerprint covers
+// what those documents depend on and nothing else: the import options
+// other than the paths as typed, and InputDigests, in path order. So the
+// same inputs imported from another working directory, or named by
+// another spelling of their paths, give the same fingerprint.
 type Import struct {
-	// Options says what to import and how (paths, format, field paths);
-	// it is part of the stage's fingerprint.
+	// Options says what to import and how (paths, format, field paths).
+	// All of it but Paths is part of the stage's fingerprint; Paths are
+	// only read (and name files in the report).
 	Options datasets.ImportOptions
-	// FileDigests maps each input path to its sha256, filled by the caller.
-	FileDigests map[string]string
+	// InputDigests holds datasets.InputDigest(Options, p) for each p in
+	// Options.Paths, in the same order, filled by the caller. Run fails
+	// when it does not have one entry per path.
+	InputDigests []string
 	// Report receives the importer's report after Run.
 	Report *datasets.ImportReport
 }
@@ -75,22 +81,32 @@ func (*Import) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, 
 	return nil, ri.Round == 0
 }
 
-// ConfigSubset implements pipeline.Stage.
+// ConfigSubset implements pipeline.Stage: the options without Paths, and
+// InputDigests in their place. Without one digest per path (a caller
+// defect, which Run refuses) the paths stay in, as typed.
 func (im *Import) ConfigSubset(*config.Config) any {
+	opts := im.Options
+	if len(im.InputDigests) == len(opts.Paths) {
+		opts.Paths = nil
+	}
 	return struct {
 		Options datasets.ImportOptions
-		Files   map[string]string
-	}{im.Options, im.FileDigests}
+		Inputs  []string
+	}{opts, im.InputDigests}
 }
 
 // Parts implements pipeline.Stage: one part, and never an error.
 func (*Import) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // Run implements pipeline.Stage: it emits every document datasets.Import
-// accepts and sets *Report (also on failure). Errors: datasets.Import's,
-// as it returns them (see its doc), or none imported ("import produced no
-// documents", with the rows read and skipped); nothing is committed then.
+// accepts and sets *Report (also on failure). Errors: InputDigests without
+// one entry per path (nothing is read); datasets.Import's, as it returns
+// them (see its doc); or none imported ("import produced no documents",
+// with the rows read and skipped). Nothing is committed then.
 func (im *Import) Run(ctx context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
+	if len(im.InputDigests) != len(im.Options.Paths) {
+		return fmt.Errorf("corpus import: %d input digests for %d paths", len(im.InputDigests), len(im.Options.Paths))
+	}
 	var n int
 	rep, err := datasets.Import(ctx, im.Options, func(d schemas.CorpusDoc) error {
 		pipeline.Emit(out, schemas.Corpus, "corpus", d)
