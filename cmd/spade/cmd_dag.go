@@ -178,7 +178,9 @@ calling "spade stage NAME --round {{ params.round }}", the sharded stages
 "shards" followed by "spade commit", and a final seal. The task
 dependencies are the stage DAG, derived from the stages' declared inputs
 and outputs. The store, run and config of this invocation are exported
-to every task. Trigger one DAG run per round, in order:
+to every task. A task whose spade command exits 2 (usage) or 3
+(conflict) fails without retries; other failures are retried --retries
+times. Trigger one DAG run per round, in order:
   airflow dags trigger spade_round --conf '{"round": 3, "shards": 8}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -240,7 +242,7 @@ to every task. Trigger one DAG run per round, in order:
 	f.StringVar(&o.DagID, "dag-id", "spade_round", "Airflow dag_id")
 	f.StringVar(&o.Spade, "spade", "spade", "path of the spade binary on the Airflow workers")
 	f.IntVar(&o.Shards, "shards", 4, "default of the DAG param shards (shards per sharded stage)")
-	f.IntVar(&o.Retries, "retries", 2, "task retries")
+	f.IntVar(&o.Retries, "retries", 2, "task retries after a failure a retry can fix (exit 1, 130); exit 2 and 3 fail a task at once")
 	f.IntVar(&o.RetryDelay, "retry-delay", 300, "seconds between task retries")
 	f.StringSliceVar(&o.Sharded, "sharded", defaultSharded, "stages run as mapped shard tasks")
 	return cmd
@@ -318,6 +320,72 @@ func shQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }
 
+// exitNoRetry are the exit codes of spade that the same command returns
+// again on a retry (docs/cli.md "Exit codes"), with their meaning: the
+// DAG's tasks fail at once on them instead of retrying.
+var exitNoRetry = map[int]string{exitUsage: "usage error", exitConflict: "conflict"}
+
+// airflowNoRetry renders exitNoRetry as the DAG's Python dict
+// NO_RETRY_EXIT_CODES, codes in increasing order.
+func airflowNoRetry() string {
+	codes := make([]int, 0, len(exitNoRetry))
+	for c := range exitNoRetry {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	items := make([]string, len(codes))
+	for i, c := range codes {
+		items[i] = fmt.Sprintf("%d: %s", c, pyStr(exitNoRetry[c]))
+	}
+	return "NO_RETRY_EXIT_CODES = {" + strings.Join(items, ", ") + "}\n"
+}
+
+// airflowOperator is the Python of the DAG's task class, after
+// NO_RETRY_EXIT_CODES: a BashOperator that fails without retries
+// (AirflowFailException) when spade exits with a code of NO_RETRY_EXIT_CODES.
+// BashOperator raises one plain AirflowException for every non-zero exit
+// code but its skip code (99), so the class wraps the SubprocessHook the
+// operator runs its command through (BashOperator.subprocess_hook, in
+// Airflow 2 and in the standard provider of Airflow 3) and acts on the
+// exit code of its result, instead of parsing a message. execute is not
+// overridden, so a task runs exactly as a BashOperator does.
+const airflowOperator = `
+
+class _NoRetryHook:
+    """The SubprocessHook of a SpadeBashOperator: a command that exits with a
+    code of NO_RETRY_EXIT_CODES raises AirflowFailException (failed, no retries)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def run_command(self, *args, **kwargs):
+        result = self.hook.run_command(*args, **kwargs)
+        why = NO_RETRY_EXIT_CODES.get(result.exit_code)
+        if why is not None:
+            raise AirflowFailException(
+                "spade exited %d (%s): failed without retries, since a retry would fail the same way"
+                % (result.exit_code, why)
+            )
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self.hook, name)
+
+
+class SpadeBashOperator(BashOperator):
+    """A BashOperator running one spade command.
+
+    Exit 0 succeeds and 99 skips the task (BashOperator's skip code). Exit 2
+    (usage: flags, config or input) and 3 (conflict: other data is committed)
+    fail the task without retries, since a retry would fail the same way. Any
+    other code fails it, and Airflow retries it.
+    """
+
+    @cached_property
+    def subprocess_hook(self):
+        return _NoRetryHook(super().subprocess_hook)
+`
+
 // taskVar is the Python variable of a task.
 func taskVar(task string) string { return "t_" + task }
 
@@ -352,6 +420,9 @@ Every task runs one spade command. A stage that does not run at the round
 failed. Sharded stages are mapped over the shard list "i/n" built from the
 param shards, then committed by "spade commit". The last task seals the
 round. Exit codes of spade: 0 ok, 1 failure, 2 usage, 3 conflict, 4 busy.
+A task that exits 2 or 3 fails at once, without retries: the same command
+would fail the same way (fix the config or invocation, or use a new run).
+Any other failure (1, or 130 when interrupted) is retried.
 """
 `, o.DagID)
 	w("# spade-dag-begin: the stage graph of a regeneration round, one line per stage\n")
@@ -367,11 +438,19 @@ round. Exit codes of spade: 0 ok, 1 failure, 2 usage, 3 conflict, 4 busy.
 	}
 	w("# spade-dag-end\n\n")
 	w(`from datetime import datetime, timedelta, timezone
+from functools import cached_property
 
 from airflow import DAG
 from airflow.decorators import task
+from airflow.exceptions import AirflowFailException
 from airflow.models.param import Param
 from airflow.operators.bash import BashOperator
+
+# Exit codes of spade that fail the same way on every retry (docs/cli.md).
+`)
+	b.WriteString(airflowNoRetry())
+	b.WriteString(airflowOperator)
+	w(`
 
 SPADE_ENV = {
 `)
@@ -420,29 +499,29 @@ with DAG(
 		v := taskVar(n.Stage)
 		switch {
 		case n.Round0:
-			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
 				v, pyStr(n.Stage), pyStr(fmt.Sprintf("%s stage %s --round 0", spade, n.Stage)))
 			round0 = append(round0, n.Stage)
 		case n.Sharded:
 			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
 			w("\n    @task(task_id=%s)\n    def %s_shards(**context):\n        return shard_envs(context[\"params\"])\n\n", pyStr(n.Stage+"_shards"), n.Stage)
 			w("    %s = %s_shards()\n", taskVar(n.Stage+"_shards"), n.Stage)
-			w("    %s = BashOperator.partial(task_id=%s, bash_command=%s, append_env=True).expand(env=%s)\n",
+			w("    %s = SpadeBashOperator.partial(task_id=%s, bash_command=%s, append_env=True).expand(env=%s)\n",
 				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s --shard \"$SPADE_SHARD\"", spade, n.Stage, roundArg)), taskVar(n.Stage+"_shards"))
-			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
 				taskVar(n.Stage+"_commit"), pyStr(n.Stage+"_commit"), pyStr(check+fmt.Sprintf("%s commit %s --stage %s", spade, roundArg, n.Stage)))
 			edges = append(edges, [2]string{n.Stage, n.Stage + "_commit"})
 		default:
 			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
-			w("    %s = BashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
 				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s", spade, n.Stage, roundArg)))
 		}
 	}
 	if len(round0) > 0 {
-		w("    %s = BashOperator(task_id=\"round0_seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+		w("    %s = SpadeBashOperator(task_id=\"round0_seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
 			taskVar("round0_seal"), pyStr(fmt.Sprintf("%s commit --round 0 --stage %s --seal", spade, round0[len(round0)-1])))
 	}
-	w("    %s = BashOperator(task_id=\"seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n\n",
+	w("    %s = SpadeBashOperator(task_id=\"seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n\n",
 		taskVar("seal"), pyStr(fmt.Sprintf("%s commit %s --stage %s --seal", spade, roundArg, lastStage)))
 
 	// Stage edges: from a stage's last task to the next stage's first task.

@@ -1,0 +1,3 @@
+class Param:
+    def __init__(self, default=None, **kwargs):
+        self.value = default
