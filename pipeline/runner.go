@@ -194,6 +194,7 @@ func configDiff(a, b config.Config) string {
 // ErrNotCommitted (errors.Is).
 type noRunError struct{ run, key string }
 
+// Error names the run and its missing run file.
 func (e noRunError) Error() string { return fmt.Sprintf("run %s does not exist (no %s)", e.run, e.key) }
 
 // Is makes errors.Is(err, ErrNotCommitted) true.

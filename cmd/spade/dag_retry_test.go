@@ -54,7 +54,7 @@ exit "$FAKE_EXIT"
 	scenarios := []string{"0:0", "0:1", "0:2", "0:3", "0:130", "99:0", "0:99", "2:0", "3:0", "1:0"}
 	stub, err := filepath.Abs("testdata/airflow_stub/run_tasks.py")
 	require.NoError(t, err)
-	cmd := exec.Command("/usr/bin/python3", append([]string{stub, file, "3"}, scenarios...)...)
+	cmd := exec.Command("/usr/bin/python3", append([]string{"-B", stub, file, "3"}, scenarios...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
