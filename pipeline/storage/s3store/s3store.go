@@ -4,7 +4,7 @@
 // URL:
 //
 //	s3://BUCKET[/PREFIX]?endpoint=http://127.0.0.1:7070&region=us-east-1
-//	    &path_style=true&part_size=16777216&max_attempts=5
+//	    &path_style=true&part_size=16777216&max_attempts=5&response_timeout=60s
 //
 // Every key K is stored as object PREFIX/K in BUCKET. Query parameters (all
 // optional; an unknown or repeated one is an error, to catch typos):
@@ -19,6 +19,11 @@
 //     minimum part size).
 //   - max_attempts: attempts per request of the SDK's standard retryer
 //     (exponential backoff with jitter); default 5.
+//   - response_timeout: a Go duration (e.g. "60s", "2m"), > 0: how long one
+//     attempt waits for the server's response headers once the request is
+//     sent, and how long a connection may go without moving a byte either
+//     way while a request or response is under way; default 60s. See
+//     Options.ResponseTimeout.
 //
 // Credentials come only from the SDK's default chain (AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY, shared config/credentials profiles, SSO, IMDS);
@@ -41,11 +46,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -73,6 +81,8 @@ const (
 	// probeAttempts keeps an unreachable endpoint from eating the probe's
 	// whole budget in backoff.
 	probeAttempts = 2
+	// DefaultResponseTimeout is the default Options.ResponseTimeout.
+	DefaultResponseTimeout = 60 * time.Second
 	// putIDMeta is the user-metadata key (x-amz-meta-spade-put-id) holding a
 	// random per-call token, by which PutIfAbsent recognises its own object
 	// after an ambiguous failure; see PutIfAbsent.
@@ -103,7 +113,24 @@ type Options struct {
 	PartSize int64
 	// MaxAttempts is the standard retryer's attempts per request.
 	MaxAttempts int
+	// ResponseTimeout bounds how long a server may stay silent: one attempt
+	// of a request fails when the response headers have not arrived this
+	// long after the request was sent, and any read or write on a
+	// connection fails when it moves no byte for this long (a download or
+	// upload that stalls mid-transfer). It is not a limit on a whole
+	// request, so large parts may take as long as they need while bytes
+	// flow. A timed-out attempt is retried like other transient errors (up
+	// to MaxAttempts; a stalled GET body is resumed with a ranged GET);
+	// once they are spent the error wraps ErrNoAnswer. 0 means
+	// DefaultResponseTimeout.
+	ResponseTimeout time.Duration
 }
+
+// ErrNoAnswer is wrapped by the errors of store calls whose last attempt
+// failed because the server did not answer within Options.ResponseTimeout
+// (a stopped process, a hung gateway); the message names the bucket, the
+// endpoint and the limit.
+var ErrNoAnswer = errors.New("no answer from the S3 server")
 
 // ParseURL reads an s3:// URL into Options (see the package doc). Errors
 // name the URL (redacted) and the bad parameter.
@@ -121,7 +148,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	if u.Host == "" {
 		return bad("missing bucket (want s3://BUCKET[/PREFIX])")
 	}
-	o := Options{Bucket: u.Host, PartSize: DefaultPartSize, MaxAttempts: DefaultMaxAttempts}
+	o := Options{Bucket: u.Host, PartSize: DefaultPartSize, MaxAttempts: DefaultMaxAttempts, ResponseTimeout: DefaultResponseTimeout}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		if err := storage.ValidateKey(p); err != nil {
 			return bad("prefix: %v", err)
@@ -172,8 +199,14 @@ func ParseURL(u *url.URL) (Options, error) {
 				return bad("max_attempts %q: want an integer >= 1", v)
 			}
 			o.MaxAttempts = n
+		case "response_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("response_timeout %q: want a duration > 0 such as 60s or 2m", v)
+			}
+			o.ResponseTimeout = d
 		default:
-			return bad("unknown parameter %q (known: endpoint, region, path_style, part_size, max_attempts)", k)
+			return bad("unknown parameter %q (known: endpoint, region, path_style, part_size, max_attempts, response_timeout)", k)
 		}
 	}
 	return o, nil
@@ -230,6 +263,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
+	if o.ResponseTimeout <= 0 {
+		o.ResponseTimeout = DefaultResponseTimeout
+	}
 	endpoint := o.Endpoint
 	if endpoint == "" {
 		endpoint = "AWS S3"
@@ -260,6 +296,14 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		bc = awshttp.NewBuildableClient()
 	}
 	tr := bc.GetTransport()
+	// A server that accepts a connection and then says nothing (a stopped
+	// process, a hung gateway) would otherwise hold a request, and the
+	// lease renewal behind it, forever. No whole-request timeout: a large
+	// part may take minutes while its bytes flow.
+	tr.ResponseHeaderTimeout = o.ResponseTimeout
+	// The SDK's transport dials with DialContext and layers TLS on top, so
+	// the idle limit covers https connections too.
+	tr.DialContext = idleTimeoutDialer(tr.DialContext, o.ResponseTimeout)
 	cfg.HTTPClient = &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -327,6 +371,112 @@ func (s *Store) probe(ctx context.Context, cfg aws.Config) error {
 	}
 }
 
+// idleTimeoutDialer wraps dial (nil: a plain net.Dialer) so that every
+// connection it makes fails a read or write that moves no byte for idle;
+// see idleConn.
+func idleTimeoutDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error), idle time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &idleConn{Conn: c, idle: idle}, nil
+	}
+}
+
+// idleConn is a connection whose every Read and Write first pushes the
+// deadline of both directions to idle from now. A call blocked on a
+// silent peer fails after idle with a timeout (os.ErrDeadlineExceeded),
+// which the SDK retries, and which resumingBody resumes. Progress in one
+// direction extends the other's deadline too, so the transport's read
+// loop, waiting for a response while a large body is still being sent,
+// does not time out as long as the upload moves. A connection idle in the
+// pool fails its pending read after idle and is dropped, as
+// IdleConnTimeout would.
+//
+// Both directions time out together, and the transport closes the
+// connection on the first error it sees, so the other direction then
+// fails with "use of closed network connection": once a deadline has
+// passed, every error of the connection is reported as an idleTimeout.
+type idleConn struct {
+	net.Conn
+	idle    time.Duration
+	expired atomic.Bool
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, c.check(err)
+	}
+	n, err := c.Conn.Read(p)
+	return n, c.check(err)
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, c.check(err)
+	}
+	n, err := c.Conn.Write(p)
+	return n, c.check(err)
+}
+
+// check returns err as an idleTimeout when it is a deadline passing, or
+// any error after one passed; other errors (and nil) as they are.
+func (c *idleConn) check(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.expired.Store(true)
+	}
+	if !c.expired.Load() {
+		return err
+	}
+	return &idleTimeout{idle: c.idle, err: err}
+}
+
+// idleTimeout is the error of a connection on which no byte moved for
+// idle. It is a timeout (and temporary) for the SDK's retryer and for
+// silent.
+type idleTimeout struct {
+	idle time.Duration
+	err  error
+}
+
+func (e *idleTimeout) Error() string {
+	return fmt.Sprintf("no byte moved on the connection for %s: %v", e.idle, e.err)
+}
+func (e *idleTimeout) Unwrap() error   { return e.err }
+func (e *idleTimeout) Timeout() bool   { return true }
+func (e *idleTimeout) Temporary() bool { return true }
+
+// noAnswer returns err, from a call under ctx, wrapped with ErrNoAnswer
+// and a message naming the bucket, endpoint and limit when err comes from
+// a server that stayed silent past ResponseTimeout (a transport or
+// connection timeout, not ctx ending); any other err is returned as it is.
+func (s *Store) noAnswer(ctx context.Context, err error) error {
+	if !silent(ctx, err) {
+		return err
+	}
+	return fmt.Errorf("%w: %s did not answer within %s (response_timeout; max_attempts %d): %w", ErrNoAnswer, s.where, s.opts.ResponseTimeout, s.opts.MaxAttempts, err)
+}
+
+// silent reports whether err, from a call under ctx, is a timeout of the
+// transport or of a connection (a server that stayed silent), not ctx
+// ending, and not already wrapped by noAnswer. (net/http's "timeout
+// awaiting response headers" matches context.DeadlineExceeded with
+// errors.Is, so ctx itself is what tells the two apart.)
+func silent(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNoAnswer) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
 func (s *Store) objectKey(key string) string { return s.opts.Prefix + key }
 
 func (s *Store) begin(ctx context.Context, op, key string) error {
@@ -360,12 +510,13 @@ func isNotFound(err error) bool {
 	return status(err) == http.StatusNotFound && apiCode(err) != "NoSuchBucket"
 }
 
-// fail wraps err once, mapping a missing key to storage.ErrNotFound.
-func (s *Store) fail(op, key string, err error) error {
+// fail wraps err, from a call under ctx, once, mapping a missing key to
+// storage.ErrNotFound and a silent server to ErrNoAnswer (noAnswer).
+func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	if isNotFound(err) {
 		return fmt.Errorf("%s %s in %s: %w", op, key, s.url, storage.ErrNotFound)
 	}
-	return fmt.Errorf("%s %s in %s: %w", op, key, s.url, err)
+	return fmt.Errorf("%s %s in %s: %w", op, key, s.url, s.noAnswer(ctx, err))
 }
 
 // Get returns the whole object; see storage.Store. The body resumes a
@@ -378,7 +529,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key))})
 	if err != nil {
-		return nil, s.fail("get", key, err)
+		return nil, s.fail(ctx, "get", key, err)
 	}
 	return streams.ReadCloserWithContext(ctx, s.resuming(ctx, key, out, 0)), nil
 }
@@ -416,7 +567,7 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		if status(err) == http.StatusRequestedRangeNotSatisfiable {
 			return io.NopCloser(bytes.NewReader(nil)), nil
 		}
-		return nil, s.fail("get range", key, err)
+		return nil, s.fail(ctx, "get range", key, err)
 	}
 	return streams.ReadCloserWithContext(ctx, s.resuming(ctx, key, out, offset)), nil
 }
@@ -454,6 +605,9 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	if b.next >= b.end || b.ctx.Err() != nil || b.resumes+1 >= b.s.opts.MaxAttempts {
+		if silent(b.ctx, err) {
+			err = fmt.Errorf("get %s in %s: body stalled at byte %d: %w", b.key, b.s.url, b.next, b.s.noAnswer(b.ctx, err))
+		}
 		return n, err
 	}
 	b.resumes++
@@ -466,7 +620,7 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 	if gerr != nil {
 		b.body = io.NopCloser(bytes.NewReader(nil))
 		b.end = b.next // no further resumes
-		return n, fmt.Errorf("get %s in %s: body broke off at byte %d (%w) and resuming failed: %w", b.key, b.s.url, b.next, err, gerr)
+		return n, fmt.Errorf("get %s in %s: body broke off at byte %d (%w) and resuming failed: %w", b.key, b.s.url, b.next, err, b.s.noAnswer(b.ctx, gerr))
 	}
 	b.body = out.Body
 	if n > 0 {
@@ -486,7 +640,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64) er
 		return err
 	}
 	if err := s.upload(ctx, key, r, size, nil); err != nil {
-		return s.fail("put", key, err)
+		return s.fail(ctx, "put", key, err)
 	}
 	return nil
 }
@@ -534,9 +688,9 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, r io.Reader, size i
 		if herr == nil {
 			return fmt.Errorf("put if absent %s in %s: %w", key, s.url, storage.ErrExists)
 		}
-		return fmt.Errorf("put if absent %s in %s: conflicting concurrent write, object still absent (retry): %w", key, s.url, err)
+		return fmt.Errorf("put if absent %s in %s: conflicting concurrent write, object still absent (retry): %w", key, s.url, s.noAnswer(ctx, err))
 	}
-	return fmt.Errorf("put if absent %s in %s: %w", key, s.url, err)
+	return fmt.Errorf("put if absent %s in %s: %w", key, s.url, s.noAnswer(ctx, err))
 }
 
 // upload sends the body; token != nil makes it conditional (If-None-Match)
@@ -590,7 +744,7 @@ func (s *Store) Stat(ctx context.Context, key string) (storage.Info, error) {
 	}
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(key))})
 	if err != nil {
-		return storage.Info{}, s.fail("stat", key, err)
+		return storage.Info{}, s.fail(ctx, "stat", key, err)
 	}
 	info := storage.Info{Key: key, Size: aws.ToInt64(out.ContentLength)}
 	if out.LastModified != nil {
@@ -623,7 +777,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]storage.Info, error)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, err)
+			return nil, fmt.Errorf("list %q in %s: %w", prefix, s.url, s.noAnswer(ctx, err))
 		}
 		for _, o := range page.Contents {
 			key, ok := s.storeKey(aws.ToString(o.Key))
@@ -669,7 +823,7 @@ func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, er
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, err)
+			return nil, fmt.Errorf("list temp %q in %s: %w", prefix, s.url, s.noAnswer(ctx, err))
 		}
 		for _, u := range page.Uploads {
 			full, id := aws.ToString(u.Key), aws.ToString(u.UploadId)
@@ -682,7 +836,7 @@ func (s *Store) ListTemp(ctx context.Context, prefix string) ([]storage.Info, er
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("list temp %q in %s: parts of %s: %w", prefix, s.url, key, err)
+				return nil, fmt.Errorf("list temp %q in %s: parts of %s: %w", prefix, s.url, key, s.noAnswer(ctx, err))
 			}
 			info := storage.Info{Key: key + uploadParam + id, Size: size}
 			if u.Initiated != nil {
@@ -735,7 +889,7 @@ func (s *Store) DeleteTemp(ctx context.Context, key string) error {
 		Bucket: &s.opts.Bucket, Key: aws.String(s.objectKey(object)), UploadId: &id,
 	})
 	if err != nil {
-		return s.fail("delete temp", key, err)
+		return s.fail(ctx, "delete temp", key, err)
 	}
 	return nil
 }
@@ -749,10 +903,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	k := aws.String(s.objectKey(key))
 	if _, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.opts.Bucket, Key: k}); err != nil {
-		return s.fail("delete", key, err)
+		return s.fail(ctx, "delete", key, err)
 	}
 	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.opts.Bucket, Key: k}); err != nil {
-		return s.fail("delete", key, err)
+		return s.fail(ctx, "delete", key, err)
 	}
 	return nil
 }

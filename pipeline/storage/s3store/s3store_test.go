@@ -12,8 +12,11 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,13 +215,16 @@ func TestParseURL(t *testing.T) {
 		want s3store.Options
 		err  string
 	}{
-		{url: "s3://b", want: s3store.Options{Bucket: "b", PartSize: s3store.DefaultPartSize, MaxAttempts: s3store.DefaultMaxAttempts}},
-		{url: "s3://b/runs/x/?region=eu-west-1&path_style=true&part_size=8388608&max_attempts=2&endpoint=http://127.0.0.1:9000/",
-			want: s3store.Options{Bucket: "b", Prefix: "runs/x/", Region: "eu-west-1", PathStyle: true, PartSize: 8 << 20, MaxAttempts: 2, Endpoint: "http://127.0.0.1:9000"}},
+		{url: "s3://b", want: s3store.Options{Bucket: "b", PartSize: s3store.DefaultPartSize, MaxAttempts: s3store.DefaultMaxAttempts, ResponseTimeout: s3store.DefaultResponseTimeout}},
+		{url: "s3://b/runs/x/?region=eu-west-1&path_style=true&part_size=8388608&max_attempts=2&endpoint=http://127.0.0.1:9000/&response_timeout=2m30s",
+			want: s3store.Options{Bucket: "b", Prefix: "runs/x/", Region: "eu-west-1", PathStyle: true, PartSize: 8 << 20, MaxAttempts: 2, Endpoint: "http://127.0.0.1:9000", ResponseTimeout: 150 * time.Second}},
 		{url: "s3://", err: "missing bucket"},
 		{url: "s3://b?part_size=1024", err: "part_size \"1024\""},
 		{url: "s3://b?part_size=abc", err: "part_size"},
 		{url: "s3://b?max_attempts=0", err: "max_attempts"},
+		{url: "s3://b?response_timeout=0s", err: "response_timeout"},
+		{url: "s3://b?response_timeout=-5s", err: "response_timeout"},
+		{url: "s3://b?response_timeout=60", err: `response_timeout "60"`},
 		{url: "s3://b?path_style=maybe", err: "path_style"},
 		{url: "s3://b?endpoint=127.0.0.1:9000", err: "endpoint"},
 		{url: "s3://b?endpont=http://x", err: `unknown parameter "endpont"`},
@@ -245,7 +251,7 @@ func TestParseURL(t *testing.T) {
 
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{
-		"s3://b", "s3://b/p?endpoint=http://127.0.0.1:1&region=r&path_style=1&part_size=5242880&max_attempts=3",
+		"s3://b", "s3://b/p?endpoint=http://127.0.0.1:1&region=r&path_style=1&part_size=5242880&max_attempts=3&response_timeout=5s",
 		"s3://b?part_size=-1", "s3://u:p@b", "s3://b/%2e%2e/x", "s3://b?x=%zz",
 	} {
 		f.Add(s)
@@ -259,7 +265,7 @@ func FuzzParseURL(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if o.Bucket == "" || o.PartSize < s3store.MinPartSize || o.MaxAttempts < 1 {
+		if o.Bucket == "" || o.PartSize < s3store.MinPartSize || o.MaxAttempts < 1 || o.ResponseTimeout <= 0 {
 			t.Fatalf("ParseURL(%q) accepted bad options %+v", raw, o)
 		}
 		if o.Prefix != "" && (!strings.HasSuffix(o.Prefix, "/") || storage.ValidateKey(strings.TrimSuffix(o.Prefix, "/")) != nil) {
@@ -319,4 +325,127 @@ func TestIncompleteUploads(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, left, 1, "the upload outside the prefix is not the store's")
 	require.Equal(t, got[1].Key, left[0].Key)
+}
+
+// TestStalledServer: a server that accepts connections but stops answering
+// (versitygw stopped with SIGSTOP) fails a store call within a bound, after
+// the retryer's attempts, with ErrNoAnswer and a message naming the bucket,
+// the endpoint and the limit, whether it stalls before the response
+// headers, in the middle of a download or in the middle of an upload. Once
+// the server is continued, the store works again.
+func TestStalledServer(t *testing.T) {
+	srv := s3server.Start(t)
+	ctx := context.Background()
+	const limit = time.Second
+	// One attempt can take 2 limits (1 s of Expect: 100-continue, then the
+	// stall) and the backoff before the second at most 2 s.
+	const bound = 15 * time.Second
+	q := url.Values{"response_timeout": {limit.String()}, "max_attempts": {"2"}, "part_size": {fmt.Sprint(64 << 20)}}
+	s, err := storage.Open(ctx, srv.StoreURL("stall", q))
+	require.NoError(t, err)
+	defer s.Close()
+	// Larger than what the loopback socket buffers hold, so that a transfer
+	// really stalls when the server stops.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 32<<20/16)
+	require.NoError(t, s.Put(ctx, "big", bytes.NewReader(big), int64(len(big))))
+	require.NoError(t, storage.PutBytes(ctx, s, "small", []byte("small")))
+
+	pid := srv.PID() // the versitygw process this test started
+	var stopped atomic.Bool
+	cont := func() {
+		if stopped.CompareAndSwap(true, false) {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+		}
+	}
+	stop := func() {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+		stopped.Store(true)
+		waitStopped(t, pid)
+	}
+	t.Cleanup(cont)
+	want := fmt.Sprintf("bucket %q at endpoint %s did not answer within %s", s3server.Bucket, srv.Endpoint, limit)
+	// call runs f against the stopped server under a context that ends
+	// well after the bound, so that a hang fails the test instead of
+	// hanging it, and checks the error and the time taken.
+	call := func(t *testing.T, f func(ctx context.Context) error) {
+		stop()
+		defer cont()
+		cctx, cancel := context.WithTimeout(ctx, 3*bound)
+		defer cancel()
+		start := time.Now()
+		err := f(cctx)
+		took := time.Since(start)
+		t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+		require.Error(t, err)
+		require.Less(t, took, bound, "a stalled server must fail the call within the bound (took %s): %v", took, err)
+		require.ErrorIs(t, err, s3store.ErrNoAnswer)
+		require.ErrorContains(t, err, want)
+	}
+
+	t.Run("no response headers", func(t *testing.T) {
+		call(t, func(ctx context.Context) error {
+			_, err := storage.ReadAll(ctx, s, "small")
+			require.ErrorContains(t, err, "exceeded maximum number of attempts, 2", "the timed-out request was retried")
+			return err
+		})
+	})
+	t.Run("download stalls mid-body", func(t *testing.T) {
+		// The body is read under this context: a hang fails the test.
+		gctx, cancel := context.WithTimeout(ctx, 3*bound)
+		defer cancel()
+		rc, err := s.Get(gctx, "big")
+		require.NoError(t, err)
+		defer rc.Close()
+		_, err = io.ReadFull(rc, make([]byte, 1<<20))
+		require.NoError(t, err)
+		call(t, func(context.Context) error {
+			_, err := io.Copy(io.Discard, rc)
+			return err
+		})
+	})
+	t.Run("upload stalls mid-body", func(t *testing.T) {
+		call(t, func(ctx context.Context) error {
+			return s.Put(ctx, "big2", bytes.NewReader(big), int64(len(big)))
+		})
+	})
+
+	// Continued, the server answers again and the store works.
+	cctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	got, err := storage.ReadAll(cctx, s, "small")
+	require.NoError(t, err)
+	require.Equal(t, "small", string(got))
+	require.NoError(t, s.Put(cctx, "big2", bytes.NewReader(big), int64(len(big))))
+	got, err = storage.ReadAll(cctx, s, "big2")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, got))
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T
+// in /proc/PID/task/*/stat): SIGSTOP takes effect asynchronously, and a
+// request sent right after kill(2) can still be served.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		require.NoError(t, err)
+		all := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended
+			}
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				all = false
+				break
+			}
+		}
+		if all {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "process %d did not stop within 5s", pid)
+		time.Sleep(5 * time.Millisecond)
+	}
 }
