@@ -91,7 +91,8 @@ const maxTakeoverClaims = 4
 // loses the claim to a live one gets ErrBusy.
 //
 // The returned release stops renewal and deletes the lease if it still
-// names this holder. Renewal (every TTL/3) rewrites the lease only while it
+// names this holder, retrying a failing store for a bounded time (see
+// HeldLease.Release). Renewal (every TTL/3) rewrites the lease only while it
 // still names this holder; once another invocation has taken it over,
 // renewal stops and logs an error. AcquireLease is TakeLease without the
 // fencing: use TakeLease for work that commits under the lease.
@@ -162,6 +163,16 @@ func (l *HeldLease) lost(why string) error {
 
 // Release stops renewal and deletes the lease if it still names this
 // holder; it also cancels Context. Calling it again does nothing more.
+//
+// A store that fails (it is still down after the outage that ended the
+// round) is retried with backoff, reading the lease again before each
+// delete, so a lease another invocation holds meanwhile is never deleted.
+// Release tries for at most 30 s, or 10 s when the context given to
+// TakeLease has already ended (SIGINT/SIGTERM), and returns at once when
+// the store answers. If it gives up, it logs an error (to the logger given
+// to TakeLease) naming the key, the lease's expiry and TTL, and how to
+// delete the lease by hand; the lease then stays until it expires, or
+// until an invocation on this host finds this process gone.
 func (l *HeldLease) Release() { l.release() }
 
 // TakeLease takes the run's lease as AcquireLease does (the same rules for
@@ -223,6 +234,10 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 			break
 		}
 	}
+	// written is the lease as last written successfully, for the expiry
+	// that a failed release reports. The renewal goroutine updates it;
+	// release reads it after the goroutine has ended.
+	written := me
 	lctx, cancel := context.WithCancelCause(ctx)
 	l := &HeldLease{store: s, key: key, holder: me.Holder, ctx: lctx, cancel: cancel}
 	renewCtx, stop := context.WithCancel(ctx)
@@ -244,7 +259,9 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 						_ = l.lost(fmt.Sprintf("another invocation (%s, pid %d on %s) has taken it over", held.Holder, held.PID, held.Host))
 						return
 					}
-					err = storage.PutBytes(renewCtx, s, key, encode())
+					if err = storage.PutBytes(renewCtx, s, key, encode()); err == nil {
+						written = me
+					}
 				} else if isNotFound(err) {
 					log.Error("lease lost: it was removed; no longer renewing, stopping", "key", key, "holder", me.Holder)
 					_ = l.lost("it was removed")
@@ -262,17 +279,97 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 			stop()
 			<-done
 			defer cancel(context.Canceled)
-			data, err := storage.ReadAll(context.WithoutCancel(ctx), s, key)
-			if err != nil {
+			budget := leaseReleaseBudget
+			if ctx.Err() != nil {
+				budget = leaseReleaseInterruptedBudget
+			}
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+			defer rcancel()
+			start := time.Now()
+			warned := false
+			err := releaseLease(rctx, s, key, me.Holder, func(err error) {
+				if !warned {
+					warned = true
+					log.Warn("could not release the lease yet; retrying", "key", key, "for_at_most", budget.String(), "err", err)
+				}
+			})
+			if err == nil {
 				return
 			}
-			var held Lease
-			if json.Unmarshal(data, &held) == nil && held.Holder == me.Holder {
-				_ = s.Delete(context.WithoutCancel(ctx), key)
+			tried := time.Since(start).Round(time.Millisecond)
+			left := time.Until(written.Expires).Round(time.Second)
+			if left <= 0 {
+				log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it expired at %s, so the next `spade round next` of this run takes it over", key, tried, written.Expires.Format(time.RFC3339)),
+					"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
+				return
 			}
+			log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it stays until it expires at %s, in %s (lease TTL %s): "+
+				"until then a `spade round next` of this run on another host exits 4 (busy), while one on this host may take it over as soon as this process has ended. "+
+				"To free it sooner, make sure no `spade round next` of this run is running, then delete %s from the store by hand (rm on a file store, aws s3 rm on S3)",
+				key, tried, written.Expires.Format(time.RFC3339), left, d, key),
+				"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
 		})
 	}
 	return l, nil
+}
+
+// leaseReleaseBudget bounds how long HeldLease.Release keeps trying when
+// the store fails; leaseReleaseInterruptedBudget replaces it when the
+// lease's parent context has already ended (SIGINT/SIGTERM), so that a
+// process being stopped does not outlast a short grace period. Variables,
+// so that tests can shorten them.
+var (
+	leaseReleaseBudget            = 30 * time.Second
+	leaseReleaseInterruptedBudget = 10 * time.Second
+)
+
+// releaseLease deletes the lease at key while it names holder, retrying
+// with backoff (100 ms doubling to 5 s) until ctx ends: the store
+// cannot tell an outage from a lasting failure, so any error but a
+// missing lease counts as transient. Each attempt reads the lease again
+// first, so a lease another invocation holds meanwhile is left alone.
+// nil means the lease is gone or names another holder (or is not valid
+// JSON, so not this holder's); otherwise the last error, with ctx's when
+// it ended first. retrying is called with each error that is retried.
+func releaseLease(ctx context.Context, s storage.Store, key, holder string, retrying func(error)) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := releaseOnce(ctx, s, key, holder)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		retrying(err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// releaseOnce is one attempt of releaseLease.
+func releaseOnce(ctx context.Context, s storage.Store, key, holder string) error {
+	data, err := storage.ReadAll(ctx, s, key)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read lease: %w", err)
+	}
+	var held Lease
+	if json.Unmarshal(data, &held) != nil || held.Holder != holder {
+		return nil
+	}
+	if err := s.Delete(ctx, key); err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete lease: %w", err)
+	}
+	return nil
 }
 
 // takeOver replaces the stale lease bytes stale of run by a new lease

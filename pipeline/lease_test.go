@@ -1,12 +1,17 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os/exec"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,4 +336,155 @@ func TestLeaseLostFences(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, infos)
 	})
+}
+
+// outageStore fails every Get and Delete with a connection error while
+// failing returns true for it, as a store that is down; other calls pass.
+type outageStore struct {
+	storage.Store
+	failing func(op string) bool
+}
+
+var errOutage = errors.New("injected outage: dial tcp 127.0.0.1:7070: connect: connection refused")
+
+func (o outageStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if o.failing("get") {
+		return nil, fmt.Errorf("get %s: %w", key, errOutage)
+	}
+	return o.Store.Get(ctx, key)
+}
+
+func (o outageStore) Delete(ctx context.Context, key string) error {
+	if o.failing("delete") {
+		return fmt.Errorf("delete %s: %w", key, errOutage)
+	}
+	return o.Store.Delete(ctx, key)
+}
+
+// failFirst returns a failing func for outageStore that fails the first n
+// calls of op (every op when op is "") and counts the calls it failed.
+func failFirst(op string, n int32) (failing func(string) bool, failed *atomic.Int32) {
+	failed = &atomic.Int32{}
+	var calls atomic.Int32
+	return func(o string) bool {
+		if op != "" && o != op {
+			return false
+		}
+		if calls.Add(1) > n {
+			return false
+		}
+		failed.Add(1)
+		return true
+	}, failed
+}
+
+// TestLeaseReleaseRetries: a store that is still down when the holder
+// releases its lease (the round failed on the same outage) must not leave
+// the lease behind for a whole TTL: release retries until the store
+// answers, and is prompt when it answers at once.
+func TestLeaseReleaseRetries(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		op   string
+		n    int32
+	}{
+		{"store answers at once", "", 0},
+		{"reads fail three times", "get", 3},
+		{"the delete fails twice", "delete", 2},
+		{"everything fails four times", "", 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := leaseStore(t)
+			var broken atomic.Bool
+			failing, failed := failFirst(c.op, c.n)
+			s := outageStore{Store: mem, failing: func(op string) bool { return broken.Load() && failing(op) }}
+			l, err := TakeLease(ctx, s, "r", 3600, quietLog())
+			require.NoError(t, err)
+			broken.Store(true)
+			start := time.Now()
+			l.Release()
+			took := time.Since(start)
+			_, err = mem.Stat(ctx, LeaseKey("r"))
+			require.ErrorIs(t, err, storage.ErrNotFound, "the lease is released once the store answers again")
+			require.EqualValues(t, c.n, failed.Load(), "injected failures")
+			if c.n == 0 {
+				require.Less(t, took, 500*time.Millisecond, "a healthy store releases at once")
+			}
+			require.Less(t, took, 10*time.Second)
+		})
+	}
+}
+
+// TestLeaseReleaseKeepsAnotherHolders: release retries never delete a
+// lease that names another holder by the time the store answers.
+func TestLeaseReleaseKeepsAnotherHolders(t *testing.T) {
+	ctx := context.Background()
+	mem := leaseStore(t)
+	var broken atomic.Bool
+	failing, _ := failFirst("get", 2)
+	s := outageStore{Store: mem, failing: func(op string) bool { return broken.Load() && failing(op) }}
+	l, err := TakeLease(ctx, s, "r", 3600, quietLog())
+	require.NoError(t, err)
+	putLease(t, mem, "r", Lease{Holder: "h-new", Host: "elsewhere", PID: 7, Expires: time.Now().Add(time.Hour)})
+	broken.Store(true)
+	l.Release()
+	require.Equal(t, "h-new", readLease(t, mem, "r").Holder)
+}
+
+// TestLeaseReleaseGivesUp: when the store stays down, release gives up
+// after its budget (shorter when the lease's context has ended, as after
+// SIGTERM) and logs an error that names the key, says when another
+// invocation may take the lease over and how to delete it by hand.
+func TestLeaseReleaseGivesUp(t *testing.T) {
+	ctx := context.Background()
+	defer func(b, ib time.Duration) { leaseReleaseBudget, leaseReleaseInterruptedBudget = b, ib }(leaseReleaseBudget, leaseReleaseInterruptedBudget)
+	leaseReleaseBudget, leaseReleaseInterruptedBudget = 600*time.Millisecond, 200*time.Millisecond
+	for _, interrupted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interrupted=%v", interrupted), func(t *testing.T) {
+			mem := leaseStore(t)
+			var down atomic.Bool
+			s := outageStore{Store: mem, failing: func(string) bool { return down.Load() }}
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			lctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			l, err := TakeLease(lctx, s, "r", 3600, log)
+			require.NoError(t, err)
+			down.Store(true)
+			want := leaseReleaseBudget
+			if interrupted {
+				cancel()
+				want = leaseReleaseInterruptedBudget
+			}
+			start := time.Now()
+			l.Release()
+			took := time.Since(start)
+			require.GreaterOrEqual(t, took, want)
+			require.Less(t, took, want+time.Second)
+			require.Equal(t, l.holder, readLease(t, mem, "r").Holder, "the lease could not be deleted")
+			out := logs.String()
+			require.Equal(t, 1, strings.Count(out, "level=WARN msg=\"could not release the lease yet; retrying\""), "one warning, then the error")
+			require.Contains(t, out, "level=ERROR msg=\"could not release the lease r/_LEASE.json")
+			require.Contains(t, out, "it stays until it expires at ")
+			require.Contains(t, out, "(lease TTL 1h0m0s)")
+			require.Contains(t, out, "delete r/_LEASE.json from the store by hand")
+			require.Contains(t, out, "connection refused")
+		})
+	}
+}
+
+// TestLeaseReleaseInterrupted: after SIGINT/SIGTERM (the lease's parent
+// context cancelled) a healthy store releases the lease at once.
+func TestLeaseReleaseInterrupted(t *testing.T) {
+	mem := leaseStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := TakeLease(ctx, mem, "r", 3600, quietLog())
+	require.NoError(t, err)
+	cancel()
+	start := time.Now()
+	l.Release()
+	require.Less(t, time.Since(start), 500*time.Millisecond)
+	_, err = mem.Stat(context.Background(), LeaseKey("r"))
+	require.ErrorIs(t, err, storage.ErrNotFound)
 }
