@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
 )
 
 // errReadOnly is what readOnlyStore's writes fail with.
@@ -82,4 +84,82 @@ func TestSealedRoundWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pipeline.ReadRunFile(ctx, st, "b")
 	require.NoError(t, err)
+}
+
+// corpus0 is a round-0 stage whose Run calls during (nil: nothing) and
+// then fails with err (nil: emits one metrics row).
+type corpus0 struct {
+	during func()
+	err    error
+}
+
+func (corpus0) Name() string               { return "corpus0" }
+func (corpus0) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "metrics"}} }
+func (corpus0) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+	return nil, ri.Round == 0
+}
+func (corpus0) ConfigSubset(*config.Config) any                   { return nil }
+func (corpus0) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+func (c corpus0) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
+	if c.during != nil {
+		c.during()
+	}
+	if c.err != nil {
+		return c.err
+	}
+	pipeline.Emit(out, schemas.Metrics, "metrics", schemas.Metric{Name: "m", Skill: "s", Value: 1})
+	return nil
+}
+
+// TestFailedFirstRoundLeavesNoRun: a command that fails before it commits
+// anything leaves no run file behind, so the run's config is not pinned
+// by a failure (it used to be: a corpus import whose every row was
+// skipped, retried with a fixed config, was refused as a conflict). The
+// run file is created right before the first commit, and an invocation
+// that finds it created meanwhile under another config still stops with
+// ErrConflict before committing.
+func TestFailedFirstRoundLeavesNoRun(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	runner := func(slots int, c corpus0) *pipeline.Runner {
+		cfg := config.Default()
+		cfg.Sample.Slots = slots
+		return &pipeline.Runner{Store: st, Run: "r", Config: cfg, Stages: []pipeline.Stage{c}}
+	}
+	_, err := runner(3, corpus0{err: errors.New("every row skipped")}).RunRound(ctx, 0)
+	require.ErrorContains(t, err, "every row skipped")
+	_, err = pipeline.ReadRunFile(ctx, st, "r")
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted, "a failed first round created the run")
+	_, err = runner(3, corpus0{err: errors.New("boom")}).RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.ErrorContains(t, err, "boom")
+	_, err = pipeline.ReadRunFile(ctx, st, "r")
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted, "a failed stage created the run")
+
+	// Retried under another config: not a conflict, the run is created.
+	_, err = runner(5, corpus0{}).RunRound(ctx, 0)
+	require.NoError(t, err)
+	rf, err := pipeline.ReadRunFile(ctx, st, "r")
+	require.NoError(t, err)
+	require.Equal(t, 5, rf.Config.Sample.Slots)
+	_, err = runner(3, corpus0{}).RunRound(ctx, 0)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+
+	// Another invocation creates the run under another config while this
+	// one runs its stage: this one commits nothing.
+	st2, err := storage.Open(ctx, "mem://TestFailedFirstRoundLeavesNoRun_concurrent")
+	require.NoError(t, err)
+	var errB error
+	a := runner(3, corpus0{during: func() {
+		b := runner(4, corpus0{})
+		b.Store = st2
+		_, errB = b.RunRound(ctx, 0)
+	}})
+	a.Store = st2
+	_, err = a.RunRound(ctx, 0)
+	require.NoError(t, errB)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	m, err := pipeline.ReadManifest(ctx, st2, pipeline.ManifestKey("r", 0, "metrics"))
+	require.NoError(t, err)
+	b := runner(4, corpus0{})
+	require.Equal(t, b.Config.Digest(), m.ConfigDigest, "the manifest is the other invocation's")
 }

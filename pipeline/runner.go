@@ -105,6 +105,12 @@ type Runner struct {
 	// returned. `spade round next` sets it to HeldLease.Check, so that an
 	// invocation that lost the run's lease commits nothing more.
 	Fence func(ctx context.Context) error
+
+	// pinned is the config digest this runner has seen the run's
+	// _RUN.json pin (read, or created by claimRun); while Config still
+	// has that digest, commits skip the check. A Runner is not for
+	// concurrent use.
+	pinned string
 }
 
 // fence runs r.Fence before a commit write of key (nil when unset).
@@ -146,17 +152,23 @@ func (r *Runner) workers() int {
 // digest (ErrConflict otherwise), or creates it (put-if-absent) when the
 // run has none. The run file is read first, so a run that exists is
 // checked without any write: `spade round N` on a sealed round, or a
-// stage that is already committed, works on a read-only store.
+// stage that is already committed, works on a read-only store. RunRound,
+// RunStage, CommitStage and Seal do not call it up front: they check an
+// existing run file (checkRun) and create a missing one right before
+// their first commit write (claimRun), so a command that fails before it
+// commits anything (a corpus import whose every row is skipped, a stage
+// that fails) leaves no run behind to pin its config.
 func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
 	if err := ValidateRunName(r.Run); err != nil {
 		return nil, err
 	}
-	rf := &RunFile{FormatVersion: FormatVersion, Run: r.Run, ConfigDigest: r.Config.Digest(), Config: r.Config, CodeVersion: CodeVersion(), CreatedAt: r.now()}
+	rf := r.runFile()
 	have, err := ReadRunFile(ctx, r.Store, r.Run)
 	if errors.Is(err, ErrNotCommitted) {
 		b, _ := json.MarshalIndent(rf, "", "  ")
 		err := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
 		if err == nil {
+			r.pinned = rf.ConfigDigest
 			return rf, nil
 		}
 		if !isExists(err) {
@@ -168,11 +180,63 @@ func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	if have.ConfigDigest != rf.ConfigDigest {
-		return nil, fmt.Errorf("run %s was created with config digest %s and this config has digest %s (differs in: %s): %w; use a new --run, or spade fork to branch from a round",
-			r.Run, short(have.ConfigDigest), short(rf.ConfigDigest), configDiff(have.Config, r.Config), ErrConflict)
+	if err := r.samePin(have); err != nil {
+		return nil, err
 	}
+	r.pinned = have.ConfigDigest
 	return have, nil
+}
+
+// runFile is the run file this runner would create.
+func (r *Runner) runFile() *RunFile {
+	return &RunFile{FormatVersion: FormatVersion, Run: r.Run, ConfigDigest: r.Config.Digest(), Config: r.Config, CodeVersion: CodeVersion(), CreatedAt: r.now()}
+}
+
+// samePin returns ErrConflict, with the settings that differ, when the
+// run file have pins another config than r.Config.
+func (r *Runner) samePin(have *RunFile) error {
+	if d := r.Config.Digest(); have.ConfigDigest != d {
+		return fmt.Errorf("run %s was created with config digest %s and this config has digest %s (differs in: %s): %w; use a new --run, or spade fork to branch from a round",
+			r.Run, short(have.ConfigDigest), short(d), configDiff(have.Config, r.Config), ErrConflict)
+	}
+	return nil
+}
+
+// checkRun validates the run name and, when the run has a run file,
+// checks that it pins r.Config (ErrConflict otherwise). It writes
+// nothing: a run without a run file is created by claimRun at the first
+// commit.
+func (r *Runner) checkRun(ctx context.Context) error {
+	if err := ValidateRunName(r.Run); err != nil {
+		return err
+	}
+	if r.pinned != "" && r.pinned == r.Config.Digest() {
+		return nil
+	}
+	have, err := ReadRunFile(ctx, r.Store, r.Run)
+	if errors.Is(err, ErrNotCommitted) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.samePin(have); err != nil {
+		return err
+	}
+	r.pinned = have.ConfigDigest
+	return nil
+}
+
+// claimRun makes sure the run file pins r.Config before a commit write
+// (EnsureRun, once per runner): it creates the run file when the run has
+// none, and returns ErrConflict when another invocation created it
+// meanwhile with another config.
+func (r *Runner) claimRun(ctx context.Context) error {
+	if r.pinned != "" && r.pinned == r.Config.Digest() {
+		return nil
+	}
+	_, err := r.EnsureRun(ctx)
+	return err
 }
 
 func configDiff(a, b config.Config) string {
@@ -368,7 +432,7 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 			return nil, err
 		}
 	}
-	if _, err := r.EnsureRun(ctx); err != nil {
+	if err := r.checkRun(ctx); err != nil {
 		return nil, err
 	}
 	res := &RoundResult{Round: round, Ran: []string{}, Skipped: []string{}} // [] not null in JSON
@@ -461,7 +525,7 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	if err := r.checkFork(ctx); err != nil {
 		return false, err
 	}
-	if _, err := r.EnsureRun(ctx); err != nil {
+	if err := r.checkRun(ctx); err != nil {
 		return false, err
 	}
 	return r.runStage(ctx, ri, s, shard, commit)
@@ -491,6 +555,9 @@ func (r *Runner) CommitStage(ctx context.Context, round int, name string) error 
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	if err := r.runsAt(s, ri); err != nil {
+		return err
+	}
+	if err := r.checkRun(ctx); err != nil {
 		return err
 	}
 	env, fp, done, err := r.prepare(ctx, ri, s)
@@ -843,6 +910,9 @@ func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp
 		if err := r.fence(ctx, key); err != nil {
 			return 0, err
 		}
+		if err := r.claimRun(ctx); err != nil {
+			return 0, err
+		}
 		err := storage.PutBytesIfAbsent(ctx, r.Store, key, m.Encode())
 		if isExists(err) {
 			have, rerr := ReadManifest(ctx, r.Store, key)
@@ -924,6 +994,9 @@ func (r *Runner) checkPartFiles(ctx context.Context, s Stage, recs []partRecord,
 // seal chains onto, as RunRound does: the run is not an interrupted fork
 // (ErrIncompleteFork) and rounds 0..r-1 verify (VerifyChain, ErrIntegrity).
 func (r *Runner) Seal(ctx context.Context, round int) (*Seal, error) {
+	if err := r.checkRun(ctx); err != nil {
+		return nil, err
+	}
 	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
 		return seal, nil
 	}
@@ -1002,6 +1075,9 @@ func (r *Runner) seal(ctx context.Context, round int) (*Seal, error) {
 	}
 	b, _ := json.MarshalIndent(seal, "", "  ")
 	if err := r.fence(ctx, SealKey(r.Run, round)); err != nil {
+		return nil, err
+	}
+	if err := r.claimRun(ctx); err != nil {
 		return nil, err
 	}
 	err := storage.PutBytesIfAbsent(ctx, r.Store, SealKey(r.Run, round), append(b, '\n'))

@@ -72,9 +72,10 @@ func flipByte(t *testing.T, dir string) string {
 // cmd/spade's TestBadInput, each against a copy of a committed two-round
 // run: the error names the file, line or row and field (or the manifest
 // or part file), usage errors exit 2, and no file that was there before
-// changes or vanishes. Failed invocations add nothing but (for a corpus
-// import into a new run) that run's _RUN.json; a round that fails on a
-// damaged input may have committed earlier stages of its own new round.
+// changes or vanishes. A failed corpus import into a new run adds nothing,
+// not even the run's _RUN.json (written right before the first commit);
+// a round that fails on a damaged input may have committed earlier stages
+// of its own new round.
 func TestBadInput(t *testing.T) {
 	refRun := referenceRun(t)
 	g := s3server.Start(t)
@@ -100,17 +101,18 @@ func TestBadInput(t *testing.T) {
 	newRun := func(run string) func(string) bool {
 		return func(path string) bool { return strings.HasPrefix(path, "runs/"+run+"/") }
 	}
-	onlyRunFile := func(run string) func(string) bool {
-		return func(path string) bool { return path == "runs/"+run+"/_RUN.json" }
+	// nothingOf allows no new file at all under the run.
+	nothingOf := func(string) func(string) bool {
+		return func(string) bool { return false }
 	}
 	round3 := func(path string) bool { return strings.HasPrefix(path, "runs/default/round=000003/") }
 	cases := []tc{
 		{name: "corrupt parquet", args: []string{"--run", "c1", "corpus", "import", p("corrupt.parquet")}, code: 1,
-			want: []string{"corrupt.parquet", "corrupt input"}, newFiles: onlyRunFile("c1")},
+			want: []string{"corrupt.parquet", "corrupt input"}, newFiles: nothingOf("c1")},
 		{name: "truncated parquet", args: []string{"--run", "c2", "corpus", "import", p("trunc.parquet")}, code: 1,
-			want: []string{"trunc.parquet", "corrupt input"}, newFiles: onlyRunFile("c2")},
+			want: []string{"trunc.parquet", "corrupt input"}, newFiles: nothingOf("c2")},
 		{name: "empty corpus file", args: []string{"--run", "c3", "corpus", "import", p("empty.jsonl")}, code: 1,
-			want: []string{"empty.jsonl", "empty input"}, newFiles: onlyRunFile("c3")},
+			want: []string{"empty.jsonl", "empty input"}, newFiles: nothingOf("c3")},
 		{name: "50 MB document skipped", args: []string{"--run", "c4", "corpus", "import", p("huge.jsonl")}, code: 0,
 			want: []string{"imported 1 documents", "skipped " + p("huge.jsonl") + ":1", "over the line cap"}, newFiles: newRun("c4")},
 		{name: "5 MB document over the doc cap", args: []string{"--run", "c5", "corpus", "import", p("big.jsonl")}, code: 0,
@@ -120,11 +122,11 @@ func TestBadInput(t *testing.T) {
 		{name: "broken JSONL line", args: []string{"--run", "c7", "corpus", "import", p("broken.jsonl")}, code: 0,
 			want: []string{"imported 2 documents", p("broken.jsonl") + ":2", "not a JSON object"}, newFiles: newRun("c7")},
 		{name: "wrong id field path", args: []string{"--run", "c8", "corpus", "import", p("broken.jsonl"), "--id", "meta.id"}, code: 1,
-			want: []string{"broken.jsonl", `id path "meta.id" matched none`}, newFiles: onlyRunFile("c8")},
+			want: []string{"broken.jsonl", `id path "meta.id" matched none`}, newFiles: nothingOf("c8")},
 		{name: "malformed field path", args: []string{"--run", "c9", "corpus", "import", p("broken.jsonl"), "--text", "body[[].text"}, code: 2,
-			want: []string{"body[[].text"}, newFiles: onlyRunFile("c9")},
+			want: []string{"body[[].text"}, newFiles: nothingOf("c9")},
 		{name: "unknown import format", args: []string{"--run", "c10", "corpus", "import", "--format", "xml", p("broken.jsonl")}, code: 2,
-			want: []string{`unknown format "xml"`}, newFiles: onlyRunFile("c10")},
+			want: []string{`unknown format "xml"`}, newFiles: nothingOf("c10")},
 		{name: "missing corpus file", args: []string{"--run", "c11", "corpus", "import", p("absent.jsonl")}, code: 2,
 			want: []string{"absent.jsonl", "no such file"}},
 		{name: "yaml float field given a word", args: []string{"--config", p("badtype.yaml"), "round", "3"}, code: 2,
