@@ -36,8 +36,8 @@ type Engines struct {
 	// Store is the run's store; replay reads the replayed run's calls from
 	// it.
 	Store storage.Store
-	// Log receives the sandbox's warnings and diagnostics; nil means
-	// slog.Default().
+	// Log receives the sandbox's warnings and diagnostics and the openai
+	// backend's outage warnings; nil means slog.Default().
 	Log *slog.Logger
 
 	mu      sync.Mutex
@@ -159,6 +159,7 @@ func (e *Engines) Backend() (model.Backend, error) {
 		b, err := openai.New(openai.Config{
 			BaseURL: c.BaseURL, Model: c.Name, APIKeyEnv: c.APIKeyEnv, Concurrency: c.Concurrency,
 			Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: retries,
+			Logger: e.Log,
 		})
 		if err != nil {
 			return nil, err

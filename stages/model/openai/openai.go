@@ -19,14 +19,18 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +56,9 @@ const (
 	// DefaultMaxResponseBytes bounds a successful response body after
 	// decompression: 8 MiB, some 500 times a 4,096-token completion.
 	DefaultMaxResponseBytes = 8 << 20
+	// DefaultWarnInterval is the least time between two warnings about
+	// failed attempts while the server keeps failing.
+	DefaultWarnInterval = 30 * time.Second
 )
 
 // maxErrorBody bounds how much of an error response body is read (bytes);
@@ -99,6 +106,17 @@ type Config struct {
 	// with model.ErrResponseTooLarge, not retried, instead of exhausting
 	// memory.
 	MaxResponseBytes int64
+	// Logger receives the backend's outage warnings (default
+	// slog.Default() when New runs): the first failed attempt of a run
+	// of failures (HTTP 408, 429, 5xx, transport errors, attempt timeouts)
+	// at WARN with the endpoint, the attempt and the wait before the next
+	// one, then at most one such warning per WarnInterval, and one INFO
+	// line when the server answers again. Logs are not data: nothing a
+	// call returns depends on them.
+	Logger *slog.Logger
+	// WarnInterval is the least time between two outage warnings
+	// (default DefaultWarnInterval, 30 s).
+	WarnInterval time.Duration
 }
 
 // Backend is a model.Backend talking to one OpenAI-compatible server. It is
@@ -112,6 +130,23 @@ type Backend struct {
 	redact func(string) string
 	client oa.Client
 	sem    chan struct{}
+	// endpoint is the chat-completions URL as logged: without user
+	// information, query or fragment, and with the key redacted.
+	endpoint string
+	outage   outage
+}
+
+// outage tracks failed attempts for the warnings of Config.Logger. It
+// only decides what is logged; no call's result depends on it.
+type outage struct {
+	failing atomic.Bool // a failed attempt was seen and no answer since
+
+	mu       sync.Mutex
+	since    time.Time // when the current run of failures began
+	failed   int       // failed attempts since then
+	warned   bool      // a warning was written during this run
+	lastWarn time.Time // when the last warning was written (any run)
+	quiet    int       // failed attempts since lastWarn not warned about
 }
 
 // New checks cfg, applies defaults, reads the API key from the environment
@@ -121,8 +156,8 @@ func New(cfg Config) (*Backend, error) {
 	if strings.TrimSpace(cfg.Model) == "" {
 		return nil, errors.New("openai backend: config field Model is empty")
 	}
-	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.MaxRetryAfter < 0 {
-		return nil, fmt.Errorf("openai backend %s: Concurrency, Timeout, BackoffBase, BackoffMax and MaxRetryAfter must not be negative", cfg.Model)
+	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 || cfg.MaxRetryAfter < 0 || cfg.WarnInterval < 0 {
+		return nil, fmt.Errorf("openai backend %s: Concurrency, Timeout, BackoffBase, BackoffMax, MaxRetryAfter and WarnInterval must not be negative", cfg.Model)
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
@@ -154,6 +189,12 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WarnInterval == 0 {
+		cfg.WarnInterval = DefaultWarnInterval
+	}
 	if cfg.HTTPClient == nil {
 		t, ok := http.DefaultTransport.(*http.Transport)
 		if ok {
@@ -179,6 +220,7 @@ func New(cfg Config) (*Backend, error) {
 		},
 		sem: make(chan struct{}, cfg.Concurrency),
 	}
+	b.endpoint = b.redact(logEndpoint(cfg.BaseURL))
 	// WithAPIKey after the SDK's environment defaults overrides an ambient
 	// OPENAI_API_KEY, so APIKeyEnv alone decides which key is sent.
 	b.client = oa.NewClient(
@@ -215,6 +257,7 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 	for attempt := 0; ; attempt++ {
 		resp, cerr := b.attempt(ctx, params)
 		if cerr == nil {
+			b.noteAnswer()
 			return resp, nil
 		}
 		cerr.Backend = b.name
@@ -223,16 +266,25 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 			cerr.Err, cerr.Retryable = ctx.Err(), false
 			return model.Response{}, cerr
 		}
-		if !cerr.Retryable || attempt >= b.cfg.MaxRetries {
+		if !cerr.Retryable {
+			if cerr.Status != 0 {
+				b.noteAnswer() // an answer, if not the one wanted
+			}
+			return model.Response{}, cerr
+		}
+		if attempt >= b.cfg.MaxRetries {
+			b.noteFailure(cerr, attempt, false, 0)
 			return model.Response{}, cerr
 		}
 		delay := backoff(b.cfg.BackoffBase, b.cfg.BackoffMax, attempt, jitterSeed)
 		if cerr.RetryAfter > 0 {
 			if cerr.RetryAfter > b.cfg.MaxRetryAfter {
+				b.noteFailure(cerr, attempt, false, 0)
 				return model.Response{}, cerr
 			}
 			delay = cerr.RetryAfter
 		}
+		b.noteFailure(cerr, attempt, true, delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -242,6 +294,81 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 		case <-t.C:
 		}
 	}
+}
+
+// noteFailure logs a retryable failed attempt (index attempt, from 0) at
+// WARN when it starts a run of failures or WarnInterval has passed since
+// the last warning; otherwise it only counts it. retrying says whether
+// the call waits next before another attempt.
+func (b *Backend) noteFailure(cerr *model.CallError, attempt int, retrying bool, next time.Duration) {
+	now := time.Now()
+	o := &b.outage
+	o.mu.Lock()
+	if !o.failing.Load() {
+		o.failing.Store(true)
+		o.since, o.failed, o.warned = now, 0, false
+	}
+	o.failed++
+	if !o.lastWarn.IsZero() && now.Sub(o.lastWarn) < b.cfg.WarnInterval {
+		o.quiet++
+		o.mu.Unlock()
+		return
+	}
+	failed, since, quiet := o.failed, o.since, o.quiet
+	o.warned, o.lastWarn, o.quiet = true, now, 0
+	o.mu.Unlock()
+
+	e := *cerr
+	e.Attempts = 0 // the attempt is an attribute of its own
+	msg := "model server call failed; giving up on this call"
+	attrs := []any{"backend", b.name, "endpoint", b.endpoint, "attempt", attempt + 1, "attempts", b.cfg.MaxRetries + 1}
+	if retrying {
+		msg = "model server call failed; retrying"
+		attrs = append(attrs, "retry_in", next)
+	}
+	if cerr.RetryAfter > 0 {
+		attrs = append(attrs, "retry_after", cerr.RetryAfter)
+	}
+	if failed > 1 {
+		attrs = append(attrs, "failed_attempts", failed, "failing_for", now.Sub(since).Round(time.Millisecond))
+	}
+	if quiet > 0 {
+		attrs = append(attrs, "not_logged", quiet, "warn_interval", b.cfg.WarnInterval)
+	}
+	attrs = append(attrs, "error", e.Error())
+	b.cfg.Logger.Warn(msg, attrs...)
+}
+
+// noteAnswer ends a run of failed attempts: the server answered. It logs
+// one INFO line when that run was warned about.
+func (b *Backend) noteAnswer() {
+	o := &b.outage
+	if !o.failing.Load() {
+		return
+	}
+	o.mu.Lock()
+	if !o.failing.Load() {
+		o.mu.Unlock()
+		return
+	}
+	o.failing.Store(false)
+	failed, since, warned := o.failed, o.since, o.warned
+	o.mu.Unlock()
+	if warned {
+		b.cfg.Logger.Info("model server answers again", "backend", b.name, "endpoint", b.endpoint,
+			"failed_attempts", failed, "failing_for", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// logEndpoint is the chat-completions URL of baseURL for log lines,
+// without user information, query or fragment.
+func logEndpoint(baseURL string) string {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return "(unparsable base URL)"
+	}
+	u.User, u.RawQuery, u.Fragment, u.RawFragment = nil, "", "", ""
+	return strings.TrimSuffix(u.String(), "/") + "/chat/completions"
 }
 
 // ProbeTimeout bounds Probe, wall clock.
