@@ -124,7 +124,9 @@ type Environment struct {
 	Source string `parquet:"source,zstd" json:"source"`
 	// Valid is true when every validation check passed.
 	Valid bool `parquet:"valid" json:"valid"`
-	// Reason names the first failed check ("" when valid).
+	// Reason names the first failed check ("" when valid), or is
+	// envcheck.ReasonTimeout ("timeout") when the validation's time limit
+	// ran out first.
 	Reason string `parquet:"reason" json:"reason"`
 	// Name, EnvKind, MaxTurns, RewardLow/High and Tools are read from the
 	// class by validation. Name is the class's name attribute (at most 200

@@ -27,8 +27,10 @@ func init() {
 // newEnvCmd implements `spade env check FILE.py [--json]`: the validate
 // stage's checks (stages/envcheck, SPADE.md step 4) for one environment
 // file, run in the same sandbox. Exit status: 0 when the environment is
-// valid, 1 when it is not (an exitError with code exitFailure), 2 for
-// usage errors and a FILE that cannot be read (missing, a directory); the
+// valid, 1 when it is not (an exitError with code exitFailure) or when
+// --timeout ran out before the checks could tell (reason "timeout": the
+// report and the message say so instead of blaming a check), 2 for usage
+// errors and a FILE that cannot be read (missing, a directory); the
 // report goes to stdout either way. The sandbox is the validate stage's:
 // sandbox.* from --config and SPADE_SANDBOX_* (call timeout, memory,
 // interpreter, strict, fork_episodes), one worker; --python and --strict
@@ -91,6 +93,10 @@ func newEnvCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("env check: start %w", err)
 			}
 			opts := envcheck.Options{Seeds: seeds, Timeout: timeout}
+			limit := timeout
+			if limit <= 0 {
+				limit = envcheck.DefaultTimeout
+			}
 			var rep envcheck.Report
 			if quick {
 				rep = envcheck.QuickCheck(cmd.Context(), sb, string(src), opts)
@@ -114,7 +120,10 @@ func newEnvCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("env check: write report: %w", err)
 				}
 			} else {
-				printEnvReport(out, path, rep)
+				printEnvReport(out, path, rep, limit)
+			}
+			if rep.Reason == envcheck.ReasonTimeout {
+				return exitError{code: exitFailure, msg: fmt.Sprintf("%s was not shown valid: %s; rerun with a longer --timeout", path, timeoutText(rep, limit))}
 			}
 			if !rep.Valid {
 				return exitError{code: exitFailure, msg: fmt.Sprintf("%s is not a valid environment (failed check: %s)", path, rep.Reason)}
@@ -131,18 +140,28 @@ func newEnvCmd(g *globals) *cobra.Command {
 	// pflag takes "[]" for an empty int64 slice as a non-zero default and
 	// would add "(default [])" after the real default named above.
 	f.Lookup("seeds").DefValue = ""
-	f.DurationVar(&timeout, "timeout", 0, "limit for the whole validation (default 60s)")
+	f.DurationVar(&timeout, "timeout", 0, "limit for the whole validation (default 60s); when it runs out the file is not shown valid (exit 1, reason timeout)")
 	cmd.AddCommand(check)
 	return cmd
 }
 
+// timeoutText says that the check of rep ran past --timeout limit, and
+// during which check.
+func timeoutText(rep envcheck.Report, limit time.Duration) string {
+	return fmt.Sprintf("the check did not finish within --timeout %s (it stopped during check %s)", limit, rep.Stopped)
+}
+
 // printEnvReport writes the human-readable report: a verdict line, then one
-// line per check (PASS, FAIL or SKIP, phase time, detail), with the failing
-// check's traceback tail indented below it. Text from the program is shown
+// line per check (PASS, FAIL or SKIP, or STOP for the check --timeout
+// limit cut short; phase time, detail), with the failing check's
+// traceback tail indented below it. Text from the program is shown
 // through termtext.Safe.
-func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
+func printEnvReport(w io.Writer, path string, rep envcheck.Report, limit time.Duration) {
 	verdict := "VALID"
-	if !rep.Valid {
+	switch {
+	case rep.Reason == envcheck.ReasonTimeout:
+		verdict = "NOT SHOWN VALID (" + rep.Reason + "): " + timeoutText(rep, limit)
+	case !rep.Valid:
 		verdict = "INVALID (" + rep.Reason + ")"
 	}
 	fmt.Fprintf(w, "%s: %s", termtext.Safe(path), verdict)
@@ -171,6 +190,8 @@ func printEnvReport(w io.Writer, path string, rep envcheck.Report) {
 		switch {
 		case r.Skipped:
 			status = "SKIP"
+		case !r.Passed && rep.Reason == envcheck.ReasonTimeout && r.Name == rep.Stopped:
+			status = "STOP"
 		case !r.Passed:
 			status = "FAIL"
 		}

@@ -360,6 +360,27 @@ func TestEnvCheckCLI(t *testing.T) {
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Contains(t, r.stdout, "no reply within 250ms")
 	})
+	t.Run("a --timeout too short to finish does not blame the file", func(t *testing.T) {
+		// Exit 1 (not shown valid), but the report says the time limit ran
+		// out, not "INVALID (compile)" with a cancellation as its detail.
+		r := spade(t, ".", nil, "env", "check", "--timeout", "1ms", "../../docs/examples/guess_game.py")
+		require.Equal(t, 1, r.code, "%s%s", r.stdout, r.stderr)
+		require.NotContains(t, r.stdout, "INVALID")
+		require.NotContains(t, r.stdout, "canceled")
+		require.Contains(t, r.stdout, "did not finish within --timeout 1ms")
+		require.Contains(t, r.stderr, "did not finish within --timeout 1ms")
+		require.NotContains(t, r.stderr, "is not a valid environment")
+		r = spade(t, ".", nil, "env", "check", "--json", "--timeout", "1ms", "../../docs/examples/guess_game.py")
+		require.Equal(t, 1, r.code, "%s%s", r.stdout, r.stderr)
+		var rep struct {
+			Valid   bool   `json:"valid"`
+			Reason  string `json:"reason"`
+			Stopped string `json:"stopped"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+		require.Equal(t, "timeout", rep.Reason)
+		require.NotEmpty(t, rep.Stopped)
+	})
 	t.Run("a file that cannot be read is a usage error", func(t *testing.T) {
 		// Exit 1 would say "not a valid environment".
 		dir := t.TempDir()

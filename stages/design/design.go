@@ -241,9 +241,15 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 	return out
 }
 
+// failDetail is the detail and traceback of the check that failed rep,
+// or of the check its time limit cut short (envcheck.ReasonTimeout).
 func failDetail(rep envcheck.Report) string {
+	name := rep.Reason
+	if rep.Reason == envcheck.ReasonTimeout {
+		name = rep.Stopped
+	}
 	for _, c := range rep.Checks {
-		if c.Name == rep.Reason {
+		if c.Name == name {
 			s := c.Detail
 			if c.TracebackTail != "" {
 				s += "\n" + c.TracebackTail

@@ -42,6 +42,17 @@ const (
 	CheckImpossibility = "impossibility" // tool use: task refers to real tools/state, 3-5 instructions, reachable
 )
 
+// ReasonTimeout is Report.Reason when Options.Timeout ran out before the
+// validation could judge the program: a check was cut short by the
+// validation's own time limit (not by the sandbox's per-call timeout,
+// which is the program's failure and keeps the name of its check).
+// Report.Stopped names the check that was running. It is not a check
+// name.
+const ReasonTimeout = "timeout"
+
+// DefaultTimeout is the default of Options.Timeout.
+const DefaultTimeout = 60 * time.Second
+
 var gameChecks = []string{CheckCompile, CheckClass, CheckMetadata, CheckReset, CheckStepTuple, CheckProbeStep,
 	CheckReward, CheckObservation, CheckEpisodeEnds, CheckCleanup, CheckDeterministic}
 
@@ -65,7 +76,9 @@ type Options struct {
 	// MaxTurnsLimit is the largest max_turns accepted (the probe plays up to
 	// that many steps per episode). Default 100.
 	MaxTurnsLimit int
-	// Timeout bounds the whole validation, wall clock. Default 60s.
+	// Timeout bounds the whole validation, wall clock (default
+	// DefaultTimeout, 60 s). When it runs out, the report's Reason is
+	// ReasonTimeout and Stopped names the check it cut short.
 	Timeout time.Duration
 }
 
@@ -77,7 +90,7 @@ func (o Options) withDefaults() Options {
 		o.MaxTurnsLimit = 100
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 60 * time.Second
+		o.Timeout = DefaultTimeout
 	}
 	seeds := append([]int64(nil), o.Seeds...)
 	for i := int64(0); len(seeds) < 3; i++ {
@@ -119,8 +132,13 @@ type Result struct {
 type Report struct {
 	// Valid is true when every check passed.
 	Valid bool `json:"valid"`
-	// Reason is the name of the first check that failed ("" when valid).
+	// Reason is the name of the first check that failed ("" when valid),
+	// or ReasonTimeout when Options.Timeout ran out first.
 	Reason string `json:"reason,omitempty"`
+	// Stopped is the check that was running when Options.Timeout ran out
+	// (with Reason ReasonTimeout); "" otherwise. That check's result is
+	// neither passed nor skipped, and says so in its detail.
+	Stopped string `json:"stopped,omitempty"`
 	// Kind is "game" or "tool_use" ("" when the class was not found).
 	Kind string `json:"kind,omitempty"`
 	// Meta is the environment's metadata (name, skill, reward_range,
@@ -151,6 +169,11 @@ type checker struct {
 	order   []string
 	results map[string]*Result
 	failed  string
+	// expired reports whether a failure's err is the validation's own
+	// time limit running out (nil: never); limit is that limit.
+	expired  func(err error) bool
+	limit    time.Duration
+	timedOut bool // the first failure was the time limit running out
 }
 
 func newChecker(names []string) *checker {
@@ -171,6 +194,12 @@ func (c *checker) fail(name, detail string, err error) {
 		return
 	}
 	r.Passed = false
+	if c.expired != nil && c.expired(err) {
+		// Not the program's failure: nothing is known of this check.
+		r.Detail = fmt.Sprintf("not completed: the validation ran past its time limit of %s during this check", c.limit)
+		c.failed, c.timedOut = name, true
+		return
+	}
 	r.Detail = detail
 	var se *sandbox.Error
 	if errors.As(err, &se) {
@@ -198,6 +227,11 @@ func (c *checker) time(name string, d time.Duration) { c.results[name].Duration 
 
 func (c *checker) report(meta *sandbox.Meta, start time.Time) Report {
 	rep := Report{Valid: c.failed == "", Reason: c.failed, Meta: meta, Duration: time.Since(start)}
+	skipped := "not completed: check " + c.failed + " failed first"
+	if c.timedOut {
+		rep.Reason, rep.Stopped = ReasonTimeout, c.failed
+		skipped = fmt.Sprintf("not completed: the time limit of %s ran out during check %s", c.limit, c.failed)
+	}
 	if meta != nil {
 		rep.Kind = meta.Kind
 	}
@@ -205,7 +239,7 @@ func (c *checker) report(meta *sandbox.Meta, start time.Time) Report {
 		r := *c.results[n]
 		if !r.Passed && r.Detail == "" {
 			r.Skipped = true
-			r.Detail = "not completed: check " + c.failed + " failed first"
+			r.Detail = skipped
 		}
 		rep.Checks = append(rep.Checks, r)
 	}
@@ -227,6 +261,7 @@ func errDetail(err error) string {
 
 func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, quick bool) Report {
 	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	names := gameChecks
@@ -234,6 +269,15 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 		names = quickChecks
 	}
 	c := newChecker(names)
+	c.limit = o.Timeout
+	// A sandbox call cut short by this validation's deadline (the caller's
+	// ctx still live) fails as canceled: the time limit ran out, which
+	// says nothing of the program. A call that hit the sandbox's own call
+	// timeout fails as KindTimeout and stays the program's failure.
+	c.expired = func(err error) bool {
+		return err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
+			(sandbox.KindOf(err) == sandbox.KindCanceled || errors.Is(err, context.DeadlineExceeded))
+	}
 
 	t0 := time.Now()
 	prog, err := sb.LoadClass(ctx, source, o.Class)

@@ -135,6 +135,10 @@ func TestOptionsDefaults(t *testing.T) {
 	assert.Equal(t, 60*time.Second, o.Timeout)
 }
 
+// TestTimeoutOptionBoundsValidation: Options.Timeout ends a validation
+// stuck in a step that has not yet reached the sandbox's call timeout
+// (3 s here); the report says the time limit ran out during probe_step
+// rather than blaming the step for a cancellation.
 func TestTimeoutOptionBoundsValidation(t *testing.T) {
 	sb := newSandbox(t)
 	src, err := os.ReadFile("testdata/hostile/infinite_loop_step.py")
@@ -142,8 +146,72 @@ func TestTimeoutOptionBoundsValidation(t *testing.T) {
 	start := time.Now()
 	rep := Check(context.Background(), sb, string(src), Options{Timeout: 1 * time.Second})
 	assert.False(t, rep.Valid)
-	assert.Equal(t, CheckProbeStep, rep.Reason)
+	assert.Equal(t, "timeout", rep.Reason)
 	assert.Less(t, time.Since(start), 10*time.Second)
+	stopped := stoppedCheck(t, rep)
+	assert.Equal(t, CheckProbeStep, stopped.Name)
+	assert.Contains(t, stopped.Detail, "time limit of 1s")
+}
+
+// stoppedCheck is the one check of rep that neither passed nor was
+// skipped, with its name in the report's "stopped" field.
+func stoppedCheck(t *testing.T, rep Report) Result {
+	t.Helper()
+	var out []Result
+	for _, c := range rep.Checks {
+		if !c.Passed && !c.Skipped {
+			out = append(out, c)
+		}
+	}
+	require.Len(t, out, 1, "%+v", rep.Checks)
+	raw, err := json.Marshal(rep)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"stopped":"`+out[0].Name+`"`)
+	return out[0]
+}
+
+// TestTimeoutOptionTooShort: a time limit too short for a valid program
+// (the CLI's --timeout 1ms) is reported as such, not as a compile error
+// ("load: canceled: context deadline exceeded").
+func TestTimeoutOptionTooShort(t *testing.T) {
+	sb := newSandbox(t)
+	src, err := os.ReadFile("../../docs/examples/guess_game.py")
+	require.NoError(t, err)
+	for _, quick := range []bool{false, true} {
+		check := Check
+		if quick {
+			check = QuickCheck
+		}
+		rep := check(context.Background(), sb, string(src), Options{Timeout: time.Millisecond})
+		assert.False(t, rep.Valid)
+		assert.Equal(t, "timeout", rep.Reason)
+		stopped := stoppedCheck(t, rep)
+		assert.Contains(t, stopped.Detail, "time limit of 1ms")
+		assert.Empty(t, stopped.ErrorKind, "a cancellation is not the program's failure")
+		for _, c := range rep.Checks {
+			assert.NotContains(t, c.Detail, "canceled", c.Name)
+		}
+	}
+}
+
+// TestCallTimeoutStaysTheProgramsFault: a step that loops forever runs
+// into the sandbox's call timeout (3 s) well within Options.Timeout, and
+// stays the program's failure: probe_step, error kind timeout.
+func TestCallTimeoutStaysTheProgramsFault(t *testing.T) {
+	sb := newSandbox(t)
+	src, err := os.ReadFile("testdata/hostile/infinite_loop_step.py")
+	require.NoError(t, err)
+	rep := Check(context.Background(), sb, string(src), Options{Timeout: 30 * time.Second})
+	assert.False(t, rep.Valid)
+	assert.Equal(t, CheckProbeStep, rep.Reason)
+	for _, c := range rep.Checks {
+		if c.Name == CheckProbeStep {
+			assert.Equal(t, "timeout", c.ErrorKind)
+		}
+	}
+	raw, err := json.Marshal(rep)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), `"stopped"`)
 }
 
 // TestStateAcrossInstances: a program that keeps state outside its
