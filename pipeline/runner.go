@@ -413,7 +413,9 @@ type RoundResult struct {
 // builds on:
 //   - a fork whose spade fork was interrupted is refused
 //     (ErrIncompleteFork, CheckForkComplete);
-//   - round r >= 1 needs round r-1 sealed (ErrNotCommitted otherwise);
+//   - round r >= 1 needs round r-1 sealed (otherwise an error that wraps
+//     ErrNotCommitted, says "not sealed" and names the command that seals
+//     round r-1);
 //   - rounds 0..r-1 must verify (VerifyChain: every seal present, parents
 //     chained, every listed manifest decoding with the content digest its
 //     seal records); a failure wraps ErrIntegrity and names the file.
@@ -425,8 +427,8 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 		return nil, err
 	}
 	if round >= 1 {
-		if _, err := ReadSeal(ctx, r.Store, r.Run, round-1); err != nil {
-			return nil, fmt.Errorf("round %d needs round %d first: %w", round, round-1, err)
+		if err := r.needSealed(ctx, round); err != nil {
+			return nil, err
 		}
 		if err := r.verifyEarlier(ctx, round); err != nil {
 			return nil, err
@@ -510,7 +512,11 @@ func (e *NotInRoundError) Error() string {
 // the tables when commit is true and every part exists. It is what
 // `spade stage NAME --round r [--shard i/n]` does. It returns whether it
 // ran (false when the stage was already committed), a *NotInRoundError
-// when the stage does not run at that round, or the stage's error.
+// when the stage does not run at that round, or the stage's error. At
+// round r >= 1 it needs round r-1 sealed, as RunRound does, and fails
+// before any work otherwise (an error wrapping ErrNotCommitted that names
+// the command sealing round r-1): a round run stage by stage that forgot
+// the previous seal would only find out at its own seal.
 func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Shard, commit bool) (bool, error) {
 	s, err := r.StageByName(name)
 	if err != nil {
@@ -521,9 +527,15 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 		return false, err
 	}
 	// The chain of earlier rounds is verified once per round, by Seal
-	// (`spade commit --seal`), not by every shard task.
+	// (`spade commit --seal`), not by every shard task; the previous
+	// round's seal is one read, so every task checks that it exists.
 	if err := r.checkFork(ctx); err != nil {
 		return false, err
+	}
+	if round >= 1 {
+		if err := r.needSealed(ctx, round); err != nil {
+			return false, err
+		}
 	}
 	if err := r.checkRun(ctx); err != nil {
 		return false, err
@@ -547,29 +559,32 @@ func (r *Runner) runsAt(s Stage, ri RoundInfo) error {
 
 // CommitStage commits a stage whose parts were written by shards; it fails
 // naming the missing parts if any is absent, and with a *NotInRoundError
-// when the stage does not run at that round.
-func (r *Runner) CommitStage(ctx context.Context, round int, name string) error {
+// when the stage does not run at that round. It reports whether this call
+// wrote a manifest: false, with a nil error, when the stage's tables were
+// already committed with the same fingerprint (before the call, or by a
+// concurrent commit), as RunStage reports a stage that did not run.
+func (r *Runner) CommitStage(ctx context.Context, round int, name string) (bool, error) {
 	s, err := r.StageByName(name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	if err := r.runsAt(s, ri); err != nil {
-		return err
+		return false, err
 	}
 	if err := r.checkRun(ctx); err != nil {
-		return err
+		return false, err
 	}
 	env, fp, done, err := r.prepare(ctx, ri, s)
 	if err != nil || done {
-		return err
+		return false, err
 	}
 	parts, err := s.Parts(ctx, env)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = r.commit(ctx, ri, s, env, fp, parts, time.Duration(0), true)
-	return err
+	wrote, err := r.commit(ctx, ri, s, env, fp, parts, time.Duration(0), true)
+	return wrote > 0, err
 }
 
 type partRecord struct {
@@ -992,7 +1007,9 @@ func (r *Runner) checkPartFiles(ctx context.Context, s Stage, recs []partRecord,
 // is what `spade commit --seal` does at the end of a round run stage by
 // stage (Airflow, Kubernetes, Slurm), so before writing it checks what the
 // seal chains onto, as RunRound does: the run is not an interrupted fork
-// (ErrIncompleteFork) and rounds 0..r-1 verify (VerifyChain, ErrIntegrity).
+// (ErrIncompleteFork), round r-1 is sealed (an error wrapping
+// ErrNotCommitted that names the command sealing it) and rounds 0..r-1
+// verify (VerifyChain, ErrIntegrity).
 func (r *Runner) Seal(ctx context.Context, round int) (*Seal, error) {
 	if err := r.checkRun(ctx); err != nil {
 		return nil, err
@@ -1019,17 +1036,67 @@ func (r *Runner) checkFork(ctx context.Context) error {
 	return CheckForkComplete(ctx, r.Store, r.Run, rf)
 }
 
-// checkBase refuses an interrupted fork and, for round >= 1, rounds
-// 0..round-1 that do not verify (VerifyChain).
+// checkBase refuses an interrupted fork and, for round >= 1, a round-1
+// that is not sealed (needSealed) or rounds 0..round-1 that do not verify
+// (VerifyChain).
 func (r *Runner) checkBase(ctx context.Context, round int) error {
 	if err := r.checkFork(ctx); err != nil {
 		return err
 	}
 	if round >= 1 {
+		if err := r.needSealed(ctx, round); err != nil {
+			return err
+		}
 		return r.verifyEarlier(ctx, round)
 	}
 	return nil
 }
+
+// needSealed returns nil when round-1 (round >= 1) is sealed, a
+// *notSealedError when its seal does not exist, and ReadSeal's error
+// otherwise.
+func (r *Runner) needSealed(ctx context.Context, round int) error {
+	_, err := ReadSeal(ctx, r.Store, r.Run, round-1)
+	if !errors.Is(err, ErrNotCommitted) {
+		return err
+	}
+	e := &notSealedError{run: r.Run, round: round, key: SealKey(r.Run, round-1)}
+	prev := NewRoundInfo(r.Run, round-1, &r.Config)
+	if stages, oerr := r.ordered(prev); oerr == nil {
+		for _, s := range stages {
+			if _, runs := s.Plan(prev, &r.Config); runs {
+				e.last = s.Name()
+			}
+		}
+	}
+	return e
+}
+
+// notSealedError says that round-1 has no seal, and how to write one. Its
+// stages may all be committed (a round run stage by stage whose final
+// `spade commit --seal` was left out), so it says "not sealed", not "not
+// committed"; it still matches ErrNotCommitted for errors.Is.
+type notSealedError struct {
+	run   string
+	round int    // the round that needs round-1
+	key   string // round-1's seal
+	last  string // the last stage of round-1 in run order; "" if unknown
+}
+
+func (e *notSealedError) Error() string {
+	stage := e.last
+	if stage == "" {
+		stage = "<its last stage>"
+	}
+	msg := fmt.Sprintf("round %d needs round %d of run %s sealed, and it is not sealed (no %s): once every stage of round %d is committed, seal it with `spade commit --round %d --stage %s --seal`",
+		e.round, e.round-1, e.run, e.key, e.round-1, e.round-1, stage)
+	if e.round >= 2 {
+		msg += fmt.Sprintf(", or run `spade round %d`, which runs what is left of it and seals it", e.round-1)
+	}
+	return msg
+}
+
+func (e *notSealedError) Unwrap() error { return ErrNotCommitted }
 
 // verifyEarlier runs VerifyChain over rounds 0..round-1 (round >= 1).
 func (r *Runner) verifyEarlier(ctx context.Context, round int) error {

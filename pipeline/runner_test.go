@@ -225,6 +225,53 @@ func TestSealNamesTheUncommittedStage(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestStageNeedsThePreviousSeal: a round run stage by stage (Kubernetes,
+// Slurm) whose previous round was committed but never sealed fails at its
+// first stage, before any work, and says "not sealed" with the command
+// that seals it; it used to run the whole round and fail only at its own
+// seal, saying round 0 was "not committed".
+func TestStageNeedsThePreviousSeal(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	g := &gen{parts: 2, rows: 6, failPart: -1}
+	r := newRunner(t, st, "k8s", g)
+	r.Stages = append([]pipeline.Stage{corpus0{}}, r.Stages...)
+	one := pipeline.Shard{Index: 0, Count: 1}
+	_, err := r.RunStage(ctx, 0, "corpus0", one, true)
+	require.NoError(t, err)
+
+	const want0 = "round 1 needs round 0 of run k8s sealed, and it is not sealed (no k8s/round=000000/_ROUND.json): once every stage of round 0 is committed, seal it with `spade commit --round 0 --stage corpus0 --seal`"
+	for _, sh := range []pipeline.Shard{one, {Index: 1, Count: 2}} {
+		_, err = r.RunStage(ctx, 1, "gen", sh, sh.Count == 1)
+		require.ErrorIs(t, err, pipeline.ErrNotCommitted)
+		require.EqualError(t, err, want0)
+	}
+	require.Zero(t, g.runs.Load(), "no part ran")
+	written, err := st.List(ctx, pipeline.RoundDir("k8s", 1)+"/")
+	require.NoError(t, err)
+	require.Empty(t, written, "nothing written at round 1")
+	// The seal of round 1 says the same.
+	_, err = r.Seal(ctx, 1)
+	require.EqualError(t, err, want0)
+
+	_, err = r.Seal(ctx, 0)
+	require.NoError(t, err)
+	for _, name := range []string{"gen", "sum"} {
+		_, err = r.RunStage(ctx, 1, name, one, true)
+		require.NoError(t, err)
+	}
+	_, err = r.Seal(ctx, 1)
+	require.NoError(t, err)
+
+	// Past round 1 the message names the round's last stage, and spade
+	// round as the other way to finish it.
+	_, err = r.RunStage(ctx, 3, "gen", one, true)
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted)
+	require.EqualError(t, err, "round 3 needs round 2 of run k8s sealed, and it is not sealed (no k8s/round=000002/_ROUND.json): once every stage of round 2 is committed, seal it with `spade commit --round 2 --stage sum --seal`, or run `spade round 2`, which runs what is left of it and seals it")
+	_, err = r.RunRound(ctx, 3)
+	require.ErrorContains(t, err, "round 3 needs round 2 of run k8s sealed, and it is not sealed")
+}
+
 func TestShardsGiveSameBytes(t *testing.T) {
 	ctx := context.Background()
 	st := memStore(t)
@@ -242,13 +289,19 @@ func TestShardsGiveSameBytes(t *testing.T) {
 			_, err := r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: i, Count: n}, false)
 			require.NoError(t, err)
 			if i < n-1 {
-				err := r.CommitStage(ctx, 1, "gen")
+				_, err := r.CommitStage(ctx, 1, "gen")
 				if n > 1 {
 					require.ErrorContains(t, err, "parts missing")
 				}
 			}
 		}
-		require.NoError(t, r.CommitStage(ctx, 1, "gen"))
+		wrote, err := r.CommitStage(ctx, 1, "gen")
+		require.NoError(t, err)
+		require.True(t, wrote, "the first complete commit writes the manifests")
+		// A second commit finds the stage committed and says so.
+		wrote, err = r.CommitStage(ctx, 1, "gen")
+		require.NoError(t, err)
+		require.False(t, wrote, "an already committed stage is not committed again")
 		_, err = r.RunRound(ctx, 1)
 		require.NoError(t, err)
 		require.Equal(t, digests(t, st, "ref", 1), digests(t, st, run, 1), "shards=%d", n)
@@ -473,7 +526,7 @@ func TestResumeRewritesDamagedParts(t *testing.T) {
 		}
 		files := partFiles(t, st, "sharded", 1)
 		flipByte(t, st, files[1])
-		err = r.CommitStage(ctx, 1, "gen")
+		_, err = r.CommitStage(ctx, 1, "gen")
 		require.ErrorIs(t, err, pipeline.ErrIntegrity)
 		require.ErrorContains(t, err, files[1])
 		require.ErrorContains(t, err, "part 1")
@@ -481,14 +534,15 @@ func TestResumeRewritesDamagedParts(t *testing.T) {
 		require.ErrorIs(t, err, storage.ErrNotFound, "nothing committed")
 
 		require.NoError(t, st.Delete(ctx, files[3]))
-		err = r.CommitStage(ctx, 1, "gen")
+		_, err = r.CommitStage(ctx, 1, "gen")
 		require.ErrorIs(t, err, pipeline.ErrIntegrity)
 
 		// Running the shard again rewrites its damaged and missing files.
 		_, err = r.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 1, Count: 2}, false)
 		require.NoError(t, err)
 		require.EqualValues(t, 6, g.runs.Load())
-		require.NoError(t, r.CommitStage(ctx, 1, "gen"))
+		_, err = r.CommitStage(ctx, 1, "gen")
+		require.NoError(t, err)
 		_, err = r.RunRound(ctx, 1)
 		require.NoError(t, err)
 		require.Equal(t, digests(t, st, "clean", 1), digests(t, st, "sharded", 1))

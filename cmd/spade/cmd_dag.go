@@ -542,10 +542,25 @@ with DAG(
 		}
 		return n
 	}
+	round0Stage := map[string]bool{}
+	for _, s := range round0 {
+		round0Stage[s] = true
+	}
 	for _, n := range nodes {
+		after0 := false
 		for _, a := range n.After {
-			edges = append(edges, [2]string{last(a), first(n.Stage, n.Sharded)})
 			downstream[a] = true
+			// A stage reading the setup round's tables waits for its
+			// seal: spade stage at round N needs round N-1 sealed, and
+			// round 0 is sealed by round0_seal.
+			if round0Stage[a] && len(round0) > 0 {
+				if !after0 {
+					edges = append(edges, [2]string{"round0_seal", first(n.Stage, n.Sharded)})
+					after0 = true
+				}
+				continue
+			}
+			edges = append(edges, [2]string{last(a), first(n.Stage, n.Sharded)})
 		}
 	}
 	for _, s := range round0 {

@@ -100,16 +100,30 @@ func newCommitCmd(g *globals) *cobra.Command {
 			if _, err := r.StageByName(stage); err != nil {
 				return usageError{err}
 			}
-			if err := r.CommitStage(ctx, round, stage); err != nil {
+			wrote, err := r.CommitStage(ctx, round, stage)
+			if err != nil {
 				return err
 			}
-			fmt.Printf("stage %s of round %d committed\n", stage, round)
+			if wrote {
+				fmt.Printf("stage %s of round %d committed\n", stage, round)
+			} else {
+				fmt.Printf("stage %s of round %d is already committed\n", stage, round)
+			}
 			if seal {
+				// Seal returns an existing seal as it is; whether there
+				// was one is read first, so that the sentence says what
+				// this call did (a concurrent seal in between is
+				// reported as this call's, which it equals).
+				_, before := pipeline.ReadSeal(ctx, a.store, g.runName, round)
 				s, err := r.Seal(ctx, round)
 				if err != nil {
 					return err
 				}
-				fmt.Printf("round %d sealed (round id %s)\n", round, s.Digest()[:16])
+				if before == nil {
+					fmt.Printf("round %d is already sealed (round id %s)\n", round, s.Digest()[:16])
+				} else {
+					fmt.Printf("round %d sealed (round id %s)\n", round, s.Digest()[:16])
+				}
 			}
 			return nil
 		},

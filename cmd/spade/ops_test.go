@@ -347,6 +347,7 @@ func TestOps(t *testing.T) {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
 				run := fmt.Sprintf("shard%d", n)
 				o.must(t, nil, "stage", "corpus", "--round", "0", "--run", run)
+				o.must(t, nil, "commit", "--round", "0", "--stage", "corpus", "--seal", "--run", run)
 				o.must(t, nil, "stage", "sample", "--round", "1", "--run", run)
 				for _, stage := range []string{"design", "validate", "hint", "rollout"} {
 					if stage == "hint" {
@@ -464,6 +465,57 @@ var dagEdgeRe = regexp.MustCompile(`^    t_(\w+) >> t_(\w+)$`)
 // TestDagAirflow generates the Airflow DAG, compiles it with Debian's
 // Python, and checks that both its dependency lines and its stage-graph
 // comment block equal the stage DAG derived from the stages' plans.
+// TestStageByStageNewRun follows the Kubernetes/Slurm flow of
+// docs/operations.md on a new run: round 0's seal is a step of its own.
+// Without it the first stage of round 1 fails at once, saying that round 0
+// is not sealed and how to seal it (it used to run the whole round and
+// fail at the seal saying round 0 was "not committed"). commit prints
+// what it did: "already committed" and "already sealed" when it did
+// nothing.
+func TestStageByStageNewRun(t *testing.T) {
+	o := newOpsEnv(t)
+	run := []string{"--run", "k8s"}
+	stage := func(name string, round int) result {
+		return o.spade(t, nil, append(run, "stage", name, "--round", fmt.Sprint(round))...)
+	}
+	commit := func(args ...string) string {
+		return o.must(t, nil, append(append(run, "commit"), args...)...)
+	}
+	require.Equal(t, 0, stage("corpus", 0).code)
+	r := stage("sample", 1)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "round 1 needs round 0 of run k8s sealed, and it is not sealed (no k8s/round=000000/_ROUND.json)")
+	require.Contains(t, r.stderr, "seal it with `spade commit --round 0 --stage corpus --seal`")
+	require.NotContains(t, r.stderr, "not committed")
+	_, err := os.Stat(filepath.Join(o.dir, "runs", "k8s", "round=000001"))
+	require.True(t, os.IsNotExist(err), "nothing written at round 1: %v", err)
+
+	out := commit("--round", "0", "--stage", "corpus", "--seal")
+	require.Contains(t, out, "stage corpus of round 0 is already committed\n")
+	require.Contains(t, out, "round 0 sealed (round id ")
+	out = commit("--round", "0", "--stage", "corpus", "--seal")
+	require.Contains(t, out, "round 0 is already sealed (round id ")
+
+	for _, name := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool", "grpo", "metrics"} {
+		r := stage(name, 1)
+		require.Equal(t, 0, r.code, "%s: %s", name, r.stderr)
+	}
+	out = commit("--round", "1", "--stage", "metrics", "--seal")
+	require.Equal(t, "stage metrics of round 1 is already committed\n", out[:strings.Index(out, "\n")+1])
+	require.Contains(t, out, "round 1 sealed (round id ")
+	out = commit("--round", "1", "--stage", "design", "--seal")
+	require.Contains(t, out, "stage design of round 1 is already committed\n")
+	require.Contains(t, out, "round 1 is already sealed (round id ")
+	require.NotContains(t, out, "round 1 sealed")
+	// The sharded path: shards, then a commit that writes.
+	for i := range 2 {
+		r := o.spade(t, nil, append(run, "stage", "rollout", "--round", "2", "--shard", fmt.Sprintf("%d/2", i))...)
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	require.Equal(t, "stage rollout of round 2 committed\n", commit("--round", "2", "--stage", "rollout"))
+	require.Equal(t, "stage rollout of round 2 is already committed\n", commit("--round", "2", "--stage", "rollout"))
+}
+
 func TestDagAirflow(t *testing.T) {
 	o := newOpsEnv(t)
 	file := filepath.Join(o.dir, "spade_round.py")
@@ -597,6 +649,13 @@ func TestDagAirflow(t *testing.T) {
 			continue
 		}
 		from, to := stageOf(m[1]), stageOf(m[2])
+		if m[1] == "round0_seal" && to != "seal" {
+			// A stage reading the corpus waits for round 0's seal, since
+			// spade stage at round 1 needs round 0 sealed.
+			from = "corpus"
+		} else if kinds[from] == "round0" {
+			require.Contains(t, []string{"seal", "round0_seal"}, to, "edge %s >> %s skips round0_seal", m[1], m[2])
+		}
 		switch {
 		case to == "seal" || to == "round0_seal":
 			sealed = append(sealed, from)

@@ -201,7 +201,8 @@ func TestCollect(t *testing.T) {
 		// The half-done sharded stage still commits after gc.
 		_, err = src.RunStage(ctx, 3, "walk", pipeline.Shard{Index: 1, Count: 2}, false)
 		require.NoError(t, err)
-		require.NoError(t, src.CommitStage(ctx, 3, "walk"))
+		_, err = src.CommitStage(ctx, 3, "walk")
+		require.NoError(t, err)
 		_, err = src.RunRound(ctx, 3)
 		require.NoError(t, err)
 		// A second collection past the grace period takes the fresh orphan.
@@ -272,7 +273,9 @@ func TestCollectKeepsAHalfCommittedStage(t *testing.T) {
 	cfg := config.Default()
 	cfg.Workers = 1
 	r := &pipeline.Runner{Store: s, Run: "half", Config: cfg, Stages: []pipeline.Stage{pair{&runs}}, Log: slog.New(slog.DiscardHandler)}
-	_, err := r.RunStage(ctx, 1, "pair", pipeline.Shard{Index: 0, Count: 1}, true)
+	_, err := r.RunRound(ctx, 0) // round 1's stages need round 0 sealed
+	require.NoError(t, err)
+	_, err = r.RunStage(ctx, 1, "pair", pipeline.Shard{Index: 0, Count: 1}, true)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, runs.Load())
 	second := pipeline.ManifestKey("half", 1, "second")
