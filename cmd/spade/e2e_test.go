@@ -201,11 +201,21 @@ func TestBadInput(t *testing.T) {
 		{"replay not a run name", []string{"SPADE_MODEL_REPLAY=../base"}, []string{"round", "1"}, 2, "model.replay: invalid run name"},
 		{"replay of no run", []string{"SPADE_MODEL_REPLAY=nosuchrun"}, []string{"round", "1"}, 2, "model.replay: run nosuchrun does not exist"},
 		{"replay of no run, one stage", []string{"SPADE_MODEL_REPLAY=nosuchrun"}, []string{"stage", "design", "--round", "1"}, 2, "model.replay: run nosuchrun does not exist"},
+		// gc of a run that does not exist used to print an empty summary
+		// and exit 0; it fails as status does. Every run of an empty
+		// store is fine.
+		{"gc of no run", nil, []string{"--run", "nosuch", "gc"}, 1, "run nosuch does not exist in file://./runs (no key under nosuch/)"},
+		{"status of no run", nil, []string{"--run", "nosuch", "status"}, 1, "run nosuch does not exist (no nosuch/_RUN.json)"},
+		{"gc of every run of an empty store", nil, []string{"gc", "--all-runs"}, 0, "0 manifests read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spade(t, dir, tc.env, tc.args...)
 			require.Equal(t, tc.code, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
-			require.Contains(t, r.stderr, tc.want)
+			out := r.stderr
+			if tc.code == 0 {
+				out = r.stdout
+			}
+			require.Contains(t, out, tc.want)
 		})
 	}
 	require.Empty(t, parquetFiles(t, dir), "bad input must commit nothing")

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -130,6 +131,17 @@ var (
 	runFileRe  = regexp.MustCompile(`^([^/]+)/_RUN\.json$`)
 )
 
+// noRunError is Collect's error for a run with nothing in the store.
+type noRunError struct{ run, store string }
+
+// Error names the run and the store.
+func (e noRunError) Error() string {
+	return fmt.Sprintf("run %s does not exist in %s (no key under %s/)", e.run, e.store, e.run)
+}
+
+// Is makes errors.Is(err, pipeline.ErrNotCommitted) true.
+func (e noRunError) Is(target error) bool { return target == pipeline.ErrNotCommitted }
+
 // roundOf names one round of one run ("<run>/round=NNNNNN").
 func roundOf(run, round string) string { return run + "/round=" + round }
 
@@ -137,7 +149,12 @@ func roundOf(run, round string) string { return run + "/round=" + round }
 // what is older than opts.Grace unless opts.DryRun. It lists the store
 // once and reads every manifest and part record. Errors: a store error,
 // or a manifest that does not decode (ErrUnknownVersion, malformed JSON):
-// gc refuses to guess what an unreadable manifest references.
+// gc refuses to guess what an unreadable manifest references. With
+// opts.Run set, a run with no object at all under "<run>/" in the listing
+// (a name typed wrong) is an error matching pipeline.ErrNotCommitted,
+// "run X does not exist ...", as spade status says for a run without a
+// run file; a run with part files but no run file yet (its first command
+// failed before committing) is collected.
 func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error) {
 	if opts.Run != "" {
 		if err := pipeline.ValidateRunName(opts.Run); err != nil {
@@ -156,6 +173,9 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	all, err := s.List(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("gc: list %s: %w", s.URL(), err)
+	}
+	if opts.Run != "" && !slices.ContainsFunc(all, func(in storage.Info) bool { return strings.HasPrefix(in.Key, opts.Run+"/") }) {
+		return nil, noRunError{run: opts.Run, store: s.URL()}
 	}
 	sealed := map[string]bool{}
 	runs := map[string]bool{} // runs with a run file

@@ -530,3 +530,34 @@ func TestCollectLeavesOtherUploads(t *testing.T) {
 	sort.Strings(want)
 	require.Equal(t, want, still, "uploads outside a spade run are not gc's")
 }
+
+// TestCollectNoSuchRun: gc of a run with nothing in the store is an error
+// naming it (a mistyped --run used to print an empty summary and exit 0);
+// a run with only uncommitted part files (its first command failed before
+// creating the run file) is still collected, and collecting every run of
+// an empty store is no error.
+func TestCollectNoSuchRun(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.SetClock(clk.now)
+
+	res, err := gc.Collect(ctx, s, gc.Options{Now: clk.now})
+	require.NoError(t, err, "every run of an empty store")
+	require.Empty(t, res.Garbage)
+	_, err = gc.Collect(ctx, s, gc.Options{Run: "nosuch", Now: clk.now})
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted)
+	require.EqualError(t, err, "run nosuch does not exist in "+s.URL()+" (no key under nosuch/)")
+
+	orphan := "failed/round=000000/corpus/part-00000-of-00001-0123456789abcdef.parquet"
+	require.NoError(t, storage.PutBytes(ctx, s, orphan, []byte("x")))
+	clk.set(clk.now().Add(48 * time.Hour))
+	res, err = gc.Collect(ctx, s, gc.Options{Run: "failed", Grace: time.Hour, Now: clk.now})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Deleted)
+	require.Equal(t, orphan, res.Garbage[0].Key)
+	// A run name that is a prefix of another's is not that run.
+	_, err = gc.Collect(ctx, s, gc.Options{Run: "fail", Now: clk.now})
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted)
+}
