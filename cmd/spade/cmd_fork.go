@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/stages/engine"
 )
 
@@ -57,6 +60,9 @@ that exists as something else is a conflict (exit 3).`,
 				return err
 			}
 			defer a.close()
+			if err := checkForkRound(ctx, a.store, args[0], round); err != nil {
+				return err
+			}
 			cfg := a.cfg
 			if fromSource {
 				src, err := pipeline.ReadRunFile(ctx, a.store, args[0])
@@ -97,6 +103,32 @@ that exists as something else is a conflict (exit 3).`,
 	cmd.Flags().BoolVar(&fromSource, "config-from-source", false, "pin SRC_RUN's config instead of the loaded one")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// checkForkRound refuses, as a usage error (exit 2, as status and diff
+// refuse a --round out of range), a --round that is not a sealed round of
+// run src, naming the rounds that are. A source that does not exist, or
+// whose seals cannot be read, is left to Fork (exit 1); so is a source
+// whose round is sealed but an earlier seal is missing (damage, not
+// usage).
+func checkForkRound(ctx context.Context, st storage.Store, src string, round int) error {
+	if _, err := pipeline.ReadRunFile(ctx, st, src); err != nil {
+		return nil
+	}
+	if _, err := pipeline.ReadSeal(ctx, st, src, round); !errors.Is(err, pipeline.ErrNotCommitted) {
+		return nil
+	}
+	if _, err := pipeline.ReadSeal(ctx, st, src, 0); err != nil {
+		return usagef("run %s has no sealed round yet; --round %d must be one (round 0 is sealed by spade round 1 or spade commit --round 0 --stage corpus --seal)", src, round)
+	}
+	next, err := pipeline.NextRound(ctx, st, src)
+	if err != nil {
+		return nil
+	}
+	if next == 1 {
+		return usagef("run %s has only round 0 sealed; --round %d is not a sealed round of it", src, round)
+	}
+	return usagef("run %s has sealed rounds 0 to %d; --round %d is not one of them", src, next-1, round)
 }
 
 // continueHint says how to run round next of the fork run: a shell command

@@ -472,3 +472,37 @@ func TestEnvCheckInterrupted(t *testing.T) {
 	require.Contains(t, stderr.String(), "spade: interrupted")
 	require.NotContains(t, stdout.String(), "INVALID")
 }
+
+// TestForkRoundOutOfRange: a --round that is not a sealed round of the
+// source is a usage error (exit 2) naming the sealed rounds, as status
+// and diff treat a --round out of range; it used to exit 1 with "round 2
+// of run base is not sealed, its sealed rounds are 0 to 1: not committed".
+func TestForkRoundOutOfRange(t *testing.T) {
+	dir := t.TempDir()
+	r := spade(t, dir, nil, "--run", "base", "round", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = spade(t, dir, nil, "--run", "corpusonly", "stage", "corpus", "--round", "0")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, c := range []struct {
+		src   string
+		round string
+		want  string
+	}{
+		{"base", "99", "run base has sealed rounds 0 to 1; --round 99 is not one of them"},
+		{"base", "2", "run base has sealed rounds 0 to 1; --round 2 is not one of them"},
+		{"corpusonly", "0", "run corpusonly has no sealed round yet; --round 0 must be one"},
+	} {
+		r := spade(t, dir, nil, "fork", c.src, "--round", c.round, "new")
+		require.Equal(t, 2, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+		require.Contains(t, r.stderr, c.want)
+		require.NotContains(t, r.stderr, "not committed")
+	}
+	_, err := os.Stat(filepath.Join(dir, "runs", "new"))
+	require.True(t, os.IsNotExist(err), "nothing forked: %v", err)
+	// A source that does not exist is still exit 1, as before.
+	r = spade(t, dir, nil, "fork", "nosuch", "--round", "1", "new")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "run nosuch does not exist")
+	r = spade(t, dir, nil, "fork", "base", "--round", "1", "new")
+	require.Equal(t, 0, r.code, r.stderr)
+}
