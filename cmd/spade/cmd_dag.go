@@ -184,8 +184,13 @@ times. Trigger one DAG run per round, in order:
   airflow dags trigger spade_round --conf '{"round": 3, "shards": 8}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Shards < 1 || o.Retries < 0 || o.RetryDelay < 0 {
-				return usagef("--shards must be >= 1, --retries and --retry-delay >= 0")
+			switch {
+			case o.Shards < 1:
+				return usagef("--shards %d: want >= 1", o.Shards)
+			case o.Retries < 0:
+				return usagef("--retries %d: want >= 0", o.Retries)
+			case o.RetryDelay < 0:
+				return usagef("--retry-delay %d: want >= 0 (seconds)", o.RetryDelay)
 			}
 			if !isIdentifier(o.DagID) {
 				return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)

@@ -195,6 +195,10 @@ func TestBadInput(t *testing.T) {
 		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
 		// The message used to name only the characters, which "1abc" has.
 		{"dag id starting with a digit", nil, []string{"dag", "airflow", "--dag-id", "1abc"}, 2, "not starting with a digit"},
+		// One message used to name all three flags, whichever was wrong.
+		{"dag shards 0", nil, []string{"dag", "airflow", "--shards", "0"}, 2, "spade: --shards 0: want >= 1\n"},
+		{"dag retries -1", nil, []string{"dag", "airflow", "--retries", "-1"}, 2, "spade: --retries -1: want >= 0\n"},
+		{"dag retry delay -1", nil, []string{"dag", "airflow", "--retry-delay", "-1"}, 2, "spade: --retry-delay -1: want >= 0 (seconds)\n"},
 		// A replay run that is not a run name, or does not exist, used to
 		// pass and fail the design stage once corpus and sample had
 		// committed.
