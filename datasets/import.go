@@ -251,12 +251,11 @@ func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*impor
 	if emit == nil {
 		return nil, fmt.Errorf("%w: nil emit function", ErrBadOptions)
 	}
-	switch opts.Format {
-	case "":
+	if err := opts.checkFormat(); err != nil {
+		return nil, err
+	}
+	if opts.Format == "" {
 		opts.Format = FormatAuto
-	case FormatAuto, FormatJSONL, FormatParquet, FormatDir:
-	default:
-		return nil, fmt.Errorf("%w: unknown format %q (want auto, jsonl, parquet or dir)", ErrBadOptions, opts.Format)
 	}
 	if opts.MaxDocBytes <= 0 {
 		opts.MaxDocBytes = DefaultMaxDocBytes
@@ -283,40 +282,95 @@ func newImporter(opts ImportOptions, emit func(schemas.CorpusDoc) error) (*impor
 		seenHash:    make(map[[32]byte]struct{}),
 		seenID:      make(map[string]string),
 	}
+	if err := im.parseFieldPaths(); err != nil {
+		return nil, err
+	}
+	return im, nil
+}
+
+// OptionError is an import option that cannot be used whatever the
+// inputs: an unknown format or a malformed field path. Check returns it,
+// and Import for the same options before it reads anything.
+type OptionError struct {
+	// Option names the option as spade corpus import's flag does, without
+	// the dashes: format, id, title, license, domain or text.
+	Option string
+	// Err says what is wrong, quoting the value.
+	Err error
+}
+
+// Error reads "bad import options: OPTION: what is wrong".
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("%v: %s: %v", ErrBadOptions, e.Option, e.Err)
+}
+
+// Unwrap returns ErrBadOptions and Err, so that errors.Is matches both
+// (ErrBadFieldPath for a malformed field path).
+func (e *OptionError) Unwrap() []error { return []error{ErrBadOptions, e.Err} }
+
+// Check validates what the options say by themselves, without reading any
+// input: Format is a known format, and every field path (IDPath,
+// TitlePath, LicensePath, DomainPath, TextPaths) parses. It returns the
+// *OptionError Import would return, so that a caller can refuse bad
+// options before anything else (spade corpus import does, before it
+// looks at the run). Paths is not looked at.
+func (o ImportOptions) Check() error {
+	if err := o.checkFormat(); err != nil {
+		return err
+	}
+	if len(o.TextPaths) == 0 {
+		o.TextPaths = []string{"text"}
+	}
+	return (&importer{opts: o}).parseFieldPaths()
+}
+
+// checkFormat returns an *OptionError for an unknown Format.
+func (o ImportOptions) checkFormat() error {
+	switch o.Format {
+	case "", FormatAuto, FormatJSONL, FormatParquet, FormatDir:
+		return nil
+	}
+	return &OptionError{Option: "format", Err: fmt.Errorf("unknown format %q (want auto, jsonl, parquet or dir)", o.Format)}
+}
+
+// parseFieldPaths parses im.opts's field paths into im's specs (TextPaths
+// already defaulted), or returns an *OptionError naming the first that
+// does not parse.
+func (im *importer) parseFieldPaths() error {
 	parse := func(flag, s string) (*fieldSpec, error) {
 		if s == "" {
 			return nil, nil
 		}
 		p, err := ParseFieldPath(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrBadOptions, flag, err)
+			return nil, &OptionError{Option: flag, Err: err}
 		}
 		return &fieldSpec{flag: flag, path: p}, nil
 	}
 	var err error
-	if im.id, err = parse("id", opts.IDPath); err != nil {
-		return nil, err
+	if im.id, err = parse("id", im.opts.IDPath); err != nil {
+		return err
 	}
-	if im.title, err = parse("title", opts.TitlePath); err != nil {
-		return nil, err
+	if im.title, err = parse("title", im.opts.TitlePath); err != nil {
+		return err
 	}
-	if im.license, err = parse("license", opts.LicensePath); err != nil {
-		return nil, err
+	if im.license, err = parse("license", im.opts.LicensePath); err != nil {
+		return err
 	}
-	if im.domain, err = parse("domain", opts.DomainPath); err != nil {
-		return nil, err
+	if im.domain, err = parse("domain", im.opts.DomainPath); err != nil {
+		return err
 	}
-	for _, s := range opts.TextPaths {
+	for _, s := range im.opts.TextPaths {
 		f, err := parse("text", s)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if f == nil {
-			return nil, fmt.Errorf("%w: text: empty field path", ErrBadOptions)
+			return &OptionError{Option: "text", Err: errors.New("empty field path")}
 		}
 		im.text = append(im.text, f)
 	}
-	return im, nil
+	return nil
 }
 
 // specs lists the configured field paths in a fixed order.
@@ -335,17 +389,9 @@ func (im *importer) importPath(ctx context.Context, p string) error {
 	if err != nil {
 		return fmt.Errorf("import %s: %w", p, err)
 	}
-	format := im.opts.Format
-	if format == FormatAuto {
-		if format, err = detectFormat(p, fi); err != nil {
-			return err
-		}
-	}
-	if fi.IsDir() != (format == FormatDir) {
-		if fi.IsDir() {
-			return fmt.Errorf("%w: %s is a directory, but format is %s", ErrBadOptions, p, format)
-		}
-		return fmt.Errorf("%w: %s is a file, but format is dir", ErrBadOptions, p)
+	format, err := resolveFormat(im.opts.Format, p, fi)
+	if err != nil {
+		return err
 	}
 	im.curSource = SourceLabel(im.opts.Source, p)
 	for _, f := range im.specs() {
@@ -359,6 +405,44 @@ func (im *importer) importPath(ctx context.Context, p string) error {
 	default:
 		return im.importDir(ctx, p)
 	}
+}
+
+// CheckPath checks that input p can be read with the options' Format:
+// p exists, a directory has format dir (or auto), a file another format,
+// and with auto the format can be told from p's name or first bytes. Its
+// errors are those Import returns for p before reading any row: the
+// *fs.PathError of a path that cannot be stat'ed (wrapped, naming p), or
+// one wrapping ErrBadOptions (ErrEmptyInput for an empty file whose
+// format auto cannot tell).
+func (o ImportOptions) CheckPath(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", p, err)
+	}
+	format := o.Format
+	if format == "" {
+		format = FormatAuto
+	}
+	_, err = resolveFormat(format, p, fi)
+	return err
+}
+
+// resolveFormat returns the format input p (fi) is read with: format, or
+// for auto the detected one; an error when the format does not fit p.
+func resolveFormat(format, p string, fi os.FileInfo) (string, error) {
+	if format == FormatAuto {
+		var err error
+		if format, err = detectFormat(p, fi); err != nil {
+			return "", err
+		}
+	}
+	if fi.IsDir() != (format == FormatDir) {
+		if fi.IsDir() {
+			return "", fmt.Errorf("%w: %s is a directory, but format is %s", ErrBadOptions, p, format)
+		}
+		return "", fmt.Errorf("%w: %s is a file, but format is dir", ErrBadOptions, p)
+	}
+	return format, nil
 }
 
 // detectFormat picks a format from the name, then from the first bytes.

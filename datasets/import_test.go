@@ -522,3 +522,56 @@ func TestImportMissingFileIsPathError(t *testing.T) {
 		t.Fatalf("err = %v, want *os.PathError", err)
 	}
 }
+
+// TestImportOptionsCheck: Check and CheckPath refuse, without reading
+// rows, what Import refuses for the options alone or for a path the
+// format does not fit, with the same errors.
+func TestImportOptionsCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.jsonl", []byte(`{"text":"x"}`+"\n"))
+	for _, tc := range []struct {
+		opts   ImportOptions
+		option string
+		is     error
+		msg    string
+	}{
+		{ImportOptions{Format: "csv"}, "format", ErrBadOptions, `bad import options: format: unknown format "csv" (want auto, jsonl, parquet or dir)`},
+		{ImportOptions{TextPaths: []string{"ok", "a..b"}}, "text", ErrBadFieldPath, `bad import options: text: bad field path: "a..b": empty key at offset 2`},
+		{ImportOptions{TextPaths: []string{""}}, "text", ErrBadOptions, "bad import options: text: empty field path"},
+		{ImportOptions{IDPath: "x[", Format: FormatJSONL}, "id", ErrBadFieldPath, `bad import options: id: bad field path: "x[": unterminated '[' at offset 1`},
+		{ImportOptions{DomainPath: "]"}, "domain", ErrBadFieldPath, "bad import options: domain: bad field path"},
+	} {
+		err := tc.opts.Check()
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Option != tc.option || !errors.Is(err, ErrBadOptions) || !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.msg) {
+			t.Fatalf("Check(%+v) = %v, want an *OptionError for %s matching %v containing %q", tc.opts, err, tc.option, tc.is, tc.msg)
+		}
+		// Import says the same.
+		tc.opts.Paths = []string{good}
+		if _, _, ierr := collect(t, tc.opts); ierr == nil || ierr.Error() != err.Error() {
+			t.Fatalf("Import(%+v) = %v, want %v", tc.opts, ierr, err)
+		}
+	}
+	for _, ok := range []ImportOptions{{}, {Format: FormatJSONL, IDPath: "a.b[].c", TextPaths: []string{"x", "y[0]"}}} {
+		if err := ok.Check(); err != nil {
+			t.Fatalf("Check(%+v) = %v", ok, err)
+		}
+		if err := ok.CheckPath(good); err != nil {
+			t.Fatalf("CheckPath(%+v) = %v", ok, err)
+		}
+	}
+	for _, c := range []struct {
+		opts ImportOptions
+		p    string
+		is   error
+	}{
+		{ImportOptions{Format: FormatDir}, good, ErrBadOptions},
+		{ImportOptions{Format: FormatParquet}, dir, ErrBadOptions},
+		{ImportOptions{}, writeFile(t, dir, "x.bin", []byte("\x00\x01junk")), ErrBadOptions},
+		{ImportOptions{}, filepath.Join(dir, "nope"), fs.ErrNotExist},
+	} {
+		if err := c.opts.CheckPath(c.p); !errors.Is(err, c.is) {
+			t.Fatalf("CheckPath(%+v, %s) = %v, want %v", c.opts, c.p, err, c.is)
+		}
+	}
+}

@@ -38,18 +38,33 @@ Example (the unarXive sample):
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			opts.Paths = args
+			refuse := func(err error) error {
+				if asJSON {
+					// As for every failed import: the error on stdout too.
+					_ = json.NewEncoder(os.Stdout).Encode(importJSON{Error: err.Error(), ImportReport: &datasets.ImportReport{}})
+				}
+				return err
+			}
+			// Options and inputs are checked before the store is opened:
+			// a bad flag is a usage error (exit 2) whatever the run holds,
+			// never a conflict with its corpus (exit 3) or an error of the
+			// corpus stage.
+			var oe *datasets.OptionError
+			if err := opts.Check(); errors.As(err, &oe) {
+				return refuse(usagef("corpus import: --%s: %v", oe.Option, oe.Err))
+			} else if err != nil {
+				return refuse(usagef("corpus import: %v", err))
+			}
 			digests := make([]string, len(args))
 			for i, p := range args {
 				d, err := datasets.InputDigest(opts, p)
 				if err != nil {
-					err = usagef("corpus import: %v", err)
-					if asJSON {
-						// As for every failed import: the error on stdout too.
-						_ = json.NewEncoder(os.Stdout).Encode(importJSON{Error: err.Error(), ImportReport: &datasets.ImportReport{}})
-					}
-					return err
+					return refuse(usagef("corpus import: %v", err))
 				}
 				digests[i] = d
+				if err := opts.CheckPath(p); errors.Is(err, datasets.ErrBadOptions) {
+					return refuse(usagef("corpus import: %v", err))
+				}
 			}
 			a, err := g.open(ctx)
 			if err != nil {

@@ -239,3 +239,34 @@ func TestCorpusImportSpellingOfPath(t *testing.T) {
 		}
 	})
 }
+
+// TestCorpusImportChecksOptionsFirst: an unusable option (a format that
+// does not exist or does not fit the input, a malformed field path) is a
+// usage error naming the flag, exit 2, whether or not the run has a
+// corpus. On a run with a corpus it used to be a conflict (exit 3, the
+// fingerprint of the options differed), and on a new run an error of the
+// corpus stage printed after its "stage start" line.
+func TestCorpusImportChecksOptionsFirst(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "docs.jsonl")
+	require.NoError(t, os.WriteFile(p, []byte(`{"text":"a document about tides"}`+"\n"), 0o644))
+	r := spade(t, dir, nil, "--run", "has", "corpus", "import", p)
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--format", "csv"}, `spade: corpus import: --format: unknown format "csv" (want auto, jsonl, parquet or dir)` + "\n"},
+		{[]string{"--text", "body[[].text"}, `spade: corpus import: --text: bad field path: "body[[].text": selector [[] at offset 4 is neither [] nor [N]` + "\n"},
+		{[]string{"--id", "a..b"}, `spade: corpus import: --id: bad field path: "a..b": empty key at offset 2` + "\n"},
+		{[]string{"--format", "dir"}, "spade: corpus import: bad import options: " + p + " is a file, but format is dir\n"},
+	} {
+		for _, run := range []string{"has", "new"} {
+			r := spade(t, dir, nil, append([]string{"--run", run, "corpus", "import", p}, c.args...)...)
+			require.Equal(t, 2, r.code, "%s %v: %s", run, c.args, r.stderr)
+			require.Equal(t, c.want, r.stderr, "%s %v", run, c.args)
+		}
+	}
+	_, err := os.Stat(filepath.Join(dir, "runs", "new"))
+	require.True(t, os.IsNotExist(err), "no run created: %v", err)
+}
