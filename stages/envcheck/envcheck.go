@@ -274,8 +274,15 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	// ctx still live) fails as canceled: the time limit ran out, which
 	// says nothing of the program. A call that hit the sandbox's own call
 	// timeout fails as KindTimeout and stays the program's failure.
+	//
+	// The deadline is read from the clock, not only from ctx.Err(): a
+	// sandbox call that waits until ctx's deadline can return before the
+	// context's own timer has fired and set ctx.Err() (seen on a loaded
+	// machine), and that failure is the time limit's all the same.
+	deadline, _ := ctx.Deadline()
 	c.expired = func(err error) bool {
-		return err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
+		ran := errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline)
+		return err != nil && parent.Err() == nil && ran &&
 			(sandbox.KindOf(err) == sandbox.KindCanceled || errors.Is(err, context.DeadlineExceeded))
 	}
 
