@@ -163,3 +163,43 @@ func TestFailedFirstRoundLeavesNoRun(t *testing.T) {
 	b := runner(4, corpus0{})
 	require.Equal(t, b.Config.Digest(), m.ConfigDigest, "the manifest is the other invocation's")
 }
+
+// importedCorpus0 is corpus0 with another fingerprint: the round-0 table
+// of a run whose corpus was imported (another stage's config subset).
+type importedCorpus0 struct{ corpus0 }
+
+func (importedCorpus0) ConfigSubset(*config.Config) any { return "imported" }
+
+// TestStageOfSealedRoundLeftAlone: `spade stage` and `spade commit` of a
+// stage of a sealed round leave it as it is, as `spade round` does, also
+// when the round's table was committed by another stage (a run whose
+// corpus was imported, run by the Airflow DAG, whose first tasks are the
+// embedded corpus stage and round 0's seal). They used to fail with a
+// conflict (exit 3), so every DAG run of such a run failed at once.
+func TestStageOfSealedRoundLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	imp := &pipeline.Runner{Store: st, Run: "r", Config: config.Default(), Stages: []pipeline.Stage{importedCorpus0{}}}
+	_, err := imp.RunRound(ctx, 0)
+	require.NoError(t, err)
+
+	dag := &pipeline.Runner{Store: &readOnlyStore{Store: st}, Run: "r", Config: config.Default(), Stages: []pipeline.Stage{corpus0{}}}
+	ran, err := dag.RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	require.False(t, ran)
+	wrote, err := dag.CommitStage(ctx, 0, "corpus0")
+	require.NoError(t, err)
+	require.False(t, wrote)
+	_, err = dag.Seal(ctx, 0)
+	require.NoError(t, err)
+
+	// Unsealed, the same mismatch is still a conflict.
+	st2, err := storage.Open(ctx, "mem://TestStageOfSealedRoundLeftAlone_unsealed")
+	require.NoError(t, err)
+	imp.Store = st2
+	_, err = imp.RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.NoError(t, err)
+	dag.Store = st2
+	_, err = dag.RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+}

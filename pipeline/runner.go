@@ -516,7 +516,8 @@ func (e *NotInRoundError) Error() string {
 // round r >= 1 it needs round r-1 sealed, as RunRound does, and fails
 // before any work otherwise (an error wrapping ErrNotCommitted that names
 // the command sealing round r-1): a round run stage by stage that forgot
-// the previous seal would only find out at its own seal.
+// the previous seal would only find out at its own seal. A stage of a
+// sealed round is left as it is (false, nil), as RunRound leaves the round.
 func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Shard, commit bool) (bool, error) {
 	s, err := r.StageByName(name)
 	if err != nil {
@@ -540,7 +541,27 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	if err := r.checkRun(ctx); err != nil {
 		return false, err
 	}
+	if sealed, err := r.leftSealed(ctx, ri, s); sealed || err != nil {
+		return false, err
+	}
 	return r.runStage(ctx, ri, s, shard, commit)
+}
+
+// leftSealed reports whether round ri is sealed, logging that stage s is
+// left as it is: as RunRound leaves a sealed round alone, so do RunStage
+// and CommitStage. (Round 0 of a run whose corpus was imported holds the
+// import's table, which the embedded corpus stage of an Airflow DAG or a
+// Kubernetes job would otherwise call a conflict.) Errors: the store's.
+func (r *Runner) leftSealed(ctx context.Context, ri RoundInfo, s Stage) (bool, error) {
+	_, err := ReadSeal(ctx, r.Store, r.Run, ri.Round)
+	if errors.Is(err, ErrNotCommitted) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.log().Info("round already sealed; stage left as it is", "round", ri.Round, "stage", s.Name())
+	return true, nil
 }
 
 // runsAt returns a *NotInRoundError when s does not run at round ri.
@@ -562,7 +583,8 @@ func (r *Runner) runsAt(s Stage, ri RoundInfo) error {
 // when the stage does not run at that round. It reports whether this call
 // wrote a manifest: false, with a nil error, when the stage's tables were
 // already committed with the same fingerprint (before the call, or by a
-// concurrent commit), as RunStage reports a stage that did not run.
+// concurrent commit, or the round is sealed), as RunStage reports a
+// stage that did not run.
 func (r *Runner) CommitStage(ctx context.Context, round int, name string) (bool, error) {
 	s, err := r.StageByName(name)
 	if err != nil {
@@ -573,6 +595,9 @@ func (r *Runner) CommitStage(ctx context.Context, round int, name string) (bool,
 		return false, err
 	}
 	if err := r.checkRun(ctx); err != nil {
+		return false, err
+	}
+	if sealed, err := r.leftSealed(ctx, ri, s); sealed || err != nil {
 		return false, err
 	}
 	env, fp, done, err := r.prepare(ctx, ri, s)
