@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -34,6 +36,10 @@ const (
 	exitBusy        = 4
 	exitDifferent   = 1 // spade diff: the runs differ
 	exitInterrupted = 130
+	// exitInternal is a panic, a bug of spade (sysexits.h EX_SOFTWARE):
+	// not Go's own exit 2 for an unrecovered panic, which would read as a
+	// usage error, and which the Airflow DAG does not retry.
+	exitInternal = 70
 )
 
 // firstLine is s up to its first newline, cut to n bytes (at a rune
@@ -78,10 +84,25 @@ func main() {
 	// error instead of killing the process, so deferred cleanup (the sql
 	// temp directory, sandboxes) still runs.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	code := run(ctx, os.Args[1:])
+	code := guarded(os.Stderr, func() int { return run(ctx, os.Args[1:]) })
 	stopProfile()
 	stop()
 	os.Exit(code)
+}
+
+// guarded returns f's exit code, or exitInternal after writing the panic
+// and its stack to w when f panics. It covers the command's own goroutine
+// (and the worker pools, which pass a worker's panic on to it); a panic in
+// another goroutine, or a fatal runtime error such as concurrent map
+// writes, still ends the process with Go's exit code 2.
+func guarded(w io.Writer, f func() int) (code int) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(w, "spade: internal error (a bug in spade, please report it): panic: %v\n%s", p, debug.Stack())
+			code = exitInternal
+		}
+	}()
+	return f()
 }
 
 func run(ctx context.Context, args []string) int {

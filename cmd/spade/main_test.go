@@ -93,3 +93,17 @@ func TestStdoutClosed(t *testing.T) {
 	require.False(t, stdoutClosed(fmt.Errorf("put: %w", syscall.EPIPE)))
 	require.False(t, stdoutClosed(&os.PathError{Op: "write", Path: os.Stdout.Name(), Err: syscall.ENOSPC}))
 }
+
+// TestGuardedPanic: a panic of a command exits 70 (internal error) with
+// the panic and its stack on stderr, not Go's exit 2 for an unrecovered
+// panic, which reads as a usage error and which the Airflow DAG does not
+// retry.
+func TestGuardedPanic(t *testing.T) {
+	var buf bytes.Buffer
+	require.Equal(t, exitInternal, guarded(&buf, func() int { panic("assignment to entry in nil map") }))
+	require.Contains(t, buf.String(), "internal error")
+	require.Contains(t, buf.String(), "assignment to entry in nil map")
+	require.Contains(t, buf.String(), "goroutine ")
+	require.Equal(t, exitConflict, guarded(&buf, func() int { return exitConflict }))
+	require.NotContains(t, []int{exitUsage, exitConflict}, exitInternal, "a crash must not read as a code the DAG does not retry")
+}
