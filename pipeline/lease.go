@@ -168,8 +168,10 @@ func (l *HeldLease) lost(why string) error {
 // round) is retried with backoff, reading the lease again before each
 // delete, so a lease another invocation holds meanwhile is never deleted.
 // Release tries for at most 30 s, or 10 s when the context given to
-// TakeLease has already ended (SIGINT/SIGTERM), and returns at once when
-// the store answers. If it gives up, it logs an error (to the logger given
+// TakeLease has already ended (SIGINT/SIGTERM), and never past the
+// lease's expiry (after it, another invocation may take the lease over
+// between a read and the delete; a lease already expired gets one
+// attempt), and returns at once when the store answers. If it gives up, it logs an error (to the logger given
 // to TakeLease) naming the key, the lease's expiry and TTL, and how to
 // delete the lease by hand; the lease then stays until it expires, or
 // until an invocation on this host finds this process gone.
@@ -283,16 +285,32 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 			if ctx.Err() != nil {
 				budget = leaseReleaseInterruptedBudget
 			}
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-			defer rcancel()
+			// Never retry past the lease's expiry: from then on another
+			// invocation may take it over between a read and the delete,
+			// and the delete would remove the new holder's lease. Past it
+			// already, one attempt is made (read, then delete if ours).
 			start := time.Now()
-			warned := false
-			err := releaseLease(rctx, s, key, me.Holder, func(err error) {
-				if !warned {
-					warned = true
-					log.Warn("could not release the lease yet; retrying", "key", key, "for_at_most", budget.String(), "err", err)
+			var err error
+			if !start.Before(written.Expires) {
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseLastTry)
+				err = releaseOnce(rctx, s, key, me.Holder)
+				rcancel()
+			} else {
+				deadline := start.Add(budget)
+				if written.Expires.Before(deadline) {
+					deadline = written.Expires
 				}
-			})
+				budget = time.Until(deadline).Round(time.Millisecond)
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+				warned := false
+				err = releaseLease(rctx, s, key, me.Holder, func(err error) {
+					if !warned {
+						warned = true
+						log.Warn("could not release the lease yet; retrying", "key", key, "for_at_most", budget.String(), "err", err)
+					}
+				})
+				rcancel()
+			}
 			if err == nil {
 				return
 			}
@@ -318,9 +336,13 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 // lease's parent context has already ended (SIGINT/SIGTERM), so that a
 // process being stopped does not outlast a short grace period. Variables,
 // so that tests can shorten them.
+// The release never retries past the lease's own expiry;
+// leaseReleaseLastTry bounds the single attempt made when the lease has
+// expired already.
 var (
 	leaseReleaseBudget            = 30 * time.Second
 	leaseReleaseInterruptedBudget = 10 * time.Second
+	leaseReleaseLastTry           = 2 * time.Second
 )
 
 // releaseLease deletes the lease at key while it names holder, retrying

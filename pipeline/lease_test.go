@@ -488,3 +488,46 @@ func TestLeaseReleaseInterrupted(t *testing.T) {
 	_, err = mem.Stat(context.Background(), LeaseKey("r"))
 	require.ErrorIs(t, err, storage.ErrNotFound)
 }
+
+// TestLeaseReleaseStopsAtExpiry: release never retries past the lease's
+// expiry: from then on another invocation may take the lease over between
+// a read and the delete, and a late delete would remove the new holder's
+// lease. With a 1 s TTL and the store down, release gives up at the
+// expiry, not after its whole budget; a lease already expired gets one
+// attempt.
+func TestLeaseReleaseStopsAtExpiry(t *testing.T) {
+	ctx := context.Background()
+	defer func(b time.Duration) { leaseReleaseBudget = b }(leaseReleaseBudget)
+	leaseReleaseBudget = 8 * time.Second
+	mem := leaseStore(t)
+	var down atomic.Bool
+	var attempts atomic.Int32
+	s := outageStore{Store: mem, failing: func(op string) bool {
+		if down.Load() && op == "get" {
+			attempts.Add(1)
+		}
+		return down.Load()
+	}}
+	taken := time.Now()
+	l, err := TakeLease(ctx, s, "r", 1, quietLog())
+	require.NoError(t, err)
+	down.Store(true)
+	l.Release()
+	require.Less(t, time.Since(taken), 2500*time.Millisecond, "release retried past the lease's expiry")
+	require.Greater(t, attempts.Load(), int32(1), "retried until the expiry")
+
+	mem2 := leaseStore(t)
+	attempts.Store(0)
+	s.Store = mem2
+	down.Store(false)
+	l, err = TakeLease(ctx, s, "r", 0.2, quietLog())
+	require.NoError(t, err)
+	down.Store(true)
+	time.Sleep(time.Second) // renewal fails: the lease expires
+	attempts.Store(0)
+	start := time.Now()
+	l.Release()
+	require.Less(t, time.Since(start), leaseReleaseLastTry+500*time.Millisecond)
+	// One attempt; a renewal tick racing the release's stop may add a read.
+	require.LessOrEqual(t, attempts.Load(), int32(2), "one attempt at an expired lease")
+}
