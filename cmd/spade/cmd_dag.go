@@ -374,6 +374,11 @@ class _NoRetryHook:
         return result
 
     def __getattr__(self, name):
+        # Only reached for names the instance lacks. "hook" is one of them
+        # on a copy or an unpickled object, built without __init__: looking
+        # it up on self.hook would recurse without end.
+        if name == "hook":
+            raise AttributeError(name)
         return getattr(self.hook, name)
 
 

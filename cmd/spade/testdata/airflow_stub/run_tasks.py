@@ -16,6 +16,7 @@ DAG gives "spade dag runs-at" and every other spade command; it reads them
 from FAKE_RUNS_AT and FAKE_EXIT and appends its arguments to FAKE_LOG.
 """
 
+import copy
 import json
 import os
 import runpy
@@ -72,6 +73,10 @@ def main():
             assert "{{" not in op.bash_command, op.bash_command
             open(log, "w").close()
             state, tries = run(op, context)
+            # Airflow copies operators (BaseOperator.__deepcopy__ copies every
+            # attribute, the cached hook included): the wrapping hook must
+            # survive being rebuilt without __init__, as copy does.
+            assert copy.copy(op.subprocess_hook).hook is op.subprocess_hook.hook
             with open(log) as f:
                 calls = f.read().splitlines()
             print(json.dumps({
