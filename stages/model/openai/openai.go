@@ -110,8 +110,10 @@ type Config struct {
 	// slog.Default() when New runs): the first failed attempt of a run
 	// of failures (HTTP 408, 429, 5xx, transport errors, attempt timeouts)
 	// at WARN with the endpoint, the attempt and the wait before the next
-	// one, then at most one such warning per WarnInterval, and one INFO
-	// line when the server answers again. Logs are not data: nothing a
+	// one, then at most one such warning per WarnInterval (the interval
+	// holds across runs of failures: a run that starts within it of the
+	// last warning is not warned about), and one INFO line when the
+	// server answers again after a warning. Logs are not data: nothing a
 	// call returns depends on them.
 	Logger *slog.Logger
 	// WarnInterval is the least time between two outage warnings
