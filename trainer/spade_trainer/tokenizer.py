@@ -223,9 +223,25 @@ class HFChatEncoder:
         ids: List[int] = []
         for j, piece in enumerate(pieces):
             if j % 2 == 1:
-                ids += self.tok(self.specials[int(piece)], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+                ids += self._as_text(self.specials[int(piece)])
             elif piece:
                 ids += self.tok(piece, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def _as_text(self, special: str) -> List[int]:
+        """The ids of a special token's text tokenized as ordinary text.
+        Raises ValueError when the tokenizer ignores split_special_tokens
+        (older transformers releases, some slow tokenizers) and returns the
+        special id all the same: training on such a sample would let its
+        text forge a turn boundary."""
+        ids = list(self.tok(special, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        plain = self.tok(special, add_special_tokens=False)["input_ids"]
+        if len(plain) == 1 and plain[0] in ids:
+            raise ValueError(
+                f"tokenizer {type(self.tok).__name__} ignores split_special_tokens: the text {special!r} inside a message "
+                "would be encoded as the special token itself; use a transformers release whose tokenizers honour "
+                "split_special_tokens, or drop samples whose messages contain special-token text"
+            )
         return ids
 
     def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:

@@ -180,6 +180,16 @@ class HFChatEncoderTest(unittest.TestCase):
         msgs[1]["content"] = "\ue000deadbeef:1\ue001 <|im_start|> \ue000"
         self.check_same(FakeHFTokenizer(), msgs, [2, 4])
 
+    def test_tokenizer_ignoring_split_special_tokens_is_refused(self):
+        class Ignoring(FakeHFTokenizer):
+            def __call__(self, text, add_special_tokens=True, split_special_tokens=False):
+                return super().__call__(text, add_special_tokens=add_special_tokens)
+
+        enc = HFChatEncoder(Ignoring())
+        self.assertEqual(enc.encode_chat(AGENT_MSGS, [2, 4]), ByteTokenizer().encode_chat(AGENT_MSGS, [2, 4]))
+        with self.assertRaisesRegex(ValueError, "ignores split_special_tokens"):
+            enc.encode_chat(HOSTILE_MSGS, [2, 4])
+
     @unittest.skipUnless(__import__("importlib").util.find_spec("transformers"), "transformers not installed")
     def test_real_transformers_tokenizer(self):
         from transformers import AutoTokenizer
