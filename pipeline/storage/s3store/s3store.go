@@ -466,11 +466,17 @@ func (s *Store) noAnswer(ctx context.Context, err error) error {
 
 // silent reports whether err, from a call under ctx, is a timeout of the
 // transport or of a connection (a server that stayed silent), not ctx
-// ending, and not already wrapped by noAnswer. (net/http's "timeout
+// ending, not a connect that timed out, and not already wrapped by
+// noAnswer. (net/http's "timeout
 // awaiting response headers" matches context.DeadlineExceeded with
 // errors.Is, so ctx itself is what tells the two apart.)
 func silent(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNoAnswer) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	// A connect that timed out is an unreachable endpoint, bounded by the
+	// dialer, not by response_timeout: its own error says so.
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "dial" {
 		return false
 	}
 	var te interface{ Timeout() bool }
