@@ -203,3 +203,23 @@ func TestStageOfSealedRoundLeftAlone(t *testing.T) {
 	_, err = dag.RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true)
 	require.ErrorIs(t, err, pipeline.ErrConflict)
 }
+
+// TestConflictBeforeRoundChecks: a config that differs from the run's is
+// reported as the conflict it is (exit 3), before the checks of what the
+// round builds on, which used to answer first with "round 0 not sealed"
+// (exit 1) or only after verifying the whole chain.
+func TestConflictBeforeRoundChecks(t *testing.T) {
+	ctx := context.Background()
+	st := memStore(t)
+	cfg := config.Default()
+	r := &pipeline.Runner{Store: st, Run: "r", Config: cfg, Stages: []pipeline.Stage{corpus0{}}}
+	_, err := r.RunStage(ctx, 0, "corpus0", pipeline.Shard{Index: 0, Count: 1}, true) // committed, not sealed
+	require.NoError(t, err)
+	other := cfg
+	other.Sample.Slots++
+	r2 := &pipeline.Runner{Store: st, Run: "r", Config: other, Stages: []pipeline.Stage{corpus0{}, &gen{parts: 1, rows: 1, failPart: -1}}}
+	_, err = r2.RunRound(ctx, 1)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	_, err = r2.RunStage(ctx, 1, "gen", pipeline.Shard{Index: 0, Count: 1}, true)
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+}

@@ -426,6 +426,10 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 	if err := r.checkFork(ctx); err != nil {
 		return nil, err
 	}
+	// A config conflict first: it is the answer whatever else is wrong.
+	if err := r.checkRun(ctx); err != nil {
+		return nil, err
+	}
 	if round >= 1 {
 		if err := r.needSealed(ctx, round); err != nil {
 			return nil, err
@@ -433,9 +437,6 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 		if err := r.verifyEarlier(ctx, round); err != nil {
 			return nil, err
 		}
-	}
-	if err := r.checkRun(ctx); err != nil {
-		return nil, err
 	}
 	res := &RoundResult{Round: round, Ran: []string{}, Skipped: []string{}} // [] not null in JSON
 	if seal, err := ReadSeal(ctx, r.Store, r.Run, round); err == nil {
@@ -533,13 +534,13 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	if err := r.checkFork(ctx); err != nil {
 		return false, err
 	}
+	if err := r.checkRun(ctx); err != nil {
+		return false, err
+	}
 	if round >= 1 {
 		if err := r.needSealed(ctx, round); err != nil {
 			return false, err
 		}
-	}
-	if err := r.checkRun(ctx); err != nil {
-		return false, err
 	}
 	if sealed, err := r.leftSealed(ctx, ri, s); sealed || err != nil {
 		return false, err
