@@ -87,14 +87,15 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 	for r := 0; r <= o.Round; r++ {
 		seal, err := ReadSeal(ctx, s, o.Source, r)
 		if errors.Is(err, ErrNotCommitted) {
-			have := "no round of it is sealed"
-			switch {
-			case r == 1:
-				have = "round 0 is its only sealed round"
-			case r > 1:
-				have = fmt.Sprintf("its sealed rounds are 0 to %d", r-1)
+			if r == o.Round {
+				return nil, &ForkRoundError{Source: o.Source, Round: o.Round, LastSealed: r - 1}
 			}
-			return nil, fmt.Errorf("fork %s at round %d: round %d of run %s is not sealed, %s: %w", o.Source, o.Round, r, o.Source, have, ErrNotCommitted)
+			if _, err := ReadSeal(ctx, s, o.Source, o.Round); errors.Is(err, ErrNotCommitted) {
+				return nil, &ForkRoundError{Source: o.Source, Round: o.Round, LastSealed: r - 1}
+			}
+			// Round is sealed, an earlier one is not: damage, not a
+			// round out of range.
+			return nil, fmt.Errorf("%s: %w", unsealedForkRound(o.Source, o.Round, r-1), ErrNotCommitted)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("fork %s at round %d: %w", o.Source, o.Round, err)
@@ -162,6 +163,40 @@ func CheckForkComplete(ctx context.Context, s storage.Store, run string, rf *Run
 	}
 	return err
 }
+
+// ForkRoundError is Fork's error when the round asked for is not a sealed
+// round of the source (a round out of range). It matches ErrNotCommitted
+// (errors.Is). LastSealed is the last of the source's consecutive sealed
+// rounds 0..LastSealed, -1 when round 0 is not sealed either.
+type ForkRoundError struct {
+	// Source is the run forked from; Round the round asked for.
+	Source string
+	Round  int
+	// LastSealed is the source's last sealed round (-1: none).
+	LastSealed int
+}
+
+// Error names the first round that is not sealed and the sealed ones.
+func (e *ForkRoundError) Error() string {
+	return fmt.Sprintf("%s: %v", unsealedForkRound(e.Source, e.Round, e.LastSealed), ErrNotCommitted)
+}
+
+// unsealedForkRound says that a fork of source at round cannot be made
+// because round lastSealed+1 of source is not sealed, naming the sealed
+// rounds 0..lastSealed (none when -1).
+func unsealedForkRound(source string, round, lastSealed int) string {
+	have := "no round of it is sealed"
+	switch {
+	case lastSealed == 0:
+		have = "round 0 is its only sealed round"
+	case lastSealed > 0:
+		have = fmt.Sprintf("its sealed rounds are 0 to %d", lastSealed)
+	}
+	return fmt.Sprintf("fork %s at round %d: round %d of run %s is not sealed, %s", source, round, lastSealed+1, source, have)
+}
+
+// Is makes errors.Is(err, ErrNotCommitted) true.
+func (e *ForkRoundError) Is(target error) bool { return target == ErrNotCommitted }
 
 // claimForkRun creates the target's _RUN.json, or accepts an existing one
 // written by the same fork (a resumed call); the bool is true in the

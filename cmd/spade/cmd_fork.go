@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
-	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/stages/engine"
 )
 
@@ -60,9 +58,6 @@ that exists as something else is a conflict (exit 3).`,
 				return err
 			}
 			defer a.close()
-			if err := checkForkRound(ctx, a.store, args[0], round); err != nil {
-				return err
-			}
 			cfg := a.cfg
 			if fromSource {
 				src, err := pipeline.ReadRunFile(ctx, a.store, args[0])
@@ -80,6 +75,9 @@ that exists as something else is a conflict (exit 3).`,
 				return usageError{err}
 			}
 			res, err := pipeline.Fork(ctx, a.store, pipeline.ForkOptions{Source: args[0], Round: round, Target: args[1], Config: cfg})
+			if fe := (*pipeline.ForkRoundError)(nil); errors.As(err, &fe) {
+				return forkRoundUsage(fe)
+			}
 			if err != nil {
 				return err
 			}
@@ -105,30 +103,19 @@ that exists as something else is a conflict (exit 3).`,
 	return cmd
 }
 
-// checkForkRound refuses, as a usage error (exit 2, as status and diff
-// refuse a --round out of range), a --round that is not a sealed round of
-// run src, naming the rounds that are. A source that does not exist, or
-// whose seals cannot be read, is left to Fork (exit 1); so is a source
-// whose round is sealed but an earlier seal is missing (damage, not
-// usage).
-func checkForkRound(ctx context.Context, st storage.Store, src string, round int) error {
-	if _, err := pipeline.ReadRunFile(ctx, st, src); err != nil {
-		return nil
+// forkRoundUsage is a --round that is not a sealed round of the source
+// as a usage error (exit 2, as status and diff refuse a --round out of
+// range), naming the rounds that are. A source that does not exist, or
+// whose round is sealed while an earlier seal is missing (damage, not
+// usage), stays Fork's error (exit 1).
+func forkRoundUsage(e *pipeline.ForkRoundError) error {
+	switch e.LastSealed {
+	case -1:
+		return usagef("run %s has no sealed round yet; --round %d must be one (round 0 is sealed by spade round 1 or spade commit --round 0 --stage corpus --seal)", e.Source, e.Round)
+	case 0:
+		return usagef("run %s has only round 0 sealed; --round %d is not a sealed round of it", e.Source, e.Round)
 	}
-	if _, err := pipeline.ReadSeal(ctx, st, src, round); !errors.Is(err, pipeline.ErrNotCommitted) {
-		return nil
-	}
-	if _, err := pipeline.ReadSeal(ctx, st, src, 0); err != nil {
-		return usagef("run %s has no sealed round yet; --round %d must be one (round 0 is sealed by spade round 1 or spade commit --round 0 --stage corpus --seal)", src, round)
-	}
-	next, err := pipeline.NextRound(ctx, st, src)
-	if err != nil {
-		return nil
-	}
-	if next == 1 {
-		return usagef("run %s has only round 0 sealed; --round %d is not a sealed round of it", src, round)
-	}
-	return usagef("run %s has sealed rounds 0 to %d; --round %d is not one of them", src, next-1, round)
+	return usagef("run %s has sealed rounds 0 to %d; --round %d is not one of them", e.Source, e.LastSealed, e.Round)
 }
 
 // continueHint says how to run round next of the fork run: a shell command
