@@ -186,12 +186,19 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 	if !(ttl > 0) || ttl*float64(time.Second) >= math.MaxInt64 {
 		return nil, fmt.Errorf("lease TTL must be > 0 seconds and finite (got %g)", ttl)
 	}
-	d := time.Duration(ttl * float64(time.Second))
+	return holdLease(ctx, s, run, func(string) string { return LeaseKey(run) }, time.Duration(ttl*float64(time.Second)), log, "being run by")
+}
+
+// holdLease takes the lease at keyOf(holder) (holder: a fresh random id)
+// with put-if-absent, taking over a stale one as TakeLease describes, and
+// renews it every d/3 until released. busy says what a live holder does
+// ("being run by", "being collected by") in the ErrBusy message.
+func holdLease(ctx context.Context, s storage.Store, run string, keyOf func(holder string) string, d time.Duration, log *slog.Logger, busy string) (*HeldLease, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	here := localProcess()
 	me := here.lease(hex.EncodeToString(id[:]))
-	key := LeaseKey(run)
+	key := keyOf(me.Holder)
 	encode := func() []byte {
 		me.Expires = time.Now().UTC().Add(d)
 		b, _ := json.Marshal(me)
@@ -222,13 +229,13 @@ func TakeLease(ctx context.Context, s storage.Store, run string, ttl float64, lo
 			why = here.staleHolder(held, probeProcess)
 		}
 		if why == "" {
-			return nil, fmt.Errorf("%w: run %s is being run by %s (pid %d on %s), whose lease expires at %s unless renewed", ErrBusy, run, held.Holder, held.PID, held.Host, held.Expires.Format(time.RFC3339))
+			return nil, fmt.Errorf("%w: run %s is %s %s (pid %d on %s), whose lease %s expires at %s unless renewed", ErrBusy, run, busy, held.Holder, held.PID, held.Host, key, held.Expires.Format(time.RFC3339))
 		}
 		if attempt >= 3 {
 			return nil, fmt.Errorf("%w: could not take over the stale lease %s (%s): it keeps changing", ErrBusy, key, why)
 		}
 		log.Warn("taking over a stale lease", "key", key, "holder", held.Holder, "host", held.Host, "pid", held.PID, "why", why)
-		taken, err := takeOver(ctx, s, run, data, encode, here, me.Holder, d)
+		taken, err := takeOver(ctx, s, run, key, data, encode, here, me.Holder, d)
 		if err != nil {
 			return nil, err
 		}
@@ -400,8 +407,7 @@ func releaseOnce(ctx context.Context, s storage.Store, key, holder string) error
 // reports whether the new lease was put; false with a nil error means the
 // lease changed meanwhile and the caller should look at it again. ErrBusy
 // when a live claim of another invocation exists.
-func takeOver(ctx context.Context, s storage.Store, run string, stale []byte, encode func() []byte, here process, holder string, ttl time.Duration) (bool, error) {
-	key := LeaseKey(run)
+func takeOver(ctx context.Context, s storage.Store, run, key string, stale []byte, encode func() []byte, here process, holder string, ttl time.Duration) (bool, error) {
 	claim := here.lease(holder)
 	var abandoned []string
 	claimKey := ""

@@ -106,6 +106,13 @@ type Runner struct {
 	// invocation that lost the run's lease commits nothing more.
 	Fence func(ctx context.Context) error
 
+	// writer is the writer registration (RegisterWriter) of the call in
+	// progress: taken right before its first write to the store, so that
+	// no spade gc of the run deletes while it writes, and released when the
+	// call returns. A call that writes nothing (a sealed round, a
+	// committed stage) takes none, so it works on a read-only store.
+	writer *HeldLease
+
 	// pinned is the config digest this runner has seen the run's
 	// _RUN.json pin (read, or created by claimRun); while Config still
 	// has that digest, commits skip the check. A Runner is not for
@@ -113,8 +120,17 @@ type Runner struct {
 	pinned string
 }
 
-// fence runs r.Fence before a commit write of key (nil when unset).
+// fence runs before a commit write of key: it registers the call as a
+// writer of the run if it is not yet (beginWrite), checks that the
+// registration is still there (a spade gc removes one it finds stale),
+// then runs r.Fence when set.
 func (r *Runner) fence(ctx context.Context, key string) error {
+	if err := r.beginWrite(ctx); err != nil {
+		return err
+	}
+	if err := r.writer.Check(ctx); err != nil {
+		return fmt.Errorf("not committing %s: %w", key, err)
+	}
 	if r.Fence == nil {
 		return nil
 	}
@@ -122,6 +138,29 @@ func (r *Runner) fence(ctx context.Context, key string) error {
 		return fmt.Errorf("not committing %s: %w", key, err)
 	}
 	return nil
+}
+
+// beginWrite registers the call in progress as a writer of the run
+// (RegisterWriter: it waits while a spade gc holds the run) unless it is
+// already registered.
+func (r *Runner) beginWrite(ctx context.Context) error {
+	if r.writer != nil {
+		return nil
+	}
+	w, err := RegisterWriter(ctx, r.Store, r.Run, r.log())
+	if err != nil {
+		return err
+	}
+	r.writer = w
+	return nil
+}
+
+// endWrite releases the writer registration of the call that returns.
+func (r *Runner) endWrite() {
+	if r.writer != nil {
+		r.writer.Release()
+		r.writer = nil
+	}
 }
 
 // ProgressFunc reports progress of a stage: done of total parts.
@@ -166,13 +205,13 @@ func (r *Runner) EnsureRun(ctx context.Context) (*RunFile, error) {
 	have, err := ReadRunFile(ctx, r.Store, r.Run)
 	if errors.Is(err, ErrNotCommitted) {
 		b, _ := json.MarshalIndent(rf, "", "  ")
-		err := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
-		if err == nil {
+		perr := storage.PutBytesIfAbsent(ctx, r.Store, RunFileKey(r.Run), b)
+		if perr == nil {
 			r.pinned = rf.ConfigDigest
 			return rf, nil
 		}
-		if !isExists(err) {
-			return nil, fmt.Errorf("create run %s: %w", r.Run, err)
+		if !isExists(perr) {
+			return nil, fmt.Errorf("create run %s: %w", r.Run, perr)
 		}
 		// Another invocation created the run in between: check its config.
 		have, err = ReadRunFile(ctx, r.Store, r.Run)
@@ -423,6 +462,7 @@ func (r *Runner) RunRound(ctx context.Context, round int) (*RoundResult, error) 
 	if round < 0 {
 		return nil, fmt.Errorf("round must be >= 0 (got %d)", round)
 	}
+	defer r.endWrite()
 	if err := r.checkFork(ctx); err != nil {
 		return nil, err
 	}
@@ -524,6 +564,7 @@ func (r *Runner) RunStage(ctx context.Context, round int, name string, shard Sha
 	if err != nil {
 		return false, err
 	}
+	defer r.endWrite()
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	if err := r.runsAt(s, ri); err != nil {
 		return false, err
@@ -591,6 +632,7 @@ func (r *Runner) CommitStage(ctx context.Context, round int, name string) (bool,
 	if err != nil {
 		return false, err
 	}
+	defer r.endWrite()
 	ri := NewRoundInfo(r.Run, round, &r.Config)
 	if err := r.runsAt(s, ri); err != nil {
 		return false, err
@@ -728,6 +770,11 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	}
 	if parts < 1 {
 		return false, fmt.Errorf("stage %s returned %d parts", s.Name(), parts)
+	}
+	// Registered before the parts are checked: from then on no gc of the
+	// run deletes a part file that this call finds whole and keeps.
+	if err := r.beginWrite(ctx); err != nil {
+		return false, err
 	}
 	todo, err := r.partsToDo(ctx, ri, s, fp, shard, parts)
 	if err != nil {
@@ -885,6 +932,11 @@ func (r *Runner) runPart(ctx context.Context, env *Env, s Stage, fp string, p, p
 // it each file's size is checked (runStage, which verified or wrote every
 // part itself).
 func (r *Runner) commit(ctx context.Context, ri RoundInfo, s Stage, env *Env, fp string, parts int, took time.Duration, verify bool) (int, error) {
+	// Registered before the part files are checked: from then on no gc
+	// of the run deletes one of them.
+	if err := r.beginWrite(ctx); err != nil {
+		return 0, err
+	}
 	recs := make([]partRecord, parts)
 	wrote := 0
 	var missing []string
@@ -1037,6 +1089,7 @@ func (r *Runner) checkPartFiles(ctx context.Context, s Stage, recs []partRecord,
 // ErrNotCommitted that names the command sealing it) and rounds 0..r-1
 // verify (VerifyChain, ErrIntegrity).
 func (r *Runner) Seal(ctx context.Context, round int) (*Seal, error) {
+	defer r.endWrite()
 	if err := r.checkRun(ctx); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -295,7 +294,11 @@ func (o *Out) Stat(name string, v any) {
 }
 
 // putFile stores data content-named under the table directory and returns
-// its entry. An existing file of the same name has the same content.
+// its entry. A file of that name left by an earlier attempt is written
+// again (an atomic replacement by the same bytes): that repairs one
+// damaged since (bit rot, a hand edit) and gives it this attempt's
+// modification time, so that gc's grace period counts from the attempt
+// that records it, not from the one that was killed.
 func putFile(ctx context.Context, s storage.Store, run string, round int, tableName string, part, parts int, data []byte, rows, groups int64) (FileEntry, error) {
 	sum := sha256.Sum256(data)
 	sha := hex.EncodeToString(sum[:])
@@ -303,19 +306,7 @@ func putFile(ctx context.Context, s storage.Store, run string, round int, tableN
 	fe := FileEntry{Key: key, SHA256: sha, Bytes: int64(len(data)), Rows: rows, RowGroups: groups, Part: part}
 	err := s.PutIfAbsent(ctx, key, bytes.NewReader(data), int64(len(data)))
 	if isExists(err) {
-		// Written by an earlier attempt. The name is the content's, so the
-		// object must hold exactly these bytes; one damaged since (bit rot,
-		// a hand edit) is replaced, atomically, by the right bytes rather
-		// than recorded as whole.
-		_, verr := ReadVerified(ctx, s, fe)
-		switch {
-		case verr == nil:
-			err = nil
-		case errors.Is(verr, ErrIntegrity) || isNotFound(verr):
-			err = s.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
-		default:
-			err = verr
-		}
+		err = s.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
 	}
 	if err != nil {
 		return FileEntry{}, fmt.Errorf("write %s: %w", key, err)

@@ -26,8 +26,15 @@
 //     whose every table is committed with the records' fingerprint, or
 //     that is committed with another fingerprint, are stale.
 //  4. Nothing younger than the grace period (storage.Info.ModTime) is
-//     deleted: a part being written has no record yet. An object listed
-//     without a modification time counts as young.
+//     deleted. An object listed without a modification time counts as
+//     young.
+//  5. Nothing of a run is deleted unless gc holds the run's gc lease and
+//     the run has no live writer (pipeline.TakeGCLease, pipeline.CheckGC),
+//     and the decision is made on a listing of the run taken under that
+//     lease. Every writer registers before its first write and waits
+//     while a gc lease is held (pipeline.RegisterWriter), so a part file
+//     being written, or kept by a resumed part, is never deleted, whatever
+//     the grace period (docs/format.md "Writers and gc").
 package gc
 
 import (
@@ -35,6 +42,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sort"
@@ -84,6 +92,9 @@ type Options struct {
 	// Now is the clock the grace period is measured against; nil means
 	// time.Now.
 	Now func() time.Time
+	// Log receives the warnings of the leases (stale ones removed); nil
+	// means slog.Default().
+	Log *slog.Logger
 }
 
 // Object is one unreferenced object.
@@ -119,8 +130,13 @@ type Result struct {
 	Deleted int `json:"deleted"`
 	// DeletedBytes is the total size of the removed objects, in bytes.
 	DeletedBytes int64 `json:"deleted_bytes"`
-	// Warnings name objects gc could not read and so treated as live.
+	// Warnings name objects gc could not read and so treated as live, and
+	// runs it left alone because they changed while it decided.
 	Warnings []string `json:"warnings,omitempty"`
+	// Busy names, with the reason, each run that gc (without Options.Run)
+	// left alone because a writer or another gc held it; its garbage is
+	// listed and not deleted.
+	Busy []string `json:"busy,omitempty"`
 }
 
 var (
@@ -145,16 +161,104 @@ func (e noRunError) Is(target error) bool { return target == pipeline.ErrNotComm
 // roundOf names one round of one run ("<run>/round=NNNNNN").
 func roundOf(run, round string) string { return run + "/round=" + round }
 
+// state is what gc has read of the store's manifests: the data keys they
+// list, and per round which stages and tables are committed.
+type state struct {
+	mu         sync.Mutex
+	read       map[string]bool            // manifest keys read
+	referenced map[string]bool            // data keys any manifest lists
+	committed  map[string]map[string]bool // "<run>/round=NNNNNN stage" -> its committed fingerprints
+	tables     map[string]bool            // "<run>/round=NNNNNN table" of every manifest
+	manifests  int
+}
+
+// readManifests reads the manifests keys (those not read before) into st.
+// A manifest that vanished since it was listed references nothing; one
+// that does not decode stops gc.
+func (st *state) readManifests(ctx context.Context, s storage.Store, keys []string) error {
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
+	for _, key := range keys {
+		st.mu.Lock()
+		seen := st.read[key]
+		st.read[key] = true
+		st.mu.Unlock()
+		if seen {
+			continue
+		}
+		wp.Go(func(ctx context.Context) error {
+			m, err := pipeline.ReadManifest(ctx, s, key)
+			if errors.Is(err, storage.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("gc: %w", err)
+			}
+			sm := manifestRe.FindStringSubmatch(key)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			st.manifests++
+			rs := roundOf(sm[1], sm[2]) + " " + m.Stage
+			if st.committed[rs] == nil {
+				st.committed[rs] = map[string]bool{}
+			}
+			st.committed[rs][m.StageFingerprint] = true
+			st.tables[roundOf(sm[1], sm[2])+" "+sm[3]] = true
+			for _, f := range m.Files {
+				st.referenced[f.Key] = true
+			}
+			return nil
+		})
+	}
+	return wp.Wait()
+}
+
+// manifestKeys returns the manifest keys of a listing.
+func manifestKeys(infos []storage.Info) []string {
+	var out []string
+	for _, in := range infos {
+		if manifestRe.MatchString(in.Key) {
+			out = append(out, in.Key)
+		}
+	}
+	return out
+}
+
+// runOf is the run a key lies under ("" for none).
+func runOf(key string) string {
+	run, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return ""
+	}
+	return run
+}
+
 // Collect finds the garbage of opts.Run (or of every run) in s and deletes
-// what is older than opts.Grace unless opts.DryRun. It lists the store
-// once and reads every manifest and part record. Errors: a store error,
-// or a manifest that does not decode (ErrUnknownVersion, malformed JSON):
-// gc refuses to guess what an unreadable manifest references. With
-// opts.Run set, a run with no object at all under "<run>/" in the listing
-// (a name typed wrong) is an error matching pipeline.ErrNotCommitted,
-// "run X does not exist ...", as spade status says for a run without a
-// run file; a run with part files but no run file yet (its first command
-// failed before committing) is collected.
+// what is older than opts.Grace unless opts.DryRun.
+//
+// It lists the store and reads every manifest of every run without any
+// lease (what other runs reference). Then, for each run that has garbage
+// past the grace period, and only when not DryRun, it takes the run's gc
+// lease (pipeline.TakeGCLease: no live writer of the run, no other gc),
+// lists the run again, reads the manifests and part records of that
+// listing and decides on that listing alone, lists the run once more and
+// deletes nothing of it when anything but a lease changed meanwhile (a
+// writer that does not register, such as an older build), checks the
+// lease and the writers again (pipeline.CheckGC), and only then deletes.
+// Writers register before their first write and wait while a gc lease
+// is held, so nothing a writer of the run writes, or finds and keeps, can
+// be deleted.
+//
+// Errors: a store error, or a manifest that does not decode
+// (ErrUnknownVersion, malformed JSON): gc refuses to guess what an
+// unreadable manifest references. With opts.Run set, a run with no
+// object at all under "<run>/" in the listing (a name typed wrong) is an
+// error matching pipeline.ErrNotCommitted, "run X does not exist ...", as
+// spade status says for a run without a run file; a run with part files
+// but no run file yet (its first command failed before committing) is
+// collected; and a run that a writer or another gc holds is an error
+// wrapping pipeline.ErrBusy, with the garbage found listed and none of
+// it deleted. Without opts.Run such a run is skipped and named in
+// Result.Busy.
 func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error) {
 	if opts.Run != "" {
 		if err := pipeline.ValidateRunName(opts.Run); err != nil {
@@ -164,12 +268,12 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	if opts.Grace < 0 {
 		return nil, fmt.Errorf("gc: grace period must be >= 0 (got %s)", opts.Grace)
 	}
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	// One listing: a file committed later was recorded by a part record
-	// before this listing, or is younger than the grace period.
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
 	all, err := s.List(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("gc: list %s: %w", s.URL(), err)
@@ -177,60 +281,219 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	if opts.Run != "" && !slices.ContainsFunc(all, func(in storage.Info) bool { return strings.HasPrefix(in.Key, opts.Run+"/") }) {
 		return nil, noRunError{run: opts.Run, store: s.URL()}
 	}
-	sealed := map[string]bool{}
-	runs := map[string]bool{} // runs with a run file
-	var manifests []string
-	for _, in := range all {
-		if m := sealRe.FindStringSubmatch(in.Key); m != nil {
-			sealed[roundOf(m[1], m[2])] = true
-		}
-		if m := runFileRe.FindStringSubmatch(in.Key); m != nil {
-			runs[m[1]] = true
-		}
-		if manifestRe.MatchString(in.Key) {
-			manifests = append(manifests, in.Key)
-		}
-	}
-	res := &Result{Garbage: []Object{}}
-	referenced := map[string]bool{}
-	committed := map[string]map[string]bool{} // "<run>/round=NNNNNN stage" -> its committed fingerprints
-	tables := map[string]bool{}               // "<run>/round=NNNNNN table" of every manifest
-	var mu sync.Mutex
-	wp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
-	for _, key := range manifests {
-		wp.Go(func(ctx context.Context) error {
-			m, err := pipeline.ReadManifest(ctx, s, key)
-			if errors.Is(err, storage.ErrNotFound) {
-				return nil // removed since the listing: it references nothing now
-			}
-			if err != nil {
-				return fmt.Errorf("gc: %w", err)
-			}
-			sm := manifestRe.FindStringSubmatch(key)
-			mu.Lock()
-			defer mu.Unlock()
-			res.Manifests++
-			rs := roundOf(sm[1], sm[2]) + " " + m.Stage
-			if committed[rs] == nil {
-				committed[rs] = map[string]bool{}
-			}
-			committed[rs][m.StageFingerprint] = true
-			tables[roundOf(sm[1], sm[2])+" "+sm[3]] = true
-			for _, f := range m.Files {
-				referenced[f.Key] = true
-			}
-			return nil
-		})
-	}
-	if err := wp.Wait(); err != nil {
+	st := &state{read: map[string]bool{}, referenced: map[string]bool{}, committed: map[string]map[string]bool{}, tables: map[string]bool{}}
+	if err := st.readManifests(ctx, s, manifestKeys(all)); err != nil {
 		return nil, err
 	}
-
+	byRun := map[string][]storage.Info{}
+	for _, in := range all {
+		if run := runOf(in.Key); run != "" && (opts.Run == "" || run == opts.Run) {
+			byRun[run] = append(byRun[run], in)
+		}
+	}
 	prefix := ""
 	if opts.Run != "" {
 		prefix = opts.Run + "/"
 	}
-	garbage := []Object{}           // [] not null in JSON
+	temps := map[string][]storage.Info{}
+	res := &Result{Garbage: []Object{}}
+	if tc, ok := s.(storage.TempCollector); ok {
+		ts, err := tc.ListTemp(ctx, prefix)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("gc: %w", err)
+			}
+			// Deleting nothing is safe; a bucket policy that allows
+			// ListObjectsV2 but not ListMultipartUploads must not stop the
+			// rest of the collection.
+			res.Warnings = append(res.Warnings, fmt.Sprintf("temp objects not listed, none removed: %v", err))
+		}
+		for _, in := range ts {
+			temps[runOf(in.Key)] = append(temps[runOf(in.Key)], in)
+		}
+	}
+	recRefs := map[string]bool{}
+	var garbage []Object
+	var firstErr error
+	for _, run := range sortedRuns(byRun) {
+		g, warns := st.garbage(ctx, s, run, byRun[run], temps[run], recRefs)
+		res.Warnings = append(res.Warnings, warns...)
+		markGrace(g, opts)
+		if opts.DryRun || !slices.ContainsFunc(g, func(o Object) bool { return !o.WithinGrace }) {
+			garbage = append(garbage, g...)
+			continue
+		}
+		g, warns, err := collectRun(ctx, s, st, run, opts, g, recRefs)
+		res.Warnings = append(res.Warnings, warns...)
+		garbage = append(garbage, g...)
+		if errors.Is(err, pipeline.ErrBusy) && opts.Run == "" {
+			res.Busy = append(res.Busy, err.Error())
+			continue
+		}
+		if err != nil {
+			firstErr = err
+			break
+		}
+	}
+	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })
+	if garbage == nil {
+		garbage = []Object{} // [] not null in JSON
+	}
+	res.Garbage = garbage
+	res.Manifests = st.manifests
+	for k := range st.referenced {
+		recRefs[k] = true
+	}
+	res.Referenced = len(recRefs)
+	for _, g := range garbage {
+		if g.Deleted {
+			res.Deleted++
+			res.DeletedBytes += g.Bytes
+		}
+	}
+	return res, firstErr
+}
+
+// sortedRuns returns the keys of byRun, sorted.
+func sortedRuns(byRun map[string][]storage.Info) []string {
+	out := make([]string, 0, len(byRun))
+	for run := range byRun {
+		out = append(out, run)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// markGrace sets WithinGrace on each object younger than opts.Grace, or
+// listed without a modification time: a store that gives none (an
+// S3-compatible server that omits LastModified or an upload's Initiated)
+// leaves the age unknown, and the object is kept rather than taken for
+// ancient.
+func markGrace(g []Object, opts Options) {
+	cutoff := opts.Now().Add(-opts.Grace)
+	for i := range g {
+		g[i].WithinGrace = g[i].ModTime.IsZero() || g[i].ModTime.After(cutoff)
+	}
+}
+
+// collectRun decides again on run under its gc lease and deletes what is
+// garbage past the grace period. prelim is what the lease-free pass
+// found; it is returned, none of it deleted, when the lease cannot be
+// taken (an error wrapping pipeline.ErrBusy) or the run changed.
+func collectRun(ctx context.Context, s storage.Store, st *state, run string, opts Options, prelim []Object, recRefs map[string]bool) ([]Object, []string, error) {
+	lease, err := pipeline.TakeGCLease(ctx, s, run, opts.Log)
+	if err != nil {
+		return prelim, nil, fmt.Errorf("gc: run %s: %w", run, err)
+	}
+	defer lease.Release()
+	listing, err := s.List(ctx, run+"/")
+	if err != nil {
+		return prelim, nil, fmt.Errorf("gc: list %s/: %w", run, err)
+	}
+	if err := st.readManifests(ctx, s, manifestKeys(listing)); err != nil {
+		return prelim, nil, err
+	}
+	var temps []storage.Info
+	if tc, ok := s.(storage.TempCollector); ok {
+		if temps, err = tc.ListTemp(ctx, run+"/"); err != nil {
+			if ctx.Err() != nil {
+				return prelim, nil, fmt.Errorf("gc: %w", err)
+			}
+			temps = nil // warned about in the first pass
+		}
+	}
+	g, warns := st.garbage(ctx, s, run, listing, temps, recRefs)
+	markGrace(g, opts)
+	again, err := s.List(ctx, run+"/")
+	if err != nil {
+		return g, warns, fmt.Errorf("gc: list %s/: %w", run, err)
+	}
+	if changed := differ(listing, again); changed != "" {
+		warns = append(warns, fmt.Sprintf("run %s changed while gc decided (%s), though no writer is registered (a writer of an older build?); nothing of it deleted", run, changed))
+		return g, warns, nil
+	}
+	if err := pipeline.CheckGC(ctx, s, run, lease, opts.Log); err != nil {
+		return g, warns, fmt.Errorf("gc: run %s: %w", run, err)
+	}
+	dp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
+	for i := range g {
+		o := &g[i]
+		if o.WithinGrace {
+			continue
+		}
+		dp.Go(func(ctx context.Context) error {
+			var err error
+			if o.Kind == KindTemp {
+				err = s.(storage.TempCollector).DeleteTemp(ctx, o.Key)
+			} else {
+				err = s.Delete(ctx, o.Key)
+			}
+			if err != nil && !errors.Is(err, storage.ErrNotFound) {
+				return fmt.Errorf("gc: delete %s: %w", o.Key, err)
+			}
+			o.Deleted = true
+			return nil
+		})
+	}
+	return g, warns, dp.Wait()
+}
+
+// differ names a key (other than a lease's) that is in one listing and
+// not the other, or whose size differs; "" when the listings agree.
+func differ(a, b []storage.Info) string {
+	size := map[string]int64{}
+	for _, in := range a {
+		if !strings.Contains(in.Key, "/_LEASE") {
+			size[in.Key] = in.Size
+		}
+	}
+	n := 0
+	for _, in := range b {
+		if strings.Contains(in.Key, "/_LEASE") {
+			continue
+		}
+		n++
+		was, ok := size[in.Key]
+		switch {
+		case !ok:
+			return in.Key + " appeared"
+		case was != in.Size:
+			return in.Key + " changed size"
+		}
+	}
+	if n != len(size) {
+		for _, in := range b {
+			delete(size, in.Key)
+		}
+		for k := range size {
+			return k + " vanished"
+		}
+	}
+	return ""
+}
+
+// garbage returns the garbage of run in its listing (every key under
+// "<run>/"): part records that can never be committed, part files that
+// no manifest read into st and no live part record lists, and temps (the
+// run's temp objects, kept unless the run has a run file). The files live
+// part records list are added to recRefs. Warnings name part records that
+// could not be read (every part file of their round is then kept).
+func (st *state) garbage(ctx context.Context, s storage.Store, run string, listing, temps []storage.Info, recRefs map[string]bool) ([]Object, []string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sealed := map[string]bool{}
+	hasRunFile := false
+	for _, in := range listing {
+		if m := sealRe.FindStringSubmatch(in.Key); m != nil {
+			sealed[roundOf(m[1], m[2])] = true
+		}
+		if runFileRe.MatchString(in.Key) {
+			hasRunFile = true
+		}
+	}
+	var warns []string
+	garbage := []Object{}
+	referenced := map[string]bool{} // files of live part records
 	unreadable := map[string]bool{} // rounds with a part record gc could not read
 	// Part records of a stage committed with their own fingerprint are
 	// judged per attempt ("<run>/round=NNNNNN stage fp"): the runner writes
@@ -246,7 +509,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	}
 	attempts := map[string]*attempt{}
 	var attemptOrder []string
-	for _, in := range all {
+	for _, in := range listing {
 		m := pendingRe.FindStringSubmatch(in.Key)
 		if m == nil {
 			continue
@@ -257,8 +520,8 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		switch {
 		case sealed[rd]:
 			why = "part record of a sealed round"
-		case committed[rd+" "+stage] != nil:
-			for have := range committed[rd+" "+stage] {
+		case st.committed[rd+" "+stage] != nil:
+			for have := range st.committed[rd+" "+stage] {
 				if strings.HasPrefix(have, fp) {
 					ownFP = true
 				}
@@ -268,17 +531,19 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			}
 		}
 		if why != "" {
-			if strings.HasPrefix(in.Key, prefix) {
-				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: why})
-			}
+			garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: why})
 			continue
 		}
 		rec, err := readRecord(ctx, s, in.Key)
 		if errors.Is(err, storage.ErrNotFound) {
+			// Removed since the listing (a seal cleaned it up): under the
+			// gc lease that cannot happen, and in the lease-free pass
+			// the files it named are kept for this round.
+			unreadable[rd] = true
 			continue
 		}
 		if err != nil {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("%v; keeping every part file of %s", err, rd))
+			warns = append(warns, fmt.Sprintf("%v; keeping every part file of %s", err, rd))
 			unreadable[rd] = true
 			continue
 		}
@@ -305,7 +570,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		a := attempts[id]
 		whole := true
 		for t := range a.tables {
-			whole = whole && tables[a.round+" "+t]
+			whole = whole && st.tables[a.round+" "+t]
 		}
 		if !whole {
 			// The commit was cut short: the records are needed to commit
@@ -316,85 +581,28 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			continue
 		}
 		for _, in := range a.records {
-			if strings.HasPrefix(in.Key, prefix) {
-				garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: "part record of stage " + a.stage + ", which is committed"})
-			}
+			garbage = append(garbage, Object{Key: in.Key, Kind: KindPending, Bytes: in.Size, ModTime: in.ModTime, Why: "part record of stage " + a.stage + ", which is committed"})
 		}
 	}
-	res.Referenced = len(referenced)
-	for _, in := range all {
-		if !strings.HasPrefix(in.Key, prefix) {
-			continue
-		}
+	for k := range referenced {
+		recRefs[k] = true
+	}
+	for _, in := range listing {
 		m := partRe.FindStringSubmatch(in.Key)
-		if m == nil || referenced[in.Key] || unreadable[roundOf(m[1], m[2])] {
+		if m == nil || st.referenced[in.Key] || referenced[in.Key] || unreadable[roundOf(m[1], m[2])] {
 			continue
 		}
 		garbage = append(garbage, Object{Key: in.Key, Kind: KindPart, Bytes: in.Size, ModTime: in.ModTime, Why: "no manifest or live part record lists it"})
 	}
-	if tc, ok := s.(storage.TempCollector); ok {
-		temps, err := tc.ListTemp(ctx, prefix)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("gc: %w", err)
-			}
-			// Deleting nothing is safe; a bucket policy that allows
-			// ListObjectsV2 but not ListMultipartUploads must not stop the
-			// rest of the collection.
-			res.Warnings = append(res.Warnings, fmt.Sprintf("temp objects not listed, none removed: %v", err))
-		}
+	if hasRunFile {
+		// Without a run file the directory may not be spade's: on S3
+		// every incomplete upload under the store's prefix is listed,
+		// another tool's too.
 		for _, in := range temps {
-			if run, _, _ := strings.Cut(in.Key, "/"); !runs[run] {
-				// Not under a spade run: on S3 every incomplete upload
-				// under the store's prefix is listed, another tool's too.
-				continue
-			}
 			garbage = append(garbage, Object{Key: in.Key, Kind: KindTemp, Bytes: in.Size, ModTime: in.ModTime, Why: "temp object of a write that never finished (a temp file, or an incomplete multipart upload)"})
 		}
 	}
-	sort.Slice(garbage, func(i, j int) bool { return garbage[i].Key < garbage[j].Key })
-	cutoff := now().Add(-opts.Grace)
-	for i := range garbage {
-		// A store that gives no modification time (an S3-compatible server
-		// that omits LastModified or an upload's Initiated) leaves the age
-		// unknown: keep the object rather than take it for ancient.
-		garbage[i].WithinGrace = garbage[i].ModTime.IsZero() || garbage[i].ModTime.After(cutoff)
-	}
-	if !opts.DryRun {
-		dp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
-		for i := range garbage {
-			g := &garbage[i]
-			if g.WithinGrace {
-				continue
-			}
-			dp.Go(func(ctx context.Context) error {
-				var err error
-				if g.Kind == KindTemp {
-					err = s.(storage.TempCollector).DeleteTemp(ctx, g.Key)
-				} else {
-					err = s.Delete(ctx, g.Key)
-				}
-				if err != nil && !errors.Is(err, storage.ErrNotFound) {
-					return fmt.Errorf("gc: delete %s: %w", g.Key, err)
-				}
-				g.Deleted = true
-				return nil
-			})
-		}
-		err := dp.Wait()
-		for _, g := range garbage {
-			if g.Deleted {
-				res.Deleted++
-				res.DeletedBytes += g.Bytes
-			}
-		}
-		if err != nil {
-			res.Garbage = garbage
-			return res, err
-		}
-	}
-	res.Garbage = garbage
-	return res, nil
+	return garbage, warns
 }
 
 // record is what gc reads of a part record: the data keys it lists and
