@@ -50,6 +50,9 @@ func InputDigest(opts ImportOptions, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := CheckRegular(p, fi); err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	// Every string goes in with its length first, so no two sequences of
 	// names and contents hash the same bytes.
@@ -112,4 +115,27 @@ func fileSHA256(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CheckRegular refuses an input path that is neither a regular file nor a
+// directory (a FIFO, a socket, a device): an import reads each input more
+// than once (InputDigest, then the import itself), and a pipe gives its
+// bytes only once, while opening one with no writer blocks until a writer
+// comes. The error wraps ErrBadOptions and names the path and its type.
+func CheckRegular(p string, fi os.FileInfo) error {
+	if fi.IsDir() || fi.Mode().IsRegular() {
+		return nil
+	}
+	kind := "special file"
+	switch m := fi.Mode(); {
+	case m&os.ModeNamedPipe != 0:
+		kind = "named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		kind = "socket"
+	case m&os.ModeCharDevice != 0:
+		kind = "character device"
+	case m&os.ModeDevice != 0:
+		kind = "block device"
+	}
+	return fmt.Errorf("%w: %s is a %s, not a regular file or a directory: an import reads its inputs more than once (digest, then documents); write it to a file first", ErrBadOptions, p, kind)
 }

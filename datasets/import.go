@@ -430,6 +430,9 @@ func (o ImportOptions) CheckPath(p string) error {
 // resolveFormat returns the format input p (fi) is read with: format, or
 // for auto the detected one; an error when the format does not fit p.
 func resolveFormat(format, p string, fi os.FileInfo) (string, error) {
+	if err := CheckRegular(p, fi); err != nil {
+		return "", err
+	}
 	if format == FormatAuto {
 		var err error
 		if format, err = detectFormat(p, fi); err != nil {

@@ -334,6 +334,15 @@ func CheckSealedManifests(run string, seal *Seal, ms map[string]*Manifest) error
 	return nil
 }
 
+// MatchSeal checks, without reading anything, that m, read as table's
+// manifest of seal's round, says that round and table and has the content
+// digest the seal records; a mismatch (a hand edit, files swapped with the
+// totals fixed) wraps ErrIntegrity and names the manifest and the seal.
+// spade sql applies it to each manifest of a sealed round it opens.
+func MatchSeal(run string, seal *Seal, table string, m *Manifest) error {
+	return matchSeal(run, seal, table, m)
+}
+
 // matchSeal checks that m, read as table's manifest of seal's round, says
 // that round and table and has the content digest the seal records; a
 // mismatch wraps ErrIntegrity and names the manifest (and the seal).

@@ -191,11 +191,16 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 }
 
 // ReadVerified reads one data file and checks its size (bytes) and sha256
-// against f. A read error (storage.ErrNotFound, ctx.Err(), ...) is wrapped
-// as "read <key>"; a size or digest that differs from f gives an error
-// naming the key and wrapping ErrIntegrity.
+// against f. A missing file is an integrity error naming the key that
+// wraps both ErrIntegrity and storage.ErrNotFound (a manifest or record
+// lists it); another read error (ctx.Err(), ...) is wrapped as "read
+// <key>"; a size or digest that differs from f gives an error naming the
+// key and wrapping ErrIntegrity.
 func ReadVerified(ctx context.Context, s storage.Store, f FileEntry) ([]byte, error) {
 	data, err := storage.ReadAll(ctx, s, f.Key)
+	if isNotFound(err) {
+		return nil, fmt.Errorf("%s: %w: file missing (%w)", f.Key, ErrIntegrity, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", f.Key, err)
 	}

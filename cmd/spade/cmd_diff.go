@@ -28,6 +28,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 		storeB  string
 		maxRows int
 		all     bool
+		verify  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diff RUN_A RUN_B [--round N] [--table T] [--json] [--store-b URL]",
@@ -38,6 +39,10 @@ the others are compared row by row on the table's key columns and
 reported as added, removed and changed rows, with each changed column's
 old and new value (truncated). RUN_A is read from --store, RUN_B from
 --store-b when given (e.g. a local run against the same run on S3).
+
+Digests compare what the manifests record, not what the store still
+holds: with --verify both runs are first read in full as spade verify
+reads them, and a damaged or missing file is trouble (exit 2).
 
 Exit codes: 0 the runs are equal, 1 they differ, 2 trouble: a usage
 error, a run that does not exist, a store or table that cannot be read
@@ -100,6 +105,30 @@ error, a run that does not exist, a store or table that cannot be read
 					return err
 				}
 			}
+			if verify {
+				// Digests compare what the manifests say; only reading the
+				// files shows that the store still holds it.
+				vround := -1
+				if len(opts.Rounds) == 1 {
+					vround = opts.Rounds[0]
+				}
+				for _, side := range []struct {
+					st  storage.Store
+					run string
+				}{{a.store, args[0]}, {sb, args[1]}} {
+					vr, err := pipeline.Verify(ctx, side.st, side.run, pipeline.VerifyOptions{Tables: a.tableNames(), Round: vround})
+					if err != nil {
+						return err
+					}
+					if len(vr.Damage) > 0 {
+						var lines []string
+						for _, d := range vr.Damage {
+							lines = append(lines, d.Key+": "+d.Problem)
+						}
+						return fmt.Errorf("run %s in %s is damaged (%d objects), so it cannot be compared: %w:\n%s", side.run, side.st.URL(), len(vr.Damage), pipeline.ErrIntegrity, strings.Join(lines, "\n"))
+					}
+				}
+			}
 			rep, err := diff.Runs(ctx, diff.Side{Store: a.store, Run: args[0]}, diff.Side{Store: sb, Run: args[1]}, opts)
 			if err != nil {
 				return err
@@ -130,5 +159,6 @@ error, a run that does not exist, a store or table that cannot be read
 	f.StringVar(&storeB, "store-b", "", "store URL of RUN_B (default: --store)")
 	f.IntVar(&maxRows, "max-rows", diff.DefaultMaxRows, "row changes listed per table (counts are always complete; -1: all)")
 	f.BoolVar(&all, "all", false, "also list the tables that are equal")
+	f.BoolVar(&verify, "verify", false, "first read every file of both runs and check it (spade verify); damage is trouble (exit 2)")
 	return cmd
 }

@@ -38,8 +38,14 @@ and checkpoint files are never touched, and files a fork lists in this
 run are kept. Collects the run given by --run, or every run with
 --all-runs. --dry-run only lists.
 
-The grace period must exceed the longest time one stage part runs: a part
-file is written before the record that names it.`,
+gc never races a round: it deletes a run's files only while it holds the
+run's gc lease (<run>/_LEASE.gc.json) and no writer (spade round, stage,
+commit, corpus import, fork) is registered in the run; writers wait while
+a gc holds it. A run being written is left alone: with --run, gc exits 4
+(busy) naming the writer; with --all-runs it is skipped with a warning.
+The grace period is kept for objects written by other tools or older
+builds; it need not exceed a stage's run time (docs/format.md, "Writers
+and gc").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if grace < 0 {
@@ -51,7 +57,7 @@ file is written before the record that names it.`,
 				return err
 			}
 			defer a.close()
-			opts := gc.Options{Run: g.runName, Grace: grace, DryRun: dryRun}
+			opts := gc.Options{Run: g.runName, Grace: grace, DryRun: dryRun, Log: a.log}
 			if allRuns {
 				opts.Run = ""
 			}
@@ -67,7 +73,10 @@ file is written before the record that names it.`,
 				return err
 			}
 			for _, w := range res.Warnings {
-				a.log.Warn("gc kept objects it could not read", "detail", w)
+				a.log.Warn("gc kept objects", "detail", w)
+			}
+			for _, b := range res.Busy {
+				a.log.Warn("gc left a run alone", "detail", b)
 			}
 			return nil
 		},

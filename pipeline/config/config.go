@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -695,6 +696,9 @@ func setPath(c *Config, key, val string) error {
 	case reflect.String:
 		v.SetString(val)
 	case reflect.Int, reflect.Int64:
+		if !decimalRe.MatchString(val) {
+			return fmt.Errorf("%s wants a decimal integer without leading zeros, got %q", key, val)
+		}
 		n, err := strconv.ParseInt(val, 10, 64)
 		if err != nil {
 			return fmt.Errorf("%s wants an integer, got %q", key, val)
@@ -726,6 +730,11 @@ func setPath(c *Config, key, val string) error {
 	return nil
 }
 
+// decimalRe is the one spelling of an integer setting, in YAML and in
+// the SPADE_* variables alike: decimal digits, an optional sign, no
+// leading zero (YAML 1.1 would read 024 as octal 20, ParseInt as 24).
+var decimalRe = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
+
 // nodeProblem says what is wrong with the YAML value vn of the dotted key,
 // in words, or "": an unknown key; a null (yaml.v3 would keep the
 // default); a section given a value; a float for an integer (yaml.v3
@@ -752,9 +761,15 @@ func nodeProblem(key string, vn *yaml.Node) string {
 		if vn.Kind != yaml.ScalarNode || tag != "!!int" {
 			return fmt.Sprintf("%s wants an integer (got %s)", key, nodeWhat(vn))
 		}
+		if !decimalRe.MatchString(vn.Value) {
+			return fmt.Sprintf("%s wants a decimal integer without leading zeros (got %s; YAML would read it as octal, hexadecimal or binary, the SPADE_* variables as decimal, so spade accepts neither)", key, nodeWhat(vn))
+		}
 	case reflect.Float64:
 		if vn.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") {
 			return fmt.Sprintf("%s wants a number (got %s)", key, nodeWhat(vn))
+		}
+		if tag == "!!int" && !decimalRe.MatchString(vn.Value) {
+			return fmt.Sprintf("%s wants a decimal number without leading zeros (got %s; YAML would read it as octal, hexadecimal or binary)", key, nodeWhat(vn))
 		}
 	case reflect.Bool:
 		if vn.Kind != yaml.ScalarNode || tag != "!!bool" {

@@ -200,6 +200,21 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 	if opts.MaxRound > 0 {
 		last = min(last, opts.MaxRound)
 	}
+	// Seals are trusted, manifests are checked against them: a sealed
+	// round's manifest whose content digest is not the one its seal
+	// records (a hand edit, files swapped with the totals fixed) is
+	// refused, naming it, as spade status refuses it.
+	seals := map[int]*pipeline.Seal{}
+	for r := 0; r <= last; r++ {
+		seal, err := pipeline.ReadSeal(ctx, s, run, r)
+		if errors.Is(err, pipeline.ErrNotCommitted) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		seals[r] = seal
+	}
 	var views []View
 	var allowed []string
 	for _, t := range opts.Tables {
@@ -208,11 +223,23 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 		var empty *pipeline.Manifest // a manifest of t that lists no files
 		for r := 0; r <= last; r++ {
 			m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey(run, r, t))
+			seal := seals[r]
 			if errors.Is(err, storage.ErrNotFound) {
+				if seal != nil && seal.Tables[t] != "" {
+					return nil, nil, fmt.Errorf("%s, listed in %s, is missing: %w", pipeline.ManifestKey(run, r, t), pipeline.SealKey(run, r), pipeline.ErrIntegrity)
+				}
 				continue
 			}
 			if err != nil {
 				return nil, nil, err
+			}
+			if seal != nil {
+				if _, listed := seal.Tables[t]; !listed {
+					return nil, nil, fmt.Errorf("%s: %w: round %d is sealed and %s does not list table %s", pipeline.ManifestKey(run, r, t), pipeline.ErrIntegrity, r, pipeline.SealKey(run, r), t)
+				}
+				if err := pipeline.MatchSeal(run, seal, t, m); err != nil {
+					return nil, nil, err
+				}
 			}
 			if len(m.Files) == 0 {
 				v.Rounds = append(v.Rounds, r)
@@ -311,6 +338,9 @@ func emptySelect(ctx context.Context, db *sql.DB, m *pipeline.Manifest) (string,
 // and digest with the manifest's entry (pipeline.ErrIntegrity on mismatch).
 func verifyFile(p string, f pipeline.FileEntry) error {
 	fh, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: %w: file missing (%w)", f.Key, pipeline.ErrIntegrity, storage.ErrNotFound)
+	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", f.Key, err)
 	}
