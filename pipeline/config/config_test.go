@@ -215,3 +215,32 @@ func TestBaseCheckpointLabelWithoutTrainer(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadingZeros: an integer setting follows one rule in YAML and in the
+// SPADE_* variables: decimal without leading zeros. YAML 1.1 would read
+// slots: 024 as octal 20 while SPADE_SAMPLE_SLOTS=024 parsed as 24; both
+// are refused now, naming the key, and plain decimals still load.
+func TestLeadingZeros(t *testing.T) {
+	for _, v := range []string{"024", "0o24", "0x18", "1_000", "00"} {
+		_, _, err := Load(write(t, "sample:\n  slots: "+v+"\n"), nil)
+		require.ErrorIs(t, err, ErrInvalid, v)
+		require.Contains(t, err.Error(), "sample.slots wants a decimal integer without leading zeros", v)
+		_, _, err = Load("", []string{"SPADE_SAMPLE_SLOTS=" + v})
+		require.Error(t, err, v)
+		require.Contains(t, err.Error(), "sample.slots wants a decimal integer without leading zeros", v)
+	}
+	_, _, err := Load(write(t, "label:\n  band_low: 010\n"), nil)
+	require.ErrorContains(t, err, "label.band_low wants a decimal number without leading zeros")
+	for _, v := range []string{"24", "0", "+24"} {
+		c, _, err := Load(write(t, "sample:\n  slots: "+v+"\n"), nil)
+		if v == "0" {
+			require.ErrorContains(t, err, "sample.slots must be > 0")
+			continue
+		}
+		require.NoError(t, err, v)
+		require.Equal(t, 24, c.Sample.Slots)
+		c, _, err = Load("", []string{"SPADE_SAMPLE_SLOTS=" + v})
+		require.NoError(t, err, v)
+		require.Equal(t, 24, c.Sample.Slots)
+	}
+}

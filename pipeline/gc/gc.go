@@ -319,7 +319,10 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 		g, warns := st.garbage(ctx, s, run, byRun[run], temps[run], recRefs)
 		res.Warnings = append(res.Warnings, warns...)
 		markGrace(g, opts)
-		if opts.DryRun || !slices.ContainsFunc(g, func(o Object) bool { return !o.WithinGrace }) {
+		// A run with writer registrations is looked at under its lease
+		// too: TakeGCLease removes the stale ones (of writers killed).
+		registered := slices.ContainsFunc(byRun[run], func(in storage.Info) bool { return strings.HasPrefix(in.Key, pipeline.WriterLeasePrefix(run)) })
+		if opts.DryRun || (!registered && !slices.ContainsFunc(g, func(o Object) bool { return !o.WithinGrace })) {
 			garbage = append(garbage, g...)
 			continue
 		}
