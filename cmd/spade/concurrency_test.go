@@ -43,20 +43,28 @@ func variantDesigner() modeltest.Handler {
 // with the procedural backend.
 func TestSameTablesAtAnyConcurrency(t *testing.T) {
 	cfg := smallConfig(t)
-	srv := modeltest.Start(t, modeltest.WithHandler(variantDesigner()), modeltest.WithLatency(2*time.Millisecond), modeltest.WithoutRecording())
-	openai := []string{"SPADE_MODEL_BACKEND=openai", "SPADE_MODEL_BASE_URL=" + srv.URL, "SPADE_MODEL_NAME=" + modeltest.DefaultModel,
-		"SPADE_MODEL_API_KEY_ENV=MODELTEST_NO_KEY"}
-	for _, backend := range []struct {
-		name string
-		env  []string
-	}{{"openai", openai}, {"procedural", nil}} {
-		t.Run(backend.name, func(t *testing.T) {
+	for _, backend := range []string{"openai", "procedural"} {
+		t.Run(backend, func(t *testing.T) {
 			var want map[string]string
 			for i, c := range []struct{ concurrency, workers int }{{1, 1}, {16, 2}, {256, 3}} {
 				dir := t.TempDir()
-				env := append([]string{fmt.Sprintf("SPADE_MODEL_CONCURRENCY=%d", c.concurrency), fmt.Sprintf("SPADE_WORKERS=%d", c.workers)}, backend.env...)
+				env := []string{fmt.Sprintf("SPADE_MODEL_CONCURRENCY=%d", c.concurrency), fmt.Sprintf("SPADE_WORKERS=%d", c.workers)}
+				var srv *modeltest.Server
+				if backend == "openai" {
+					srv = modeltest.Start(t, modeltest.WithHandler(variantDesigner()), modeltest.WithLatency(5*time.Millisecond), modeltest.WithoutRecording())
+					env = append(env, "SPADE_MODEL_BACKEND=openai", "SPADE_MODEL_BASE_URL="+srv.URL, "SPADE_MODEL_NAME="+modeltest.DefaultModel,
+						"SPADE_MODEL_API_KEY_ENV=MODELTEST_NO_KEY")
+				}
 				r := spade(t, dir, env, "--config", cfg, "round", "1")
 				require.Equal(t, 0, r.code, r.stderr)
+				if srv != nil {
+					// model.concurrency bounds the calls in flight, and the
+					// workers do not: 6 environments' 48 plays overlap.
+					require.LessOrEqual(t, srv.MaxInFlight(), c.concurrency)
+					if c.concurrency > 1 {
+						require.Greater(t, srv.MaxInFlight(), c.workers, "calls in flight at model.concurrency %d", c.concurrency)
+					}
+				}
 				got := parquetFiles(t, dir)
 				require.NotEmpty(t, got)
 				if i == 0 {
