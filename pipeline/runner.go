@@ -785,7 +785,11 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 	if r.Progress != nil {
 		r.Progress(s.Name(), 0, len(todo))
 	}
-	wp := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(max(1, min(r.workers(), len(todo))))
+	atOnce := r.workers()
+	if pf, ok := s.(PartsInFlight); ok {
+		atOnce = max(atOnce, pf.PartsInFlight(&r.Config))
+	}
+	wp := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().WithMaxGoroutines(max(1, min(atOnce, len(todo))))
 	for _, p := range todo {
 		wp.Go(func(ctx context.Context) error {
 			if err := r.runPart(ctx, env, s, fp, p, parts); err != nil {

@@ -100,6 +100,16 @@ type Stage interface {
 	Run(ctx context.Context, env *Env, part int, out *Out) error
 }
 
+// PartsInFlight is implemented by stages whose parts mostly wait on a
+// model server (DESIGN.md: model calls are bounded by model.concurrency,
+// not by the CPU count): the runner runs up to PartsInFlight(cfg) of their
+// parts at once when that is more than workers, so that the parts in
+// flight hold enough model calls between them. It never changes what a
+// part computes.
+type PartsInFlight interface {
+	PartsInFlight(cfg *config.Config) int
+}
+
 // Env is what a running stage sees: the round, the config, and its inputs
 // (by manifest; rows are read through ReadAll and friends).
 type Env struct {

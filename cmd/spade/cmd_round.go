@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -24,27 +25,60 @@ func (a *app) runner() (*pipeline.Runner, *engine.Engines) {
 	eng := &engine.Engines{Config: &a.cfg, Store: a.store, Log: a.log}
 	r := &pipeline.Runner{Store: a.store, Run: a.g.runName, Config: a.cfg, Stages: all.Stages(eng), Log: a.log}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
-		r.Progress = progress()
+		r.Progress = progress(eng)
 	}
 	return r, eng
 }
 
-// progress draws one bar per stage on a terminal (never in logs or CI).
-func progress() pipeline.ProgressFunc {
-	var bar *progressbar.ProgressBar
-	var cur string
+// progress draws one bar per stage on a terminal (never in logs or CI):
+// parts done, and once a second the model calls in flight against
+// model.concurrency and the calls finished per second.
+func progress(eng *engine.Engines) pipeline.ProgressFunc {
+	var (
+		mu   sync.Mutex
+		bar  *progressbar.ProgressBar
+		cur  string
+		stop chan struct{}
+	)
+	finish := func() {
+		if bar != nil {
+			_ = bar.Finish()
+		}
+		if stop != nil {
+			close(stop)
+			stop = nil
+		}
+	}
 	return func(stage string, done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
 		if stage != cur || bar == nil {
-			if bar != nil {
-				_ = bar.Finish()
-			}
+			finish()
 			cur = stage
 			bar = progressbar.NewOptions(total, progressbar.OptionSetDescription(stage), progressbar.OptionSetWriter(os.Stderr),
 				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+			stop = make(chan struct{})
+			go func(b *progressbar.ProgressBar, stop chan struct{}) {
+				rr := eng.NewRateReader()
+				t := time.NewTicker(time.Second)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						if r := rr.Read(); r.InFlight > 0 || r.PerSecond > 0 {
+							mu.Lock()
+							b.Describe(stage + " (" + r.String() + ")")
+							mu.Unlock()
+						}
+					}
+				}
+			}(bar, stop)
 		}
 		_ = bar.Set(done)
 		if done == total {
-			_ = bar.Finish()
+			finish()
 		}
 	}
 }

@@ -39,8 +39,11 @@ func repoRoot(tb testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == roleModelServer {
+	switch os.Getenv(roleEnv) {
+	case roleModelServer:
 		os.Exit(serveModel())
+	case roleRoundServer:
+		os.Exit(serveRound())
 	}
 	flag.Parse()
 	benchmarking := flag.Lookup("test.bench").Value.String() != ""

@@ -129,13 +129,22 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 		return err
 	}
 	results := make([][]schemas.Design, len(slots))
-	wp := pool.New().WithContext(ctx).WithMaxGoroutines(max(1, min(env.Config.Model.Concurrency, s.Eng.Workers()*2)))
+	// Each slot's attempts are one task in flight (an attempt's prompt
+	// depends on the last one's outcome): model.concurrency slots at once
+	// over every part this process runs, their quick checks workers at a
+	// time (engine.Engines.CPU).
+	tasks, cpu := s.Eng.Tasks(), s.Eng.CPU()
+	wp := pool.New().WithContext(ctx)
 	off := 0
 	for i, sl := range slots {
 		d := docs[off : off+len(sl.DocRows)]
 		off += len(sl.DocRows)
 		wp.Go(func(ctx context.Context) error {
-			results[i] = generate(ctx, env.Config, rec, sb, sl, d, mem)
+			if err := tasks.Acquire(ctx, engine.Key{Part: part, Seq: i}); err != nil {
+				return err
+			}
+			defer tasks.Release()
+			results[i] = generate(ctx, env.Config, rec, sb, cpu, sl, d, mem)
 			return ctx.Err()
 		})
 	}
@@ -148,8 +157,16 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	return rec.Emit(ctx, out, env.Config)
 }
 
-// generate runs the attempts of one slot.
-func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb *sandbox.Sandbox, sl schemas.Slot, docs []docRow, mem []schemas.MemoryEntry) []schemas.Design {
+// PartsInFlight implements pipeline.PartsInFlight: enough parts that
+// their slots fill model.concurrency with a part to spare
+// (engine.Engines.PartsInFlight).
+func (s *Stage) PartsInFlight(c *config.Config) int {
+	return s.Eng.PartsInFlight(c.Design.SlotsPerPart)
+}
+
+// generate runs the attempts of one slot; its quick checks take a place
+// of cpu each.
+func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb *sandbox.Sandbox, cpu *engine.Limiter, sl schemas.Slot, docs []docRow, mem []schemas.MemoryEntry) []schemas.Design {
 	rng := rand.New(rand.NewPCG(uint64(sl.Seed), 7))
 	seeds, negs := memory.SelectSeeds(mem, sl.Skill, SeedsPerPrompt, rng)
 	in := prompt.Input{Kind: sl.Kind, Skill: sl.Skill, Setting: sl.Setting}
@@ -225,7 +242,13 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		}
 		d.Source = prompt.NormalizeSource(code)
 		d.EnvID = prompt.EnvID(code)
+		if err := cpu.Acquire(ctx, engine.Key{Seq: attempt}); err != nil {
+			d.Error = "quick check: " + err.Error()
+			out = append(out, d)
+			break
+		}
 		rep := envcheck.QuickCheck(ctx, sb, d.Source, envcheck.Options{})
+		cpu.Release()
 		if !rep.Valid {
 			d.Error = "quick check " + rep.Reason + ": " + failDetail(rep)
 			in.Feedback, in.PreviousSource = "The environment failed the check "+rep.Reason+": "+failDetail(rep), d.Source

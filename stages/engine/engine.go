@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -44,6 +45,18 @@ type Engines struct {
 	sb      *sandbox.Sandbox
 	backend model.Backend
 	replays map[string]*replay.Replayer
+	tasks   *Limiter // InFlight places, made on first use
+	cpu     *Limiter // Workers places, made on first use
+	meter   CallMeter
+}
+
+func isRoot() bool { return os.Geteuid() == 0 }
+
+func (e *Engines) logger() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
 }
 
 // Workers is the effective parallelism of the sandbox: config workers, or
@@ -57,7 +70,8 @@ func (e *Engines) Workers() int {
 	return min(runtime.NumCPU(), sandbox.UIDStride)
 }
 
-// Sandbox returns the shared sandbox, creating it on first use. Errors:
+// Sandbox returns the shared sandbox, creating it on first use, with
+// SandboxSlots slots. Errors:
 // sandbox.ErrNoIsolation in strict mode without bubblewrap; interpreter
 // problems.
 func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
@@ -70,7 +84,7 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 	sb, err := sandbox.New(sandbox.Config{
 		Python:      c.Python,
 		Strict:      c.Strict,
-		Workers:     e.Workers(),
+		Workers:     e.SandboxSlots(),
 		CallTimeout: time.Duration(c.CallTimeoutS * float64(time.Second)),
 		MemoryBytes: int64(c.MemoryMB) << 20,
 		Logger:      e.Log,
@@ -195,7 +209,14 @@ type StageModel struct {
 	probe   func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
 	timeout time.Duration                   // model.timeout_s, named in the error of timed-out parts
 
+	meter *CallMeter   // the process's, counted as calls start and end
+	log   *slog.Logger // receives the part's call summary at Emit
+
 	mu        sync.Mutex
+	first     time.Time     // when the part's first call started
+	lastEnd   time.Time     // when its latest call ended
+	busy      time.Duration // the sum of its calls' durations
+	made      int           // its calls, replayed ones included
 	miss      error
 	down      error // set once the server is taken to be down
 	calls     int   // calls made through the Recorder
@@ -213,9 +234,26 @@ func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Respons
 	if down != nil {
 		return model.Response{}, down
 	}
+	start := time.Now()
+	if m.meter != nil {
+		m.meter.inFlight.Add(1)
+	}
 	resp, err := m.Recorder.Chat(ctx, req)
+	end := time.Now()
+	if m.meter != nil {
+		m.meter.inFlight.Add(-1)
+		m.meter.done.Add(1)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.made == 0 || start.Before(m.first) {
+		m.first = start
+	}
+	if end.After(m.lastEnd) {
+		m.lastEnd = end
+	}
+	m.busy += end.Sub(start)
+	m.made++
 	if errors.Is(err, replay.ErrMiss) && m.miss == nil {
 		m.miss = err
 	}
@@ -277,7 +315,13 @@ func (m *StageModel) Err(ctx context.Context) error {
 // Emit writes the recorded calls as rows of the stage's llm_calls table
 // (latency only when the run records timings). It returns Err instead
 // when that is not nil, so that the stage fails and commits nothing.
+//
+// It also logs the part's calls at INFO ("model calls": calls, mean calls
+// in flight = the calls' summed durations over the span from the first
+// call's start to the last one's end, and calls/s over that span), which
+// says whether the part kept the server busy; logs are not data.
 func (m *StageModel) Emit(ctx context.Context, out *pipeline.Out, cfg *config.Config) error {
+	m.logSummary(cfg)
 	if err := m.Err(ctx); err != nil {
 		return err
 	}
@@ -295,6 +339,20 @@ func (m *StageModel) Emit(ctx context.Context, out *pipeline.Out, cfg *config.Co
 	return nil
 }
 
+func (m *StageModel) logSummary(cfg *config.Config) {
+	m.mu.Lock()
+	made, busy, span := m.made, m.busy, m.lastEnd.Sub(m.first)
+	m.mu.Unlock()
+	if m.log == nil || made == 0 || span <= 0 {
+		return
+	}
+	m.log.Info("model calls", "stage", m.stage, "calls", made, "seconds", round3(span.Seconds()),
+		"mean_in_flight", round3(busy.Seconds()/span.Seconds()), "concurrency", cfg.Model.Concurrency,
+		"calls_per_s", round3(float64(made)/span.Seconds()))
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
 // ForStage returns the backend a stage of round r uses, recording every
 // call: the configured backend, or with model.replay set, a replayer over
 // the replayed run's recorded calls of the same stage and round (a miss
@@ -306,7 +364,7 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 			return nil, err
 		}
 		sm := &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter,
-			timeout: time.Duration(e.Config.Model.TimeoutS * float64(time.Second))}
+			timeout: time.Duration(e.Config.Model.TimeoutS * float64(time.Second)), meter: &e.meter, log: e.logger()}
 		if p, ok := b.(interface{ Probe(context.Context) error }); ok {
 			sm.probe = p.Probe
 		}
@@ -341,7 +399,7 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 		e.replays[key] = rp
 		e.mu.Unlock()
 	}
-	return &StageModel{Recorder: replay.NewRecorder(rp), stage: stage}, nil
+	return &StageModel{Recorder: replay.NewRecorder(rp), stage: stage, meter: &e.meter, log: e.logger()}, nil
 }
 
 // MetaJSON encodes v for a model.Request.Meta value.

@@ -72,12 +72,19 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 		return err
 	}
 	rows := make([]*schemas.Hint, len(envs))
-	wp := pool.New().WithContext(ctx).WithMaxGoroutines(max(1, env.Config.Model.Concurrency))
+	// model.concurrency calls in flight, counted with every other task
+	// this process has in flight (engine.Engines.Tasks).
+	tasks := s.Eng.Tasks()
+	wp := pool.New().WithContext(ctx)
 	for i, e := range envs {
 		if !e.Valid {
 			continue
 		}
 		wp.Go(func(ctx context.Context) error {
+			if err := tasks.Acquire(ctx, engine.Key{Seq: i}); err != nil {
+				return err
+			}
+			defer tasks.Release()
 			rows[i] = write(ctx, env, rec, e)
 			return ctx.Err()
 		})

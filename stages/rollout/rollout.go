@@ -163,6 +163,13 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 // during the plays; and the StageModel's Emit error (replay.ErrMiss or
 // model.ErrUnavailable, wrapped), which fails the part so nothing is
 // committed.
+//
+// Every play of the part is its own task: the plays of all environments
+// (and of the other parts this process runs at the same time) are in
+// flight together, model.concurrency of them at once (Engines.Tasks), so
+// the model server sees that many calls in flight, not one per CPU. A play
+// in flight holds one sandbox slot (its program stays loaded between its
+// turns) and no CPU while it waits for the model.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
 	all, err := targets(ctx, env)
 	if err != nil {
@@ -178,18 +185,32 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	if err != nil {
 		return err
 	}
-	wp := pool.New().WithContext(ctx).WithMaxGoroutines(s.Eng.Workers())
-	for _, t := range ts {
+	ps := plays(env, ts)
+	rows := make([]schemas.Rollout, len(ps))
+	tasks := s.Eng.Tasks()
+	wp := pool.New().WithContext(ctx)
+	for i, p := range ps {
 		wp.Go(func(ctx context.Context) error {
-			plays := playAll(ctx, env, rec, sb, t)
-			pipeline.Emit(out, schemas.Rollouts, "rollouts", plays...)
+			if err := tasks.Acquire(ctx, engine.Key{Part: part, Seq: i}); err != nil {
+				return err
+			}
+			defer tasks.Release()
+			rows[i] = playOne(ctx, env, rec, sb, p)
 			return ctx.Err()
 		})
 	}
 	if err := wp.Wait(); err != nil {
 		return err
 	}
+	pipeline.Emit(out, schemas.Rollouts, "rollouts", rows...)
 	return rec.Emit(ctx, out, env.Config)
+}
+
+// PartsInFlight implements pipeline.PartsInFlight: enough parts that their
+// plays (up to 2 x rollout.group_size per environment) fill
+// model.concurrency with a part to spare (engine.Engines.PartsInFlight).
+func (s *Stage) PartsInFlight(c *config.Config) int {
+	return s.Eng.PartsInFlight(c.Rollout.EnvsPerPart * 2 * c.Rollout.GroupSize)
 }
 
 // PlaySeed derives the reset seed of one play from (run seed, round, env,
@@ -198,46 +219,53 @@ func PlaySeed(runSeed int64, round int, envID string, hinted bool, sampleIdx int
 	return sample.Seed(runSeed, "play", round, envID, hinted, sampleIdx) & (1<<53 - 1)
 }
 
-// playAll plays every arm and sample of one environment, loading its
-// program once and again after a crash of the whole sandbox.
-func playAll(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, t Target) []schemas.Rollout {
-	arms := []bool{false}
-	// Without a hint (its call failed, or the answer was empty) there is no
-	// hinted arm: played with an empty hint it would be a second unhinted
-	// arm, and its regret noise around 0. The label then has no regret and
-	// the designer reward of an environment without hinted plays (-1,
-	// docs/regret.md).
-	if env.Round.Regeneration && t.Hint != "" {
-		arms = append(arms, true)
-	}
-	var prog *sandbox.Program
-	defer func() {
-		if prog != nil {
-			prog.Close()
-		}
-	}()
-	var out []schemas.Rollout
-	for _, hinted := range arms {
-		for i := 0; i < env.Config.Rollout.GroupSize; i++ {
-			seed := PlaySeed(env.Round.Seed, env.Round.Round, t.EnvID, hinted, i)
-			r := schemas.Rollout{EnvID: t.EnvID, Hinted: hinted, Sample: int64(i), Seed: seed}
-			if prog == nil || !prog.Alive() {
-				if prog != nil {
-					prog.Close()
-				}
-				var err error
-				if prog, err = sb.Load(ctx, t.Source); err != nil {
-					prog = nil
-					r.Error = "env load: " + err.Error()
-					out = append(out, r)
+// play is one play to make: an environment, an arm and a sample.
+type play struct {
+	t      Target
+	hinted bool
+	sample int
+}
+
+// plays lists every arm and sample of the environments ts, in the order
+// they are handed places in flight: sample by sample, and within a sample
+// arm by arm across all environments, so that every environment has plays
+// in flight from the start and none waits behind another's group.
+func plays(env *pipeline.Env, ts []Target) []play {
+	var out []play
+	for i := 0; i < env.Config.Rollout.GroupSize; i++ {
+		for _, hinted := range []bool{false, true} {
+			for _, t := range ts {
+				// Without a hint (its call failed, or the answer was empty)
+				// there is no hinted arm: played with an empty hint it would
+				// be a second unhinted arm, and its regret noise around 0. The
+				// label then has no regret and the designer reward of an
+				// environment without hinted plays (-1, docs/regret.md).
+				if hinted && !(env.Round.Regeneration && t.Hint != "") {
 					continue
 				}
+				out = append(out, play{t: t, hinted: hinted, sample: i})
 			}
-			Play(ctx, env.Config, backend, prog, t, hinted, &r)
-			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// playOne makes one play in a program of its own: loaded for this play,
+// closed after it. A play's row is thus a function of the environment's
+// source, its seed and the agent's answers alone: no play sees what
+// another left in the program's process (module or class state), whatever
+// order and concurrency the plays run in.
+func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, p play) schemas.Rollout {
+	t := p.t
+	r := schemas.Rollout{EnvID: t.EnvID, Hinted: p.hinted, Sample: int64(p.sample), Seed: PlaySeed(env.Round.Seed, env.Round.Round, t.EnvID, p.hinted, p.sample)}
+	prog, err := sb.Load(ctx, t.Source)
+	if err != nil {
+		r.Error = "env load: " + err.Error()
+		return r
+	}
+	defer prog.Close()
+	Play(ctx, env.Config, backend, prog, t, p.hinted, &r)
+	return r
 }
 
 // rewardBounds is the reward_range a play's rewards must lie in: the

@@ -234,6 +234,11 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
+// InFlight returns the HTTP requests in flight now (at most
+// Config.Concurrency): attempts holding a concurrency slot, not calls
+// waiting for one or sleeping in backoff. For progress displays.
+func (b *Backend) InFlight() int { return len(b.sem) }
+
 // Close releases idle HTTP connections. Calls may still be made after
 // Close; they open new connections.
 func (b *Backend) Close() { b.cfg.HTTPClient.CloseIdleConnections() }
