@@ -107,7 +107,7 @@ func TestHintRows(t *testing.T) {
 	cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "hint-test"
 	cfg.Model.APIKeyEnv = "SPADE_HINT_TEST_UNSET_KEY"
 	cfg.Model.MaxRetries = 0
-	cfg.Model.Temperature = 0.7
+	cfg.Hint.Temperature = 0.7
 	cfg.Model.Concurrency = 2
 
 	name := "hint-rows"

@@ -90,8 +90,14 @@ func TestSuccess(t *testing.T) {
 		{`{}`, 0, false},
 		{``, 0.5, true},
 	} {
-		require.Equal(t, c.want, success(json.RawMessage(c.info), c.ret), "info %s return %v", c.info, c.ret)
+		require.Equal(t, c.want, success(json.RawMessage(c.info), c.ret, false), "info %s return %v", c.info, c.ret)
 	}
+	// A play the harness cut (turn limit, context bound) is a loss unless
+	// the environment reported success: a positive return is progress.
+	require.False(t, success(json.RawMessage(`{}`), 0.8, true))
+	require.False(t, success(nil, 0.8, true))
+	require.True(t, success(json.RawMessage(`{"success": true}`), 0.8, true))
+	require.False(t, success(json.RawMessage(`{"success": false}`), 0.8, true))
 }
 
 // TestPlayEnforcesContract: a program can tell the validator's seeds (0, 1,
