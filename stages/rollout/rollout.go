@@ -361,6 +361,11 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		act := answer
 		obsMsg := model.Message{Role: model.RoleUser}
 		if len(msg.ToolCalls) > 0 {
+			if _, rest, ok := model.ParseToolCallText(answer, tools); ok {
+				// Calls the model wrote as text (model.ParseToolCallText)
+				// are sent back as tool_calls, not twice.
+				turnMsg.Content = rest
+			}
 			tc := msg.ToolCalls[0]
 			turnMsg.ToolCalls = msg.ToolCalls[:1]
 			if tc.ID == "" {

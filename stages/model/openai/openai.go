@@ -840,9 +840,10 @@ func toMessage(m model.Message) (oa.ChatCompletionMessageParamUnion, error) {
 // OpenRouter, Ollama). When the request declared tools and a message
 // carries no tool_calls, the calls the model wrote as text are read from
 // its content (model.ParseToolCallText: Hermes <tool_call> blocks, or a
-// bare JSON call of a declared tool), the content keeps the rest, and a
-// finish_reason "stop" becomes "tool_calls", as a server running a tool
-// parser answers.
+// bare JSON call of a declared tool) and a finish_reason "stop" becomes
+// "tool_calls", as a server running a tool parser answers; the content
+// stays as the model wrote it (the caller drops the call text from what
+// it sends back: model.ParseToolCallText's rest).
 func fromCompletion(c *oa.ChatCompletion, tools []model.Tool) model.Response {
 	choices := append([]oa.ChatCompletionChoice(nil), c.Choices...)
 	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Index < choices[j].Index })
@@ -868,8 +869,8 @@ func fromCompletion(c *oa.ChatCompletion, tools []model.Tool) model.Response {
 		}
 		finish := valid(ch.FinishReason)
 		if len(tools) > 0 && len(msg.ToolCalls) == 0 {
-			if calls, rest, ok := model.ParseToolCallText(msg.Content, tools); ok {
-				msg.ToolCalls, msg.Content = calls, rest
+			if calls, _, ok := model.ParseToolCallText(msg.Content, tools); ok {
+				msg.ToolCalls = calls
 				if finish == "stop" {
 					finish = "tool_calls"
 				}

@@ -210,10 +210,8 @@ func matchValid(reply string, acts []string) (string, bool) {
 		if la == "" || !strings.HasSuffix(r, la) {
 			continue
 		}
-		before := strings.TrimRightFunc(r[:len(r)-len(la)], func(c rune) bool { return strings.ContainsRune(decor, c) })
-		if before != "" {
-			c := []rune(before)[len([]rune(before))-1]
-			if unicode.IsLetter(c) || unicode.IsDigit(c) {
+		if before := []rune(r[:len(r)-len(la)]); len(before) > 0 {
+			if c := before[len(before)-1]; unicode.IsLetter(c) || unicode.IsDigit(c) {
 				continue // "readd 1" does not end with the action "add 1"
 			}
 		}
