@@ -275,3 +275,57 @@ func TestToolCallText(t *testing.T) {
 		require.Equal(t, "error", p.Termination)
 	}
 }
+
+// quietEnv is a valid game whose observations never list their actions.
+const quietEnv = `from spade_env import Env
+
+
+class Quiet(Env):
+    name = "quiet"
+    max_turns = 3
+    reward_range = (0.0, 1.0)
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.turn = 0
+        return "Say something.", {}
+
+    def step(self, action):
+        self.turn += 1
+        done = self.turn >= self.max_turns
+        return "Heard.", 0.0, done, False, {"success": False} if done else {}
+`
+
+// TestActionsLineAndSkippedChecks: under action_format valid_actions an
+// environment without a "Valid actions:" line is invalid (reason
+// actions_line) and the validations table holds exactly one failure for
+// it, the checks after it skipped; under raw it is valid.
+func TestActionsLineAndSkippedChecks(t *testing.T) {
+	srv := modeltest.Start(t, modeltest.WithoutRecording(), modeltest.WithEnvSource(quietEnv))
+	st, run := protocolRound(t, "protocol-actionsline", srv.URL, func(c *config.Config) { c.Sample.Slots, c.Rollout.GroupSize = 1, 1 })
+	envs := table[schemas.Environment](t, st, run, "environments")
+	require.Len(t, envs, 1)
+	require.False(t, envs[0].Valid)
+	require.Equal(t, "actions_line", envs[0].Reason)
+	failed, skipped := 0, 0
+	for _, v := range table[schemas.Validation](t, st, run, "validations") {
+		switch {
+		case !v.Passed && !v.Skipped:
+			failed++
+			require.Equal(t, "actions_line", v.Check)
+		case v.Skipped:
+			skipped++
+			require.False(t, v.Passed)
+			require.Contains(t, v.Detail, "not completed: check actions_line failed first")
+		}
+	}
+	require.Equal(t, 1, failed, "one failure, the checks after it skipped")
+	require.Positive(t, skipped)
+
+	st, run = protocolRound(t, "protocol-actionsline-raw", srv.URL, func(c *config.Config) {
+		c.Sample.Slots, c.Rollout.GroupSize, c.Rollout.ActionFormat = 1, 1, "raw"
+	})
+	envs = table[schemas.Environment](t, st, run, "environments")
+	require.Len(t, envs, 1)
+	require.True(t, envs[0].Valid, envs[0].Reason)
+}
