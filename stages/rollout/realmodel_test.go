@@ -114,8 +114,8 @@ func TestRealModelRound(t *testing.T) {
 	fake := modeltest.Start(t, modeltest.WithoutRecording())
 	proxy := roleProxy(t, real, fake.URL)
 	st, run := protocolRound(t, "protocol-real", proxy, func(c *config.Config) {
-		c.Sample.Slots, c.Rollout.GroupSize, c.Rollout.MaxTurns = 1, 1, 3
-		c.Rollout.MaxTokens, c.Rollout.Temperature = 24, 0.7
+		c.Sample.Slots, c.Rollout.GroupSize, c.Rollout.MaxTurns = 1, 1, 2
+		c.Rollout.MaxTokens, c.Rollout.Temperature = 64, 0
 		c.Model.Name, c.Model.Concurrency, c.Model.TimeoutS = dir, 1, 600
 	})
 	plays := table[schemas.Rollout](t, st, run, "rollouts")
