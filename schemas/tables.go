@@ -70,8 +70,13 @@ type Design struct {
 	// PromptTokens is.
 	CompletionTokens int64 `parquet:"completion_tokens" json:"completion_tokens"`
 	// FinishReason is the backend's finish reason ("stop", "length",
-	// "tool_calls", ...); "" when the call failed.
+	// "tool_calls", ...); "" when the call failed. An answer cut at
+	// design.max_tokens ("length") is retried with feedback saying so.
 	FinishReason string `parquet:"finish_reason" json:"finish_reason"`
+	// Reasoning is the designer's reasoning: the server's
+	// reasoning_content and the <think> blocks of Response
+	// (model.ReplyParts); code is extracted from Response without them.
+	Reasoning string `parquet:"reasoning,zstd" json:"reasoning"`
 	// Error says why the attempt failed (model error, no code, quick check);
 	// "" when it passed the quick checks.
 	Error string `parquet:"error" json:"error"`
@@ -92,8 +97,12 @@ type Validation struct {
 	// (compile, class, metadata, reset, ...; docs/environment-contract.md).
 	Check string `parquet:"check" json:"check"`
 	// Passed is true when the check ran and held; false when it failed or
-	// was skipped after an earlier failure.
+	// was skipped.
 	Passed bool `parquet:"passed" json:"passed"`
+	// Skipped is true when the check did not run because an earlier check
+	// failed (Passed is then false too); a failure is Passed and Skipped
+	// both false.
+	Skipped bool `parquet:"skipped" json:"skipped"`
 	// Detail says what was seen: the failure (seed, action, error kind) or
 	// a summary of the pass.
 	Detail string `parquet:"detail" json:"detail"`
@@ -168,8 +177,15 @@ type Hint struct {
 	Prompt string `parquet:"prompt,zstd" json:"prompt"`
 	// Response is the model's raw answer ("" on error).
 	Response string `parquet:"response,zstd" json:"response"`
-	// Error says why no hint was written ("prompt: ..." or "model: ...");
-	// "" when none.
+	// Reasoning is the hint writer's reasoning (the server's
+	// reasoning_content and the <think> blocks of Response), kept out of
+	// Hint.
+	Reasoning string `parquet:"reasoning,zstd" json:"reasoning"`
+	// FinishReason is the call's finish_reason ("" when it failed); a hint
+	// cut at hint.max_tokens ("length") is an error.
+	FinishReason string `parquet:"finish_reason" json:"finish_reason"`
+	// Error says why no hint was written ("prompt: ...", "model: ...",
+	// including "model: cut at hint.max_tokens"); "" when none.
 	Error string `parquet:"error" json:"error"`
 }
 
@@ -178,8 +194,14 @@ type Message struct {
 	// Role is the OpenAI chat role: "system", "user", "assistant" or
 	// "tool".
 	Role string `parquet:"role" json:"role"`
-	// Content is the message text (an observation, an action, a prompt).
+	// Content is the message text (an observation, a prompt; for an
+	// assistant turn of a play the reply without its reasoning).
 	Content string `parquet:"content" json:"content"`
+	// Reasoning is an assistant message's reasoning (the server's
+	// reasoning_content and the reply's <think> blocks); "" for other
+	// roles and where none was sent. In train_batch it is "": the trained
+	// text is Content, rendered per grpo.train_reasoning.
+	Reasoning string `parquet:"reasoning" json:"reasoning,omitempty"`
 	// ToolCalls is the assistant's tool calls as JSON ("" when none).
 	ToolCalls string `parquet:"tool_calls" json:"tool_calls,omitempty"`
 	// ToolCallID links a "tool" message to the call it answers ("" for
@@ -204,10 +226,27 @@ type Rollout struct {
 	// per turn the assistant message and the observation (a "tool" message
 	// for a tool call). NULL when the environment failed to load or reset.
 	Messages []Message `parquet:"messages,optional,list" json:"messages"`
-	// Actions are the action texts passed to step, one per agent turn (a
-	// tool call as {"name", "arguments"} JSON); when a step failed, its
-	// action is the last one.
+	// Actions are the action texts passed to step, one per stepped agent
+	// turn (a tool call as {"name", "arguments"} JSON), as extracted from
+	// the reply by rollout.action_format; when a step failed, its action
+	// is the last one.
 	Actions []string `parquet:"actions,optional,list" json:"actions"`
+	// Replies are the agent's replies as the server sent their content
+	// (reasoning blocks included), one per answered agent call, stepped
+	// or not.
+	Replies []string `parquet:"replies,optional,list" json:"replies"`
+	// FinishReasons are the finish_reason of each answered agent call,
+	// parallel to Replies.
+	FinishReasons []string `parquet:"finish_reasons,optional,list" json:"finish_reasons"`
+	// Unextracted counts the stepped turns whose reply held no action in
+	// rollout.action_format (stepped as they were, so the environment gave
+	// its feedback).
+	Unextracted int64 `parquet:"unextracted" json:"unextracted"`
+	// Termination says how the play ended: "terminated" or "truncated"
+	// (the environment's flags), "max_turns" (the turn limit),
+	// "max_context" (rollout.max_context_tokens), "agent_cut" (a reply
+	// cut at rollout.max_tokens), "error" (Error says which).
+	Termination string `parquet:"termination" json:"termination"`
 	// StepRewards holds the reward of each step, in order.
 	StepRewards []float64 `parquet:"step_rewards,optional,list" json:"step_rewards"`
 	// Return is the sum of StepRewards: the return so far when the play
@@ -222,7 +261,9 @@ type Rollout struct {
 	// rollout.max_turns) ended the play; false after an error.
 	Truncated bool `parquet:"truncated" json:"truncated"`
 	// Success is the play's win: info["success"] on the last step when the
-	// environment reports it, else Return > 0 (docs/regret.md).
+	// environment reports it, else Return > 0, except that a play the
+	// harness cut (max_turns, max_context) without a report is a loss
+	// (docs/regret.md).
 	Success bool `parquet:"success" json:"success"`
 	// Error records an environment or agent failure ("" when none).
 	Error string `parquet:"error" json:"error"`

@@ -182,7 +182,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"unknown subcommand", nil, []string{"corpus", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"query that opens with a comment", nil, []string{"sql", "-- learnable per round\nselect 1"}, 2, `put -- before it: spade sql -- "ARG"`},
-		{"NaN setting", []string{"SPADE_MODEL_TEMPERATURE=NaN"}, []string{"config", "show"}, 2, "model.temperature must be a finite number (got NaN)"},
+		{"NaN setting", []string{"SPADE_ROLLOUT_TEMPERATURE=NaN"}, []string{"config", "show"}, 2, "rollout.temperature must be a finite number (got NaN)"},
 		// commit used to panic for a stage that does not run at the round.
 		{"commit off its rounds", nil, []string{"commit", "--round", "2", "--stage", "design"}, 2, "stage design does not run at round 2"},
 		{"commit corpus after round 0", nil, []string{"commit", "--round", "2", "--stage", "sample"}, 2, "stage sample does not run at round 2"},

@@ -49,8 +49,11 @@ type Config struct {
 	Model Model `yaml:"model" json:"model"`
 	// Sandbox holds the sandbox.* settings: the Python sandbox.
 	Sandbox Sandbox `yaml:"sandbox" json:"sandbox"`
-	// Design holds the design.* settings: generation attempts.
+	// Design holds the design.* settings: generation attempts and the
+	// designer's sampling.
 	Design Design `yaml:"design" json:"design"`
+	// Hint holds the hint.* settings: the hint writer's sampling.
+	Hint Hint `yaml:"hint" json:"hint"`
 	// Rollout holds the rollout.* settings: plays per environment.
 	Rollout Rollout `yaml:"rollout" json:"rollout"`
 	// Label holds the label.* settings: the learnable band.
@@ -118,14 +121,32 @@ type Model struct {
 	// fails the round (resumable), it does not commit a round of errors.
 	// Operational (omitted from the pinned config).
 	UnavailableAfter int `yaml:"unavailable_after" json:"unavailable_after,omitempty"`
-	// Temperature is the sampling temperature of every call: designer,
-	// hint writer and agent (default 1.0).
-	Temperature float64 `yaml:"temperature" json:"temperature"`
-	// MaxTokens bounds a designer response, in tokens (default 4096); hint
-	// calls and agent turns use 512.
-	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+	// ExtraBody is a JSON object whose members are sent as they are, as
+	// top-level fields of every request of the openai backend (the OpenAI
+	// Python client's extra_body): "chat_template_kwargs" ({"enable_thinking":
+	// false} for Qwen3), "top_k", "repetition_penalty", "min_p" (default ""
+	// sends nothing). Sampling settings per role are design.*, hint.* and
+	// rollout.*; a member here replaces the field of the same name.
+	ExtraBody string `yaml:"extra_body" json:"extra_body,omitempty"`
+	// ToolChoice is the tool_choice sent with requests that declare tools
+	// ("auto", "required" or "none"); "" (default) sends none, so the
+	// server's default applies.
+	ToolChoice string `yaml:"tool_choice" json:"tool_choice,omitempty"`
 	// Replay names a run whose recorded llm_calls answer every call.
 	Replay string `yaml:"replay" json:"replay"`
+}
+
+// ExtraBodyFields decodes model.extra_body: nil for "", else the JSON
+// object's members. Errors name the setting: not JSON, or not an object.
+func (m Model) ExtraBodyFields() (map[string]any, error) {
+	if strings.TrimSpace(m.ExtraBody) == "" {
+		return nil, nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(m.ExtraBody), &v); err != nil || v == nil {
+		return nil, fmt.Errorf(`model.extra_body must be a JSON object such as {"chat_template_kwargs": {"enable_thinking": false}} (got %q)`, m.ExtraBody)
+	}
+	return v, nil
 }
 
 // Sandbox configures the Python sandbox (docs/sandbox.md).
@@ -157,12 +178,56 @@ type Sandbox struct {
 	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty"`
 }
 
+// Sampling is one role's sampling settings, the temperature, top_p and
+// max_tokens of design.*, hint.* and rollout.*.
+type Sampling struct {
+	// Temperature is the sampling temperature (>= 0).
+	Temperature float64
+	// TopP is the nucleus-sampling mass in (0, 1]; 0 sends none.
+	TopP float64
+	// MaxTokens bounds one completion, in tokens (> 0).
+	MaxTokens int
+}
+
+// Sampling returns the designer's sampling settings.
+func (d Design) Sampling() Sampling { return Sampling{d.Temperature, d.TopP, d.MaxTokens} }
+
+// Sampling returns the hint writer's sampling settings.
+func (h Hint) Sampling() Sampling { return Sampling{h.Temperature, h.TopP, h.MaxTokens} }
+
+// Sampling returns the agent's sampling settings (per turn).
+func (r Rollout) Sampling() Sampling { return Sampling{r.Temperature, r.TopP, r.MaxTokens} }
+
 // Design configures generation (SPADE.md step 3).
 type Design struct {
 	// MaxAttempts bounds generation attempts per slot (paper: 5).
 	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"`
 	// SlotsPerPart is the unit of sharded work.
 	SlotsPerPart int `yaml:"slots_per_part" json:"slots_per_part"`
+	// Temperature is the designer's sampling temperature (>= 0; default
+	// 1.0; public code 0.6). MaxTokens bounds a designer answer (default
+	// 4,096; public code 16,384).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+}
+
+// Hint configures the hint call (SPADE.md step 5).
+type Hint struct {
+	// Temperature is the hint writer's sampling temperature (>= 0;
+	// default 1.0; public code 0.3). MaxTokens bounds a hint (default 512;
+	// public code 4,096, 2,048 for tool use).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
 }
 
 // Rollout configures plays (SPADE.md step 6).
@@ -173,6 +238,25 @@ type Rollout struct {
 	MaxTurns int `yaml:"max_turns" json:"max_turns"`
 	// EnvsPerPart is the unit of sharded work (bounds memory per part).
 	EnvsPerPart int `yaml:"envs_per_part" json:"envs_per_part"`
+	// Temperature is the agent's sampling temperature (>= 0; default
+	// 1.0; public code 0.6). MaxTokens bounds one agent turn (default 512;
+	// public code 8,192).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+	// MaxContextTokens bounds one play, in tokens: when a turn's prompt
+	// and completion together reach it, the play ends truncated (0, the
+	// default, sets no bound; public code: 32,768).
+	MaxContextTokens int `yaml:"max_context_tokens" json:"max_context_tokens"`
+	// ActionFormat says how the action is read from the agent's reply and
+	// what the agent's system prompt asks for: valid_actions (default),
+	// boxed (the public code's \boxed{}), answer_tag (<answer>...</answer>)
+	// or raw (the whole reply); docs/models.md.
+	ActionFormat string `yaml:"action_format" json:"action_format"`
 }
 
 // Label configures regret labelling.
@@ -223,6 +307,13 @@ type GRPO struct {
 	// TimeoutS bounds one trainer run, wall clock, in seconds (default
 	// 3600, > 0). Operational: left out of the config digest.
 	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
+	// TrainReasoning says whether an agent turn's reasoning is part of its
+	// trained assistant text: "generated" (default: what the model
+	// generated, the reasoning in a <think> block before the answer, as
+	// Qwen3's chat template renders an assistant turn) or "none" (the
+	// answer only; a turn that was all reasoning then has no text, and
+	// its play is not a sample). docs/training.md.
+	TrainReasoning string `yaml:"train_reasoning" json:"train_reasoning"`
 }
 
 // Observe configures what is measured besides data.
@@ -243,13 +334,14 @@ func Default() Config {
 			Slots: 24, DocsPerSlot: 1, ActiveSkills: 3, Setting: "mixed", ToolUseEvery: 4,
 			Skills: []string{"logical_deduction", "spatial_reasoning", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"},
 		},
-		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32, Temperature: 1.0, MaxTokens: 4096},
+		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32},
 		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256},
-		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8},
-		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
+		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096},
+		Hint:    Hint{Temperature: 1.0, MaxTokens: 512},
+		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: "valid_actions"},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
 		Memory:  Memory{Capacity: 200},
-		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
+		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated"},
 	}
 }
 
@@ -464,7 +556,37 @@ func (c Config) problems() []problem {
 	nonNeg("workers", c.Workers)
 	nonNeg("model.max_retries", c.Model.MaxRetries)
 	nonNeg("model.unavailable_after", c.Model.UnavailableAfter)
-	nonNeg("model.max_tokens", c.Model.MaxTokens)
+	nonNeg("rollout.max_context_tokens", c.Rollout.MaxContextTokens)
+	for _, r := range []struct {
+		role string
+		s    Sampling
+	}{{"design", c.Design.Sampling()}, {"hint", c.Hint.Sampling()}, {"rollout", c.Rollout.Sampling()}} {
+		pos(r.role+".max_tokens", r.s.MaxTokens)
+		if k := r.role + ".temperature"; !nonFinite[k] && r.s.Temperature < 0 {
+			add(fmt.Sprintf("%s must be >= 0 (got %g)", k, r.s.Temperature), k)
+		}
+		if k := r.role + ".top_p"; !nonFinite[k] && (r.s.TopP < 0 || r.s.TopP > 1) {
+			add(fmt.Sprintf("%s must be in (0, 1], or 0 to send none (got %g)", k, r.s.TopP), k)
+		}
+	}
+	switch c.Rollout.ActionFormat {
+	case "valid_actions", "boxed", "answer_tag", "raw":
+	default:
+		add(fmt.Sprintf("rollout.action_format must be valid_actions, boxed, answer_tag or raw (got %q)", c.Rollout.ActionFormat), "rollout.action_format")
+	}
+	switch c.GRPO.TrainReasoning {
+	case "generated", "none":
+	default:
+		add(fmt.Sprintf("grpo.train_reasoning must be generated or none (got %q)", c.GRPO.TrainReasoning), "grpo.train_reasoning")
+	}
+	switch c.Model.ToolChoice {
+	case "", "auto", "required", "none":
+	default:
+		add(fmt.Sprintf("model.tool_choice must be auto, required or none, or empty to send none (got %q)", c.Model.ToolChoice), "model.tool_choice")
+	}
+	if _, err := c.Model.ExtraBodyFields(); err != nil {
+		add(err.Error(), "model.extra_body")
+	}
 	// Finite numbers only below: a NaN fails every comparison and is
 	// already reported.
 	floatAtLeast := func(key string, v, min float64, strict bool) {
@@ -479,7 +601,6 @@ func (c Config) problems() []problem {
 			add(fmt.Sprintf("%s must be %s %g (got %g)", key, op, min, v), key)
 		}
 	}
-	floatAtLeast("model.temperature", c.Model.Temperature, 0, false)
 	floatAtLeast("grpo.eps", c.GRPO.Eps, 0, false)
 	floatAtLeast("grpo.lr", c.GRPO.LR, 0, true)
 	floatAtLeast("grpo.clip_eps", c.GRPO.ClipEps, 0, true)

@@ -109,7 +109,7 @@ func TestLoadErrors(t *testing.T) {
 		// Every number must be finite: NaN and Inf used to reach Digest,
 		// which panicked.
 		"nan env":      {"", []string{"SPADE_GRPO_LR=NaN"}, "grpo.lr must be a finite number (got NaN) (SPADE_GRPO_LR)"},
-		"inf env":      {"", []string{"SPADE_MODEL_TEMPERATURE=Inf"}, "model.temperature must be a finite number (got +Inf)"},
+		"inf env":      {"", []string{"SPADE_ROLLOUT_TEMPERATURE=Inf"}, "rollout.temperature must be a finite number (got +Inf)"},
 		"nan yaml":     {"label:\n  band_low: .nan\n", nil, "label.band_low must be a finite number"},
 		"inf timeout":  {"sandbox:\n  call_timeout_s: .inf\n", nil, "sandbox.call_timeout_s must be a finite number"},
 		"huge timeout": {"grpo:\n  timeout_s: 1e300\n", nil, "grpo.timeout_s must be >= 0.001 and <= 1e+07 seconds"},
@@ -134,8 +134,14 @@ func TestLoadErrors(t *testing.T) {
 		"lr":           {"grpo:\n  lr: 0\n", nil, "grpo.lr must be > 0 (got 0)"},
 		"clip":         {"grpo:\n  clip_eps: -0.2\n", nil, "grpo.clip_eps must be > 0"},
 		"kl":           {"grpo:\n  kl_beta: -2\n", nil, "grpo.kl_beta must be >= 0"},
-		"max tokens":   {"model:\n  max_tokens: -5\n", nil, "model.max_tokens must be >= 0 and <= 1048576 (got -5)"},
-		"temperature":  {"model:\n  temperature: -3\n", nil, "model.temperature must be >= 0 (got -3)"},
+		"max tokens":   {"hint:\n  max_tokens: -5\n", nil, "hint.max_tokens must be > 0 and <= 1048576 (got -5)"},
+		"temperature":  {"design:\n  temperature: -3\n", nil, "design.temperature must be >= 0 (got -3)"},
+		"top_p":        {"rollout:\n  top_p: 1.5\n", nil, "rollout.top_p must be in (0, 1], or 0 to send none (got 1.5)"},
+		"format":       {"rollout:\n  action_format: json\n", nil, "rollout.action_format must be valid_actions, boxed, answer_tag or raw"},
+		"extra body":   {"model:\n  extra_body: '[1]'\n", nil, "model.extra_body must be a JSON object"},
+		"tool choice":  {"model:\n  tool_choice: any\n", nil, "model.tool_choice must be auto, required or none"},
+		"reasoning":    {"grpo:\n  train_reasoning: all\n", nil, "grpo.train_reasoning must be generated or none"},
+		"old key":      {"model:\n  temperature: 0.6\n", nil, `unknown setting "model.temperature"`},
 		// An anchor that includes itself overflowed the stack (a fatal
 		// error, not even a panic), and merges of merges expanded a few
 		// hundred bytes into gigabytes of settings and error text.

@@ -169,7 +169,10 @@ func (s *Stage) PartsInFlight(c *config.Config) int {
 func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb *sandbox.Sandbox, cpu *engine.Limiter, sl schemas.Slot, docs []docRow, mem []schemas.MemoryEntry) []schemas.Design {
 	rng := rand.New(rand.NewPCG(uint64(sl.Seed), 7))
 	seeds, negs := memory.SelectSeeds(mem, sl.Skill, SeedsPerPrompt, rng)
-	in := prompt.Input{Kind: sl.Kind, Skill: sl.Skill, Setting: sl.Setting}
+	// The slot's setting ("game", "tool_use") is already the template's
+	// kind; the prompt's Setting section is the theme: the grounding
+	// documents' domains.
+	in := prompt.Input{Kind: sl.Kind, Skill: sl.Skill, Setting: theme(docs)}
 	var pdocs []procedural.Document
 	for _, d := range docs {
 		text := prompt.Excerpt(d.Text, DocExcerptChars)
@@ -212,7 +215,7 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		pj, _ := json.Marshal(msgs)
 		d.Prompt = string(pj)
 		req := model.Request{
-			Messages: msgs, N: 1, Temperature: cfg.Model.Temperature, MaxTokens: cfg.Model.MaxTokens,
+			Messages: msgs, N: 1, Temperature: cfg.Design.Temperature, TopP: cfg.Design.TopP, MaxTokens: cfg.Design.MaxTokens,
 			Seed: sample.Seed(sl.Seed, "design", attempt),
 			Meta: map[string]string{
 				procedural.MetaTask: "design", procedural.MetaKind: sl.Kind, procedural.MetaSkill: sl.Skill,
@@ -233,7 +236,18 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		ch := resp.Choices[0]
 		d.Response, d.FinishReason = ch.Message.Content, ch.FinishReason
 		d.PromptTokens, d.CompletionTokens = int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens)
-		code, err := prompt.ExtractCode(d.Response)
+		var answer string
+		d.Reasoning, answer = model.ReplyParts(ch.Message)
+		if ch.FinishReason == model.FinishLength {
+			// A cut answer holds at best part of a program; the retry says
+			// so (a "no code block" feedback sent the model after the
+			// wrong problem) and names the setting that cut it.
+			d.Error = fmt.Sprintf("model: answer cut at design.max_tokens (%d tokens; finish_reason length)", cfg.Design.MaxTokens)
+			in.Feedback, in.PreviousSource = fmt.Sprintf("Your answer was cut off at the token limit (design.max_tokens = %d) before it was complete. Write a shorter environment, with less explanation and reasoning, in exactly one ```python block.", cfg.Design.MaxTokens), ""
+			out = append(out, d)
+			continue
+		}
+		code, err := prompt.ExtractCode(answer)
 		if err != nil {
 			d.Error = "extract: " + err.Error()
 			in.Feedback, in.PreviousSource = "Your answer contained no Python code block: "+err.Error()+". Answer with exactly one ```python block.", ""
@@ -262,6 +276,25 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		out[len(out)-1].Final = true
 	}
 	return out
+}
+
+// theme is the Setting section of a slot's designer prompt: "Theme: "
+// and the distinct domains of its grounding documents (corpus.domain) in
+// order, or "" when none has a domain (the section is then left out).
+func theme(docs []docRow) string {
+	var ds []string
+	seen := map[string]bool{}
+	for _, d := range docs {
+		dom := strings.Join(strings.Fields(d.Domain), " ")
+		if dom != "" && !seen[strings.ToLower(dom)] {
+			seen[strings.ToLower(dom)] = true
+			ds = append(ds, dom)
+		}
+	}
+	if len(ds) == 0 {
+		return ""
+	}
+	return "Theme: " + strings.Join(ds, ", ") + ". Set the environment in this field."
 }
 
 // failDetail is the detail and traceback of the check that failed rep,

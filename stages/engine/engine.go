@@ -170,10 +170,14 @@ func (e *Engines) Backend() (model.Backend, error) {
 		if retries == 0 {
 			retries = -1 // the config's 0 means none; openai.Config's 0 means its default
 		}
+		extra, err := c.ExtraBodyFields()
+		if err != nil {
+			return nil, err
+		}
 		b, err := openai.New(openai.Config{
 			BaseURL: c.BaseURL, Model: c.Name, APIKeyEnv: c.APIKeyEnv, Concurrency: c.Concurrency,
 			Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: retries,
-			Logger: e.Log,
+			Logger: e.Log, ExtraBody: extra, ToolChoice: c.ToolChoice,
 		})
 		if err != nil {
 			return nil, err

@@ -21,6 +21,7 @@ import (
 	"unicode"
 
 	"github.com/spade-pipeline/spade/internal/textcut"
+	"github.com/spade-pipeline/spade/stages/rollout/action"
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
@@ -40,6 +41,7 @@ const (
 	CheckDeterministic = "deterministic" // same seed and actions, same trace
 	CheckResetGate     = "reset_gate"    // tool use: no criterion holds after reset
 	CheckImpossibility = "impossibility" // tool use: task refers to real tools/state, 3-5 instructions, reachable
+	CheckActionsLine   = "actions_line"  // games under Options.ActionsLine: every observation to act on lists its valid actions
 )
 
 // ReasonTimeout is Report.Reason when Options.Timeout ran out before the
@@ -80,6 +82,13 @@ type Options struct {
 	// DefaultTimeout, 60 s). When it runs out, the report's Reason is
 	// ReasonTimeout and Stopped names the check it cut short.
 	Timeout time.Duration
+	// ActionsLine adds the check CheckActionsLine for games (not tool
+	// use): the reset observation and every observation of an episode
+	// still running must hold a "Valid actions: a | b" line with at least
+	// one action (action.ValidActions). The validate stage sets it under
+	// rollout.action_format valid_actions, where the agent's action is
+	// matched against that line. QuickCheck ignores it.
+	ActionsLine bool
 }
 
 func (o Options) withDefaults() Options {
@@ -324,13 +333,18 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 		c.results[CheckResetGate] = &Result{Name: CheckResetGate}
 		c.results[CheckImpossibility] = &Result{Name: CheckImpossibility}
 	}
+	actionsLine := o.ActionsLine && meta.Kind != "tool_use" && !quick
+	if actionsLine {
+		c.order = append(append([]string(nil), c.order...), CheckActionsLine)
+		c.results[CheckActionsLine] = &Result{Name: CheckActionsLine}
+	}
 	if d := metadataProblem(meta, o); d != "" {
 		c.fail(CheckMetadata, d, nil)
 		return c.report(&meta, start)
 	}
 	c.pass(CheckMetadata, fmt.Sprintf("max_turns %d, reward_range [%g, %g]", meta.MaxTurns, meta.RewardRange[0], meta.RewardRange[1]))
 
-	v := &validator{c: c, prog: prog, meta: meta, o: o}
+	v := &validator{c: c, prog: prog, meta: meta, o: o, actionsLine: actionsLine}
 	seeds := o.Seeds
 	if quick {
 		seeds = seeds[:1]
@@ -355,6 +369,9 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	c.pass(CheckCleanup, "no episode left a process running")
 	if quick {
 		return finish()
+	}
+	if actionsLine {
+		c.pass(CheckActionsLine, `every observation to act on lists its valid actions ("Valid actions: a | b")`)
 	}
 	c.pass(CheckEpisodeEnds, v.endsDetail())
 
@@ -465,10 +482,13 @@ func clip(s string, n int) string {
 
 // validator plays probe episodes and judges each reply.
 type validator struct {
-	c    *checker
-	prog *sandbox.Program
-	meta sandbox.Meta
-	o    Options
+	// actionsLine asks every observation to act on for a Valid actions
+	// line (Options.ActionsLine, games only).
+	actionsLine bool
+	c           *checker
+	prog        *sandbox.Program
+	meta        sandbox.Meta
+	o           Options
 
 	forced, selfEnded, turnsMax int
 }
@@ -554,7 +574,7 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		c.fail(name, fmt.Sprintf("reset(seed=%d): info %s is not a JSON object (a dict)", seed, clip(string(ep.Info), 40)), nil)
 		return nil, false
 	}
-	if !v.observation(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) {
+	if !v.observation(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) || !v.actionsListed(ep.Observation, fmt.Sprintf("reset(seed=%d)", seed)) {
 		return nil, false
 	}
 	trace := []string{ep.Observation, string(ep.Info)}
@@ -611,6 +631,9 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		if !v.observation(res.Observation, where) {
 			return nil, false
 		}
+		if !res.Terminated && !res.Truncated && !v.actionsListed(res.Observation, where) {
+			return nil, false
+		}
 		trace = append(trace, action, res.Observation, fmt.Sprint(res.Reward, res.Terminated, res.Truncated), string(res.Info))
 		obs = res.Observation
 		if res.Terminated || res.Truncated {
@@ -647,6 +670,19 @@ func (v *validator) observation(obs, where string) bool {
 	// not text an agent can read.
 	if strings.IndexFunc(obs, func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) }) < 0 {
 		v.c.fail(CheckObservation, where+": observation has no visible character (only spaces, control or format characters such as U+200B)", nil)
+		return false
+	}
+	return true
+}
+
+// actionsListed checks, under actionsLine, that an observation the agent
+// must act on lists its valid actions; false after recording a failure.
+func (v *validator) actionsListed(obs, where string) bool {
+	if !v.actionsLine {
+		return true
+	}
+	if _, ok := action.ValidActions(obs); !ok {
+		v.c.fail(CheckActionsLine, where+`: observation has no "Valid actions: a | b | c" line (rollout.action_format valid_actions matches the agent's reply against it): `+clip(obs, 80), nil)
 		return false
 	}
 	return true

@@ -259,3 +259,55 @@ class Leaky(Env):
 		})
 	}
 }
+
+// noActionsLine is a valid game whose observations never list their
+// actions.
+const noActionsLine = `from spade_env import Env
+
+
+class Quiet(Env):
+    name = "quiet"
+    max_turns = 3
+    reward_range = (0.0, 1.0)
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.turn = 0
+        return "Say something.", {}
+
+    def step(self, action):
+        self.turn += 1
+        done = self.turn >= self.max_turns
+        return "Heard.", 0.0, done, False, {"success": False} if done else {}
+`
+
+// TestActionsLine: under Options.ActionsLine (rollout.action_format
+// valid_actions) a game whose observations have no "Valid actions:" line
+// fails the check actions_line; without the option it is valid; the
+// examples pass it; tool use is exempt.
+func TestActionsLine(t *testing.T) {
+	sb := newSandbox(t)
+	rep := Check(context.Background(), sb, noActionsLine, Options{})
+	require.True(t, rep.Valid, "%+v", rep)
+	rep = Check(context.Background(), sb, noActionsLine, Options{ActionsLine: true})
+	require.False(t, rep.Valid)
+	require.Equal(t, CheckActionsLine, rep.Reason)
+	last := rep.Checks[len(rep.Checks)-1]
+	require.Equal(t, CheckActionsLine, last.Name)
+	require.Contains(t, last.Detail, `reset(seed=0): observation has no "Valid actions: a | b | c" line`)
+	skipped := 0
+	for _, c := range rep.Checks {
+		if c.Skipped {
+			skipped++
+			require.False(t, c.Passed)
+		}
+	}
+	require.Positive(t, skipped, "the checks after the failure are skipped, not failed")
+	for file, n := range map[string]int{"../../docs/examples/guess_game.py": 12, "../../docs/examples/bank_tooluse.py": 13} {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		rep := Check(context.Background(), sb, string(src), Options{ActionsLine: true})
+		require.True(t, rep.Valid, "%s: %+v", file, rep)
+		require.Len(t, rep.Checks, n, file)
+	}
+}

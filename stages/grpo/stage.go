@@ -19,6 +19,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/trainer"
 )
@@ -103,6 +104,7 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 		}
 	}
 	var agent []schemas.TrainSample
+	textless := 0
 	for _, p := range plays {
 		if p.Hinted || !admitted[p.EnvID] || !hasAssistant(p.Messages) {
 			// A play without an assistant message (its environment failed
@@ -111,13 +113,23 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 			// it is not a sample, and its group is the plays that are.
 			continue
 		}
+		msgs, ok := TrainMessages(p.Messages, cfg.GRPO.TrainReasoning)
+		if !ok {
+			// With train_reasoning none, a turn that was all reasoning
+			// would train an empty assistant turn the model never wrote.
+			textless++
+			continue
+		}
 		agent = append(agent, schemas.TrainSample{
 			SampleID: fmt.Sprintf("agent-%s-%04d", p.EnvID, p.Sample), Role: "agent", Group: p.EnvID,
-			Messages: p.Messages, Reward: p.Return, Weight: 1, MaskSource: "assistant_turns",
+			Messages: msgs, Reward: p.Return, Weight: 1, MaskSource: "assistant_turns",
 		})
 	}
 	sort.Slice(agent, func(a, b int) bool { return agent[a].SampleID < agent[b].SampleID })
 	stats := map[string]float64{}
+	if textless > 0 {
+		stats["agent_plays_reasoning_only"] = float64(textless)
+	}
 	rewards := make([]float64, len(agent))
 	groups := make([]string, len(agent))
 	for i, s := range agent {
@@ -160,7 +172,13 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 		if err := json.Unmarshal([]byte(d.Prompt), &msgs); err != nil {
 			return nil, nil, fmt.Errorf("designs row %s attempt %d: field prompt: %w", d.SlotID, d.Attempt, err)
 		}
-		msgs = append(msgs, schemas.Message{Role: "assistant", Content: d.Response})
+		answer := d.Response
+		if r, a := model.SplitThink(d.Response); r != "" {
+			// Reasoning written in the content is in d.Reasoning already,
+			// after the server's own reasoning field.
+			answer = a
+		}
+		msgs = append(msgs, schemas.Message{Role: "assistant", Content: renderTurn(d.Reasoning, answer, cfg.GRPO.TrainReasoning)})
 		des = append(des, schemas.TrainSample{
 			SampleID: fmt.Sprintf("designer-%s-%d", d.SlotID, d.Attempt), Role: "designer", Group: d.Skill,
 			Messages: msgs, Reward: r, MaskSource: "last_assistant",
@@ -190,6 +208,39 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 	}
 	stats["designer_samples"] = float64(len(des))
 	return append(agent, des...), stats, nil
+}
+
+// TrainMessages is a play's transcript as the trainer sees it: each
+// assistant turn's reasoning is rendered into its content per
+// grpo.train_reasoning (renderTurn) and the Reasoning field is cleared,
+// so train_batch holds exactly the trained text. ok is false when, with
+// "none", an assistant turn that carried reasoning renders to no text
+// and no tool call: training it would teach an empty turn the model did
+// not produce.
+func TrainMessages(msgs []schemas.Message, mode string) ([]schemas.Message, bool) {
+	out := make([]schemas.Message, len(msgs))
+	for i, m := range msgs {
+		if m.Role == "assistant" {
+			if mode == "none" && m.Reasoning != "" && strings.TrimSpace(m.Content) == "" && m.ToolCalls == "" {
+				return nil, false
+			}
+			m.Content = renderTurn(m.Reasoning, m.Content, mode)
+		}
+		m.Reasoning = ""
+		out[i] = m
+	}
+	return out, true
+}
+
+// renderTurn is one assistant turn's trained text: with mode "generated"
+// and reasoning, "<think>\n" + reasoning + "\n</think>\n\n" + answer, the
+// way Qwen3's chat template renders an assistant turn that reasoned (what
+// the model generated); otherwise the answer alone.
+func renderTurn(reasoning, answer, mode string) string {
+	if mode != "generated" || reasoning == "" {
+		return answer
+	}
+	return model.ThinkOpen + "\n" + reasoning + "\n" + model.ThinkClose + "\n\n" + answer
 }
 
 // hasAssistant reports whether msgs has an assistant message, the tokens

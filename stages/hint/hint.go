@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/sourcegraph/conc/pool"
 
@@ -48,7 +47,12 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 }
 
 // ConfigSubset implements pipeline.Stage.
-func (*Stage) ConfigSubset(c *config.Config) any { return c.Model }
+func (*Stage) ConfigSubset(c *config.Config) any {
+	return struct {
+		Model config.Model
+		Hint  config.Hint
+	}{c.Model, c.Hint}
+}
 
 // Parts implements pipeline.Stage.Parts: the stage is one part, and its
 // error is always nil.
@@ -109,8 +113,9 @@ func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e sche
 	}
 	pj, _ := json.Marshal(msgs)
 	h.Prompt = string(pj)
+	samp := env.Config.Hint.Sampling()
 	resp, err := backend.Chat(ctx, model.Request{
-		Messages: msgs, N: 1, Temperature: env.Config.Model.Temperature, MaxTokens: 512,
+		Messages: msgs, N: 1, Temperature: samp.Temperature, TopP: samp.TopP, MaxTokens: samp.MaxTokens,
 		Seed: sample.Seed(env.Round.Seed, "hint", env.Round.Round, e.EnvID),
 		Meta: map[string]string{procedural.MetaTask: "hint", procedural.MetaSource: e.Source},
 	})
@@ -118,8 +123,16 @@ func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e sche
 		h.Error = "model: " + err.Error()
 		return h
 	}
-	h.Response = resp.Choices[0].Message.Content
-	h.Hint = strings.TrimSpace(h.Response)
+	ch := resp.Choices[0]
+	h.Response, h.FinishReason = ch.Message.Content, ch.FinishReason
+	h.Reasoning, h.Hint = model.ReplyParts(ch.Message)
+	if ch.FinishReason == model.FinishLength {
+		// Half a hint (or a hint still thinking) is not a hint: the
+		// environment gets no hinted arm, as for a failed call.
+		h.Hint = ""
+		h.Error = fmt.Sprintf("model: cut at hint.max_tokens (%d; finish_reason length)", samp.MaxTokens)
+		return h
+	}
 	if h.Hint == "" {
 		// The call answered, but with no hint (content null or blank, a
 		// reasoning model out of tokens): the rollout stage plays no

@@ -107,7 +107,7 @@ func TestHintRows(t *testing.T) {
 	cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name = "openai", srv.URL, "hint-test"
 	cfg.Model.APIKeyEnv = "SPADE_HINT_TEST_UNSET_KEY"
 	cfg.Model.MaxRetries = 0
-	cfg.Model.Temperature = 0.7
+	cfg.Hint.Temperature = 0.7
 	cfg.Model.Concurrency = 2
 
 	name := "hint-rows"
@@ -165,7 +165,8 @@ func TestHintRows(t *testing.T) {
 	// An answer with no hint text is a failed call on its row, not a
 	// silent empty hint.
 	mh := byID["e-empty"]
-	require.Equal(t, `model: empty answer (finish_reason "length")`, mh.Error)
+	require.Equal(t, `model: cut at hint.max_tokens (512; finish_reason length)`, mh.Error, "an answer cut at max_tokens is an error, empty or not")
+	require.Equal(t, "length", mh.FinishReason)
 	require.Empty(t, mh.Hint)
 	require.Equal(t, " \n\t", mh.Response, "Response keeps the raw answer")
 

@@ -20,8 +20,15 @@ type Message struct {
 	// Role is one of RoleSystem, RoleUser, RoleAssistant, RoleTool.
 	Role string `json:"role"`
 	// Content is the message text (may be empty for an assistant message
-	// that only carries tool calls).
+	// that only carries tool calls). For an answer from a server it is the
+	// content as sent, <think> blocks included (SplitThink separates them).
 	Content string `json:"content"`
+	// Reasoning is the reasoning text a server sent beside the content
+	// (vLLM and SGLang reasoning parsers: "reasoning_content", newer vLLM
+	// and OpenRouter: "reasoning"); "" when none was sent. It is never sent
+	// back to a server (chat templates drop or re-render past reasoning
+	// themselves).
+	Reasoning string `json:"reasoning,omitempty"`
 	// ToolCalls are the function calls an assistant message makes.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// ToolCallID links a RoleTool message to the call it answers.

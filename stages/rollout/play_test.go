@@ -90,8 +90,14 @@ func TestSuccess(t *testing.T) {
 		{`{}`, 0, false},
 		{``, 0.5, true},
 	} {
-		require.Equal(t, c.want, success(json.RawMessage(c.info), c.ret), "info %s return %v", c.info, c.ret)
+		require.Equal(t, c.want, success(json.RawMessage(c.info), c.ret, false), "info %s return %v", c.info, c.ret)
 	}
+	// A play the harness cut (turn limit, context bound) is a loss unless
+	// the environment reported success: a positive return is progress.
+	require.False(t, success(json.RawMessage(`{}`), 0.8, true))
+	require.False(t, success(nil, 0.8, true))
+	require.True(t, success(json.RawMessage(`{"success": true}`), 0.8, true))
+	require.False(t, success(json.RawMessage(`{"success": false}`), 0.8, true))
 }
 
 // TestPlayEnforcesContract: a program can tell the validator's seeds (0, 1,
@@ -156,5 +162,53 @@ class TwoFaced(Env):
 			require.Equal(t, tc.turns, r.Turns)
 			require.Equal(t, tc.ret, r.Return)
 		})
+	}
+}
+
+// TestCutAtMaxTurnsIsALoss: a 10-turn environment that pays 0.1 a step
+// and never reports success, cut at rollout.max_turns 8, is a loss with
+// return 0.8 (it was a win before: positive return); played to its own
+// end (truncated by the environment at turn 10) the positive-return rule
+// still holds.
+func TestCutAtMaxTurnsIsALoss(t *testing.T) {
+	sb, err := sandbox.New(sandbox.Config{Workers: 1, CallTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Close() })
+	src := `from spade_env import Env
+
+
+class Long(Env):
+    max_turns = 10
+    reward_range = (0.0, 1.0)
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.t = 0
+        return "Valid actions: go", {}
+
+    def step(self, action):
+        self.t += 1
+        return "Valid actions: go", 0.1, False, self.t >= 10, {}
+`
+	prog, err := sb.Load(context.Background(), src)
+	require.NoError(t, err)
+	defer prog.Close()
+	for _, tc := range []struct {
+		maxTurns int
+		term     string
+		turns    int64
+		win      bool
+	}{{8, "max_turns", 8, false}, {12, "truncated", 10, true}} {
+		cfg := config.Default()
+		cfg.Rollout.MaxTurns = tc.maxTurns
+		r := schemas.Rollout{EnvID: "long", Seed: 1}
+		Play(context.Background(), &cfg, goAgent{}, prog, Target{EnvID: "long", Source: src, MaxTurns: 10}, false, &r)
+		require.Empty(t, r.Error)
+		require.Equal(t, tc.term, r.Termination)
+		require.Equal(t, tc.turns, r.Turns)
+		require.True(t, r.Truncated)
+		require.Positive(t, r.Return)
+		require.Equal(t, tc.win, r.Success, "max_turns %d", tc.maxTurns)
+		require.Equal(t, r.Turns, int64(len(r.Replies)))
 	}
 }

@@ -22,12 +22,29 @@ import (
 	"github.com/spade-pipeline/spade/stages/envcheck"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/procedural"
+	"github.com/spade-pipeline/spade/stages/rollout/action"
 	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
-// AgentMaxTokens bounds one agent turn, in tokens.
-const AgentMaxTokens = 512
+// Termination values of a play (schemas.Rollout.Termination).
+const (
+	// TermTerminated: the environment ended the episode (terminated).
+	TermTerminated = "terminated"
+	// TermTruncated: the environment truncated the episode.
+	TermTruncated = "truncated"
+	// TermMaxTurns: the harness stopped at the turn limit, the smaller of
+	// the environment's max_turns and rollout.max_turns.
+	TermMaxTurns = "max_turns"
+	// TermMaxContext: a turn's prompt and completion reached
+	// rollout.max_context_tokens.
+	TermMaxContext = "max_context"
+	// TermAgentCut: the agent's reply was cut at rollout.max_tokens
+	// (finish_reason "length"); it was not stepped.
+	TermAgentCut = "agent_cut"
+	// TermError: the environment or the agent call failed (Error says how).
+	TermError = "error"
+)
 
 // Stage is the rollout stage; it runs every round.
 type Stage struct {
@@ -261,6 +278,7 @@ func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *
 	prog, err := sb.Load(ctx, t.Source)
 	if err != nil {
 		r.Error = "env load: " + err.Error()
+		r.Termination = TermError
 		return r
 	}
 	defer prog.Close()
@@ -283,6 +301,16 @@ func rewardBounds(t Target, meta sandbox.Meta) (lo, hi float64, ok bool) {
 // the episode ends or the turn limit (the smaller of the environment's and
 // rollout.max_turns) truncates it. Failures of the environment or the agent
 // end the play and are recorded in r.Error; the return so far stands.
+//
+// Each turn the reply's reasoning (the server's reasoning_content, <think>
+// blocks) is split from its answer (model.ReplyParts) and kept in the
+// transcript, never sent back; a tool call is the action of a tool-use
+// play; otherwise the action is extracted from the answer by
+// rollout.action_format (stages/rollout/action), and a reply without one
+// is stepped as it is and counted in r.Unextracted. A reply cut at
+// rollout.max_tokens (finish_reason "length") is not stepped: it ends the
+// play as an agent failure. r.Replies and r.FinishReasons record every
+// answered call; r.Termination says how the play ended.
 // What the validator checks on its probe episodes is checked again on
 // every step here (a reward outside reward_range, an observation over
 // envcheck.DefaultMaxObservationBytes): a program can tell the validator's
@@ -292,6 +320,7 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 	if hinted {
 		hint = t.Hint
 	}
+	r.Termination = TermError // until the play ends otherwise
 	lo, hi, bounded := rewardBounds(t, prog.Meta())
 	if !bounded {
 		r.Error = "env reset: no finite reward_range with low < high"
@@ -308,7 +337,7 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		return
 	}
 	msgs := []model.Message{
-		{Role: model.RoleSystem, Content: prompt.AgentSystem(hint, t.ToolUse)},
+		{Role: model.RoleSystem, Content: prompt.AgentSystem(hint, t.ToolUse, cfg.Rollout.ActionFormat)},
 		{Role: model.RoleUser, Content: ep.Observation},
 	}
 	var tools []model.Tool
@@ -330,31 +359,58 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 	}
 	var lastInfo json.RawMessage
 	defer func() { r.Messages = toRows(msgs) }()
+	samp := cfg.Rollout.Sampling()
+	obs := ep.Observation
+	cut := ""
 	for turn := 0; turn < limit; turn++ {
 		resp, err := backend.Chat(ctx, model.Request{
-			Messages: msgs, Tools: tools, N: 1, Temperature: cfg.Model.Temperature, MaxTokens: AgentMaxTokens, Seed: r.Seed,
+			Messages: withoutReasoning(msgs), Tools: tools, N: 1, Temperature: samp.Temperature, TopP: samp.TopP, MaxTokens: samp.MaxTokens, Seed: r.Seed,
 			Meta: map[string]string{procedural.MetaTask: "agent", procedural.MetaHint: hint, procedural.MetaSeed: fmt.Sprint(r.Seed)},
 		})
 		if err != nil {
 			r.Error = "agent: " + err.Error()
 			return
 		}
-		msg := resp.Choices[0].Message
-		action := strings.TrimSpace(msg.Content)
+		ch := resp.Choices[0]
+		msg := ch.Message
+		r.Replies = append(r.Replies, msg.Content)
+		r.FinishReasons = append(r.FinishReasons, ch.FinishReason)
+		reasoning, answer := model.ReplyParts(msg)
+		turnMsg := model.Message{Role: model.RoleAssistant, Content: answer, Reasoning: reasoning, ToolCalls: msg.ToolCalls}
+		if ch.FinishReason == model.FinishLength {
+			// A reply cut at its token budget is not an action, whatever
+			// it holds (half a thought, half a tool call): the play ends
+			// as the agent's failure, and the transcript keeps the reply.
+			msgs = append(msgs, turnMsg)
+			r.Error = fmt.Sprintf("agent: cut at max_tokens (finish_reason length at rollout.max_tokens %d)", samp.MaxTokens)
+			r.Termination = TermAgentCut
+			return
+		}
+		act := answer
 		obsMsg := model.Message{Role: model.RoleUser}
 		if len(msg.ToolCalls) > 0 {
+			if _, rest, ok := model.ParseToolCallText(answer, tools); ok {
+				// Calls the model wrote as text (model.ParseToolCallText)
+				// are sent back as tool_calls, not twice.
+				turnMsg.Content = rest
+			}
 			tc := msg.ToolCalls[0]
-			msg.ToolCalls = msg.ToolCalls[:1]
+			turnMsg.ToolCalls = msg.ToolCalls[:1]
 			if tc.ID == "" {
 				tc.ID = fmt.Sprintf("call_%d", turn)
-				msg.ToolCalls[0].ID = tc.ID
+				turnMsg.ToolCalls[0].ID = tc.ID
 			}
-			action = toolAction(tc)
+			act = toolAction(tc)
 			obsMsg = model.Message{Role: model.RoleTool, ToolCallID: tc.ID}
+		} else if !t.ToolUse {
+			var ok bool
+			if act, ok = action.Extract(cfg.Rollout.ActionFormat, answer, obs); !ok {
+				r.Unextracted++
+			}
 		}
-		msgs = append(msgs, model.Message{Role: model.RoleAssistant, Content: msg.Content, ToolCalls: msg.ToolCalls})
-		r.Actions = append(r.Actions, action)
-		st, err := ep.Step(ctx, action)
+		msgs = append(msgs, turnMsg)
+		r.Actions = append(r.Actions, act)
+		st, err := ep.Step(ctx, act)
 		if err != nil {
 			r.Error = "env step: " + err.Error()
 			return
@@ -386,17 +442,41 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		r.StepRewards = append(r.StepRewards, st.Reward)
 		r.Return += st.Reward
 		lastInfo = st.Info
+		obs = st.Observation
 		obsMsg.Content = st.Observation
 		msgs = append(msgs, obsMsg)
 		if st.Terminated || st.Truncated {
 			r.Terminated, r.Truncated = st.Terminated, st.Truncated
 			break
 		}
+		if m := cfg.Rollout.MaxContextTokens; m > 0 && resp.Usage.PromptTokens+resp.Usage.CompletionTokens >= m {
+			cut = TermMaxContext
+			break
+		}
 	}
-	if !r.Terminated && !r.Truncated {
-		r.Truncated = true
+	switch {
+	case r.Terminated:
+		r.Termination = TermTerminated
+	case r.Truncated:
+		r.Termination = TermTruncated
+	case cut != "":
+		r.Termination, r.Truncated = cut, true
+	default:
+		r.Termination, r.Truncated = TermMaxTurns, true
 	}
-	r.Success = success(lastInfo, r.Return)
+	r.Success = success(lastInfo, r.Return, r.Termination == TermMaxTurns || r.Termination == TermMaxContext)
+}
+
+// withoutReasoning is msgs as sent to the model: reasoning is kept in the
+// transcript but never sent back (chat templates such as Qwen3's drop
+// past reasoning themselves, and servers do not accept it as input).
+func withoutReasoning(msgs []model.Message) []model.Message {
+	out := make([]model.Message, len(msgs))
+	for i, m := range msgs {
+		m.Reasoning = ""
+		out[i] = m
+	}
+	return out
 }
 
 // toolAction turns a tool call into the environment's action text:
@@ -415,9 +495,11 @@ func toolAction(tc model.ToolCall) string {
 }
 
 // success is the play's win (docs/regret.md): the final step's
-// info["success"] when the environment reports a boolean, else a positive
-// return.
-func success(info json.RawMessage, ret float64) bool {
+// info["success"] when the environment reports a boolean; else a loss when
+// the harness cut the play (harnessCut: the turn limit or the context
+// bound ended it while the episode was still running, so a positive
+// return is progress, not a win); else a positive return.
+func success(info json.RawMessage, ret float64, harnessCut bool) bool {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(info, &m) == nil {
 		// A JSON null (Python None) unmarshals into a bool without error
@@ -427,13 +509,13 @@ func success(info json.RawMessage, ret float64) bool {
 			return *b
 		}
 	}
-	return ret > 0
+	return !harnessCut && ret > 0
 }
 
 func toRows(msgs []model.Message) []schemas.Message {
 	out := make([]schemas.Message, 0, len(msgs))
 	for _, m := range msgs {
-		row := schemas.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		row := schemas.Message{Role: m.Role, Content: m.Content, Reasoning: m.Reasoning, ToolCallID: m.ToolCallID}
 		if len(m.ToolCalls) > 0 {
 			b, _ := json.Marshal(m.ToolCalls)
 			row.ToolCalls = string(b)

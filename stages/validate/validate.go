@@ -16,6 +16,7 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/envcheck"
+	"github.com/spade-pipeline/spade/stages/rollout/action"
 )
 
 // EnvsPerPart is the unit of sharded validation work: the number of
@@ -43,7 +44,14 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 }
 
 // ConfigSubset implements pipeline.Stage.
-func (*Stage) ConfigSubset(c *config.Config) any { return c.Sandbox }
+// rollout.action_format is part of it: under valid_actions the check
+// actions_line runs.
+func (*Stage) ConfigSubset(c *config.Config) any {
+	return struct {
+		Sandbox      config.Sandbox
+		ActionFormat string
+	}{c.Sandbox, c.Rollout.ActionFormat}
+}
 
 // candidates returns the final attempts that produced code, one per env_id
 // (the first slot keeps a source two slots produced), sorted by slot.
@@ -110,7 +118,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	wp := pool.New().WithContext(ctx).WithMaxGoroutines(s.Eng.Workers())
 	for i, d := range cands {
 		wp.Go(func(ctx context.Context) error {
-			reports[i] = envcheck.Check(ctx, sb, d.Source, envcheck.Options{})
+			reports[i] = envcheck.Check(ctx, sb, d.Source, envcheck.Options{ActionsLine: env.Config.Rollout.ActionFormat == action.FormatValidActions})
 			return ctx.Err()
 		})
 	}
@@ -120,7 +128,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	for i, d := range cands {
 		rep := reports[i]
 		for seq, c := range rep.Checks {
-			v := schemas.Validation{EnvID: d.EnvID, SlotID: d.SlotID, Seq: int64(seq), Check: c.Name, Passed: c.Passed, Detail: c.Detail, TracebackTail: c.TracebackTail}
+			v := schemas.Validation{EnvID: d.EnvID, SlotID: d.SlotID, Seq: int64(seq), Check: c.Name, Passed: c.Passed, Skipped: c.Skipped, Detail: c.Detail, TracebackTail: c.TracebackTail}
 			if env.Config.Observe.Timings {
 				ms := c.Duration.Milliseconds()
 				v.MS = &ms

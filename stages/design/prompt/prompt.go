@@ -137,6 +137,15 @@ var SkillDescriptions = map[string]string{
 	"quantitative reasoning": "multi-step calculation, estimation and reasoning about quantities",
 }
 
+// SkillDescription is the built-in description of a skill named as the
+// config names it (sample.skills: "spatial_reasoning") or as the prompt
+// shows it ("spatial reasoning"): case, underscores, hyphens and spacing
+// do not matter. "" for a skill without one.
+func SkillDescription(skill string) string {
+	key := strings.Join(strings.Fields(strings.NewReplacer("_", " ", "-", " ").Replace(strings.ToLower(skill))), " ")
+	return SkillDescriptions[key]
+}
+
 //go:embed templates/*.tmpl
 var templateFS embed.FS
 
@@ -191,7 +200,7 @@ func Render(kind string, in Input) ([]model.Message, error) {
 		Feedback:         Excerpt(strings.TrimSpace(in.Feedback), MaxFeedbackChars),
 	}
 	if v.SkillDescription == "" {
-		v.SkillDescription = SkillDescriptions[strings.ToLower(v.Skill)]
+		v.SkillDescription = SkillDescription(v.Skill)
 	}
 	if v.Feedback != "" {
 		v.PreviousSource = codeExcerpt(in.PreviousSource, MaxPreviousSourceChars)
@@ -257,13 +266,20 @@ func RenderHint(source, kind, skill string) ([]model.Message, error) {
 
 // AgentSystem returns the reasoning agent's system prompt: text-action
 // play, or tool calling when toolUse, with a hint section when hint is not
-// blank (the hinted plays of SPADE sec. 4 step 6). It panics only if the
-// embedded template is broken, which the package tests rule out.
-func AgentSystem(hint string, toolUse bool) string {
+// blank (the hinted plays of SPADE sec. 4 step 6). format is
+// rollout.action_format (stages/rollout/action): the prompt asks for the
+// form the reply will be parsed in (valid_actions: the listed action,
+// alone on the last line after any reasoning; boxed: reasoning, then
+// \boxed{action}, as the public code asks; answer_tag:
+// <answer>action</answer>; raw: the action and nothing else). It panics
+// only if the embedded template is broken, which the package tests rule
+// out.
+func AgentSystem(hint string, toolUse bool, format string) string {
 	s, err := execute("agent_system", struct {
 		Hint    string
 		ToolUse bool
-	}{strings.TrimSpace(hint), toolUse})
+		Format  string
+	}{strings.TrimSpace(hint), toolUse, format})
 	if err != nil {
 		panic(err)
 	}

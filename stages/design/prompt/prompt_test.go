@@ -185,15 +185,31 @@ func TestAgentSystem(t *testing.T) {
 		name    string
 		hint    string
 		toolUse bool
+		format  string
 	}{
-		{"text", "", false},
-		{"text_hint", "Add 3 while the gap exceeds 3.", false},
-		{"tooluse", "", true},
-		{"tooluse_hint", "Look up the order before refunding it.", true},
+		{"text", "", false, "valid_actions"},
+		{"text_hint", "Add 3 while the gap exceeds 3.", false, "valid_actions"},
+		{"text_boxed", "", false, "boxed"},
+		{"text_answer_tag", "", false, "answer_tag"},
+		{"text_raw", "", false, "raw"},
+		{"tooluse", "", true, "valid_actions"},
+		{"tooluse_hint", "Look up the order before refunding it.", true, "boxed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := AgentSystem(tc.hint, tc.toolUse)
+			s := AgentSystem(tc.hint, tc.toolUse, tc.format)
+			switch {
+			case tc.toolUse:
+				assert.Contains(t, s, "call exactly one tool")
+			case tc.format == "boxed":
+				assert.Contains(t, s, `\boxed{}`, "the prompt asks for the form the reply is parsed in")
+			case tc.format == "answer_tag":
+				assert.Contains(t, s, "<answer>a</answer>")
+			case tc.format == "raw":
+				assert.Contains(t, s, "your whole reply is taken as your action")
+			default:
+				assert.Contains(t, s, "alone on the last line")
+			}
 			golden(t, "agent_system_"+tc.name, s+"\n")
 			if tc.hint != "" {
 				assert.Contains(t, s, tc.hint)
@@ -222,4 +238,21 @@ func TestExcerpt(t *testing.T) {
 	assert.Equal(t, "hello world [...]", Excerpt("hello world again", 12), "cut at a space near the limit")
 	assert.Equal(t, "hello wo [...]", Excerpt("hello world", 8), "no space in the last fifth: hard cut")
 	assert.Equal(t, "ééééé [...]", Excerpt("éééééé", 5))
+}
+
+// TestSkillDescriptionConfigNames: sample.skills names skills with
+// underscores (spatial_reasoning); the prompt must still carry the
+// skill's description.
+func TestSkillDescriptionConfigNames(t *testing.T) {
+	for _, skill := range []string{"spatial_reasoning", "Spatial Reasoning", "spatial-reasoning", "spatial reasoning"} {
+		in := fixtureInput()
+		in.Skill, in.SkillDescription = skill, ""
+		msgs, err := Render(KindGame, in)
+		require.NoError(t, err)
+		assert.Contains(t, msgs[1].Content, SkillDescriptions["spatial reasoning"], "skill %q", skill)
+	}
+	for _, s := range []string{"logical_deduction", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"} {
+		assert.NotEmpty(t, SkillDescription(s), s)
+	}
+	assert.Empty(t, SkillDescription("juggling"))
 }

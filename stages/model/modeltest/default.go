@@ -1,10 +1,6 @@
 package modeltest
 
 import (
-	"encoding/json"
-	"hash/fnv"
-	"io"
-	"strconv"
 	"strings"
 
 	"github.com/spade-pipeline/spade/stages/model"
@@ -94,52 +90,12 @@ func Classify(req model.Request) string {
 // a designer prompt gets envSource in one python code block; a hint prompt
 // gets hint; an agent prompt with tools gets a call of one tool; any other
 // agent prompt gets one of the actions listed on the last "Valid actions:"
-// line of the conversation (chosen by a hash of the conversation, seed and
+// line of the conversation (chosen by a hash of the observations, seed and
 // sample index, so answers are deterministic but varied), or "done".
-// It answers N choices (N <= 0 means 1).
+// It answers N choices (N <= 0 means 1). It is BehavingHandler with the
+// zero Behaviour.
 func DefaultHandler(envSource, hint string) Handler {
-	return func(req Request) Reply {
-		n := req.Chat.N
-		if n <= 0 {
-			n = 1
-		}
-		choices := make([]model.Choice, n)
-		role := Classify(req.Chat)
-		for i := range choices {
-			msg := model.Message{Role: model.RoleAssistant}
-			switch role {
-			case RoleDesign:
-				msg.Content = "Here is the environment.\n\n```python\n" + envSource + "```\n"
-			case RoleHint:
-				msg.Content = hint
-			default:
-				msg = agentAnswer(req.Chat, i)
-			}
-			choices[i] = model.Choice{Message: msg}
-		}
-		return Reply{Choices: choices}
-	}
-}
-
-func agentAnswer(req model.Request, sample int) model.Message {
-	h := fnv.New64a()
-	for _, m := range req.Messages {
-		_, _ = io.WriteString(h, m.Content)
-	}
-	_, _ = io.WriteString(h, strconv.FormatInt(req.Seed, 10)+"/"+strconv.Itoa(sample))
-	pick := h.Sum64()
-	if len(req.Tools) > 0 {
-		t := req.Tools[pick%uint64(len(req.Tools))]
-		args, _ := json.Marshal(map[string]any{})
-		return model.Message{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{{
-			ID: "call_" + strconv.FormatUint(pick%1_000_000, 10), Name: t.Name, Arguments: string(args),
-		}}}
-	}
-	actions := lastValidActions(req.Messages)
-	if len(actions) == 0 {
-		return model.Message{Role: model.RoleAssistant, Content: "done"}
-	}
-	return model.Message{Role: model.RoleAssistant, Content: actions[pick%uint64(len(actions))]}
+	return BehavingHandler(envSource, hint, Behaviour{})
 }
 
 // lastValidActions parses the newest "Valid actions: a | b | c" line.

@@ -139,6 +139,7 @@ type config struct {
 	record     bool
 	envSource  string
 	hint       string
+	behaviour  Behaviour
 }
 
 // WithHandler sets the function that answers each request (default:
@@ -182,6 +183,12 @@ func WithEnvSource(src string) Option { return func(c *config) { c.envSource = s
 // WithHint sets the text the default handler returns to hint prompts.
 func WithHint(hint string) Option { return func(c *config) { c.hint = hint } }
 
+// WithBehaviour makes the server answer the way a real model and server
+// do (see Behaviour): the default handler shapes its answers by it, and
+// the server-level parts (RejectTools, VLLMErrors) apply whatever the
+// handler.
+func WithBehaviour(b Behaviour) Option { return func(c *config) { c.behaviour = b } }
+
 // Server is a running test server. Its methods are safe for concurrent use.
 type Server struct {
 	// URL is the API root to use as a client's base URL,
@@ -213,7 +220,7 @@ func New(opts ...Option) (*Server, error) {
 		o(&cfg)
 	}
 	if cfg.handler == nil {
-		cfg.handler = DefaultHandler(cfg.envSource, cfg.hint)
+		cfg.handler = BehavingHandler(cfg.envSource, cfg.hint, cfg.behaviour)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -334,7 +341,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if decErr != nil {
-		writeError(w, http.StatusBadRequest, decErr.Error(), "invalid_request_error", "", "")
+		s.writeError(w, http.StatusBadRequest, decErr.Error(), "invalid_request_error", "", "")
+		return
+	}
+	if s.cfg.behaviour.RejectTools && len(chatReq.Tools) > 0 {
+		s.writeError(w, http.StatusBadRequest, AutoToolChoiceMessage, "BadRequestError", "", "")
 		return
 	}
 
@@ -362,7 +373,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.status != http.StatusOK {
-		writeError(w, a.status, a.message, a.typ, a.code, a.retryAfter)
+		s.writeError(w, a.status, a.message, a.typ, a.code, a.retryAfter)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -452,6 +463,25 @@ func writeError(w http.ResponseWriter, status int, message, typ, code, retryAfte
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(errorBody(message, typ, code))
+}
+
+// AutoToolChoiceMessage is vLLM's answer (HTTP 400) to a request that
+// declares tools when the server runs without --enable-auto-tool-choice.
+const AutoToolChoiceMessage = `"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`
+
+// writeError writes an error answer in the OpenAI shape, or in vLLM's
+// under Behaviour.VLLMErrors.
+func (s *Server) writeError(w http.ResponseWriter, status int, message, typ, code, retryAfter string) {
+	if !s.cfg.behaviour.VLLMErrors {
+		writeError(w, status, message, typ, code, retryAfter)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(vllmErrorBody(message, typ, status))
 }
 
 func orDefault(s, def string) string {

@@ -64,10 +64,13 @@ type wireChoice struct {
 }
 
 type wireOutMessage struct {
-	Role      string         `json:"role"`
-	Content   *string        `json:"content"`
-	Refusal   *string        `json:"refusal"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+	Role    string  `json:"role"`
+	Content *string `json:"content"`
+	Refusal *string `json:"refusal"`
+	// ReasoningContent is vLLM's and SGLang's field for the reasoning a
+	// reasoning parser split off the content.
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type wireUsage struct {
@@ -204,7 +207,12 @@ func encodeCompletion(id int64, modelName string, req model.Request, choices []m
 	completion := 0
 	for i, c := range choices {
 		msg := wireOutMessage{Role: "assistant"}
-		if c.Message.Content != "" || len(c.Message.ToolCalls) == 0 {
+		if c.Message.Reasoning != "" {
+			r := c.Message.Reasoning
+			msg.ReasoningContent = &r
+			completion += approxTokens(r)
+		}
+		if c.Message.Content != "" || (len(c.Message.ToolCalls) == 0 && c.Message.Reasoning == "") {
 			content := c.Message.Content
 			msg.Content = &content
 		}
@@ -242,6 +250,14 @@ func encodeCompletion(id int64, modelName string, req model.Request, choices []m
 // approxTokens is a deterministic stand-in for a tokenizer: about four
 // bytes of English per token.
 func approxTokens(s string) int { return (len(s) + 3) / 4 }
+
+// vllmErrorBody renders vLLM's ErrorResponse as its OpenAI-compatible
+// server sends it: the fields at the top level, "object": "error", the
+// HTTP status as code.
+func vllmErrorBody(message, typ string, status int) []byte {
+	b, _ := json.Marshal(map[string]any{"object": "error", "message": message, "type": typ, "param": nil, "code": status})
+	return b
+}
 
 // errorBody renders an OpenAI-style error object.
 func errorBody(message, typ, code string) []byte {

@@ -119,6 +119,17 @@ type Config struct {
 	// WarnInterval is the least time between two outage warnings
 	// (default DefaultWarnInterval, 30 s).
 	WarnInterval time.Duration
+	// ExtraBody holds top-level request fields sent as they are with every
+	// call, as the OpenAI Python client's extra_body does: vLLM and SGLang
+	// extensions such as "chat_template_kwargs" ({"enable_thinking":
+	// false} for Qwen3), "top_k", "repetition_penalty". A key the request
+	// already carries (temperature, max_tokens, ...) is replaced by its
+	// value here. nil sends nothing.
+	ExtraBody map[string]any
+	// ToolChoice is the tool_choice sent with requests that declare tools:
+	// "auto", "required" or "none"; "" sends none, and the server applies
+	// its default (vLLM: "auto" when tools are given).
+	ToolChoice string
 }
 
 // Backend is a model.Backend talking to one OpenAI-compatible server. It is
@@ -260,9 +271,15 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 	if err != nil {
 		return model.Response{}, fmt.Errorf("%s: %w", b.name, err)
 	}
+	if b.cfg.ToolChoice != "" && len(req.Tools) > 0 {
+		params.ToolChoice = oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: param.NewOpt(b.cfg.ToolChoice)}
+	}
+	if len(b.cfg.ExtraBody) > 0 {
+		params.SetExtraFields(b.cfg.ExtraBody)
+	}
 	jitterSeed := requestSeed(b.cfg.Model, req)
 	for attempt := 0; ; attempt++ {
-		resp, cerr := b.attempt(ctx, params)
+		resp, cerr := b.attempt(ctx, params, req.Tools)
 		if cerr == nil {
 			b.noteAnswer()
 			return resp, nil
@@ -442,7 +459,7 @@ func (c *cappedBody) Read(p []byte) (int, error) {
 func (c *cappedBody) Close() error { return c.r.Close() }
 
 // attempt makes one HTTP request while holding a concurrency slot.
-func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams) (model.Response, *model.CallError) {
+func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams, tools []model.Tool) (model.Response, *model.CallError) {
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -488,7 +505,7 @@ func (b *Backend) attempt(ctx context.Context, params oa.ChatCompletionNewParams
 		return model.Response{}, &model.CallError{Status: c.status, Retryable: true,
 			Err: fmt.Errorf("%w: %s", model.ErrMalformedResponse, b.redact(strings.ToValidUTF8(err.Error(), "\uFFFD")))}
 	}
-	return fromCompletion(comp), nil
+	return fromCompletion(comp, tools), nil
 }
 
 // checkShape refuses what the SDK's lenient decoding lets through: a
@@ -562,6 +579,9 @@ func (b *Backend) classify(ctx, actx context.Context, c capture, err error) *mod
 			RetryAfter: retryAfter(c.header, time.Now()),
 			Message:    b.redact(strings.ToValidUTF8(errorMessage(c.body), "\uFFFD")),
 		}
+		if c.status == http.StatusBadRequest && needsAutoToolChoice(e.Message) {
+			e.Message += " (" + AutoToolChoiceAdvice + ")"
+		}
 		return e
 	case c.tooLarge:
 		// Not retried: a server that ignores max_tokens does so again.
@@ -601,13 +621,40 @@ func transientTransport(err error) bool {
 		errors.As(err, &op) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// errorMessage extracts error.message from an OpenAI-style error body, or
-// a one-line excerpt of any other body.
+// AutoToolChoiceAdvice is what the error of a call rejected because the
+// server cannot choose tools on its own says to do about it. vLLM answers
+// HTTP 400 '"auto" tool choice requires --enable-auto-tool-choice and
+// --tool-call-parser to be set' to every request that declares tools
+// unless it was started with both flags.
+const AutoToolChoiceAdvice = "the server must be started with --enable-auto-tool-choice and a --tool-call-parser (hermes for Qwen2.5 and Qwen3), or the plays cannot call tools"
+
+// needsAutoToolChoice reports whether a 400's message is vLLM's refusal of
+// tool requests without --enable-auto-tool-choice.
+func needsAutoToolChoice(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "enable-auto-tool-choice") || (strings.Contains(m, "auto") && strings.Contains(m, "tool choice") && strings.Contains(m, "requires"))
+}
+
+// errorMessage extracts the message of an error body: error.message of
+// the OpenAI shape ({"error": {"message": ...}}), the top-level message
+// of vLLM's ErrorResponse ({"object": "error", "message": ..., "type":
+// ..., "code": 400}) and FastAPI's detail, or a one-line excerpt of any
+// other body.
 func errorMessage(body []byte) string {
 	var e struct {
-		Error json.RawMessage `json:"error"`
+		Error   json.RawMessage `json:"error"`
+		Object  string          `json:"object"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
 	}
-	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 {
+	if json.Unmarshal(body, &e) == nil && e.Object == "error" && strings.TrimSpace(e.Message) != "" {
+		return e.Message
+	}
+	var detail string
+	if e.Detail != nil && json.Unmarshal(e.Detail, &detail) == nil && strings.TrimSpace(detail) != "" {
+		return detail
+	}
+	if len(e.Error) > 0 {
 		var obj struct {
 			Message string `json:"message"`
 		}
@@ -793,8 +840,16 @@ func toMessage(m model.Message) (oa.ChatCompletionMessageParamUnion, error) {
 }
 
 // fromCompletion maps the SDK's response onto model.Response, choices in
-// index order.
-func fromCompletion(c *oa.ChatCompletion) model.Response {
+// index order. Message.Reasoning is the message's "reasoning_content"
+// (vLLM and SGLang reasoning parsers), else its "reasoning" (newer vLLM,
+// OpenRouter, Ollama). When the request declared tools and a message
+// carries no tool_calls, the calls the model wrote as text are read from
+// its content (model.ParseToolCallText: Hermes <tool_call> blocks, or a
+// bare JSON call of a declared tool) and a finish_reason "stop" becomes
+// "tool_calls", as a server running a tool parser answers; the content
+// stays as the model wrote it (the caller drops the call text from what
+// it sends back: model.ParseToolCallText's rest).
+func fromCompletion(c *oa.ChatCompletion, tools []model.Tool) model.Response {
 	choices := append([]oa.ChatCompletionChoice(nil), c.Choices...)
 	sort.SliceStable(choices, func(i, j int) bool { return choices[i].Index < choices[j].Index })
 	// Text from the server reaches Parquet, which needs valid UTF-8
@@ -809,7 +864,7 @@ func fromCompletion(c *oa.ChatCompletion) model.Response {
 		Choices: make([]model.Choice, 0, len(choices)),
 	}
 	for _, ch := range choices {
-		msg := model.Message{Role: model.RoleAssistant, Content: valid(ch.Message.Content)}
+		msg := model.Message{Role: model.RoleAssistant, Content: valid(ch.Message.Content), Reasoning: valid(reasoningField(ch.Message.RawJSON()))}
 		for _, tc := range ch.Message.ToolCalls {
 			call := model.ToolCall{ID: valid(tc.ID), Name: valid(tc.Function.Name), Arguments: valid(tc.Function.Arguments)}
 			if tc.Type == "custom" {
@@ -817,9 +872,37 @@ func fromCompletion(c *oa.ChatCompletion) model.Response {
 			}
 			msg.ToolCalls = append(msg.ToolCalls, call)
 		}
-		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: valid(ch.FinishReason)})
+		finish := valid(ch.FinishReason)
+		if len(tools) > 0 && len(msg.ToolCalls) == 0 {
+			if calls, _, ok := model.ParseToolCallText(msg.Content, tools); ok {
+				msg.ToolCalls = calls
+				if finish == "stop" {
+					finish = "tool_calls"
+				}
+			}
+		}
+		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: finish})
 	}
 	return out
+}
+
+// reasoningField reads the reasoning text of a raw message object:
+// "reasoning_content", else "reasoning"; "" when neither is a string.
+func reasoningField(raw string) string {
+	var m struct {
+		ReasoningContent *string `json:"reasoning_content"`
+		Reasoning        *string `json:"reasoning"`
+	}
+	if raw == "" || json.Unmarshal([]byte(raw), &m) != nil {
+		return ""
+	}
+	if m.ReasoningContent != nil && *m.ReasoningContent != "" {
+		return *m.ReasoningContent
+	}
+	if m.Reasoning != nil {
+		return *m.Reasoning
+	}
+	return ""
 }
 
 // tokenCount keeps a server's usage count within [0, 10^12] tokens: a
