@@ -104,7 +104,7 @@ var (
 	Labels       = define("labels", 1, []string{"env_id"}, func(a, b *Label) int { return strings.Compare(a.EnvID, b.EnvID) })
 	Memory       = define("memory", 1, []string{"seq"}, func(a, b *MemoryEntry) int { return cmp.Compare(a.Seq, b.Seq) })
 	Pool         = define("pool", 1, []string{"env_id"}, func(a, b *PoolEnv) int { return strings.Compare(a.EnvID, b.EnvID) })
-	TrainBatch   = define("train_batch", 1, []string{"sample_id"}, func(a, b *TrainSample) int { return strings.Compare(a.SampleID, b.SampleID) })
+	TrainBatch   = define("train_batch", 2, []string{"sample_id"}, func(a, b *TrainSample) int { return strings.Compare(a.SampleID, b.SampleID) })
 	TrainMetrics = define("train_metrics", 1, []string{"step", "name"}, func(a, b *TrainMetric) int {
 		return cmp.Or(cmp.Compare(a.Step, b.Step), strings.Compare(a.Name, b.Name))
 	})

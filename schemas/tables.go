@@ -355,6 +355,12 @@ type TrainSample struct {
 	// MaskSource says which tokens train: "assistant_turns" (agent) or
 	// "last_assistant" (designer response).
 	MaskSource string `parquet:"mask_source" json:"mask_source"`
+	// SampledRound is the round whose policy sampled the sequence: the
+	// batch's own round for agent samples and, with grpo.designer_delay
+	// d, round r-d for the designer samples that grpo(r) trains (their
+	// policy was checkpoint(r-d-1); the trainer corrects the mismatch
+	// with truncated importance sampling, docs/training.md).
+	SampledRound int64 `parquet:"sampled_round" json:"sampled_round"`
 }
 
 // TrainMetric is one metric of the trainer. Table "train_metrics", key
