@@ -358,8 +358,9 @@ type TrainSample struct {
 	// SampledRound is the round whose policy sampled the sequence: the
 	// batch's own round for agent samples and, with grpo.designer_delay
 	// d, round r-d for the designer samples that grpo(r) trains (their
-	// policy was checkpoint(r-d-1); the trainer corrects the mismatch
-	// with truncated importance sampling, docs/training.md).
+	// policy was checkpoint(r-d-1): what a truncated importance-sampling
+	// correction, not applied by the trainer yet, would weigh against;
+	// docs/training.md "Designer delay").
 	SampledRound int64 `parquet:"sampled_round" json:"sampled_round"`
 }
 

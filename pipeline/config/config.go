@@ -351,21 +351,12 @@ type GRPO struct {
 	// are trained by grpo(s + d), their reward computed over the plays of
 	// rounds s..s+d-1 (public code --spade-proposer-training-delay: 4 for
 	// games, 8 for tool use; docs/training.md "Designer delay"). 0 (the
-	// default) trains them in round s. 0..2^20.
+	// default) trains them in round s. 0..2^20. The public code corrects
+	// the policy mismatch with truncated importance sampling (--use-tis);
+	// the trainer does not apply it yet (docs/training.md "Designer
+	// delay").
 	DesignerDelay int `yaml:"designer_delay" json:"designer_delay,omitempty"`
-	// TISClip is the upper clip of the truncated importance-sampling
-	// weight of a delayed designer sample, exp(logp_now - logp_sampler)
-	// per token (public code --use-tis with slime's --tis-clip, default
-	// 2); > 0. Pinned as 0 when 2.
-	TISClip float64 `yaml:"tis_clip" json:"tis_clip,omitempty"`
-	// TISClipLow is the weight's lower clip (slime --tis-clip-low,
-	// default 0); 0 <= TISClipLow <= TISClip.
-	TISClipLow float64 `yaml:"tis_clip_low" json:"tis_clip_low,omitempty"`
 }
-
-// DefaultTISClip is slime's --tis-clip default, which the public recipes
-// keep.
-const DefaultTISClip = 2.0
 
 // Observe configures what is measured besides data.
 type Observe struct {
@@ -391,7 +382,7 @@ func Default() Config {
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()},
 		Memory:  Memory{Capacity: 200},
-		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TISClip: DefaultTISClip},
+		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600},
 	}
 }
 
@@ -722,9 +713,6 @@ func (c Config) problems() []problem {
 	if lp := c.Label.LearningPotential; !nonFinite["label.learning_potential.gamma_fast"] && !nonFinite["label.learning_potential.gamma_slow"] && !(lp.GammaSlow > 0 && lp.GammaSlow < lp.GammaFast && lp.GammaFast <= 1) {
 		add(fmt.Sprintf("label.learning_potential must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
 	}
-	if g := c.GRPO; !nonFinite["grpo.tis_clip"] && !nonFinite["grpo.tis_clip_low"] && !(g.TISClipLow >= 0 && g.TISClipLow <= g.TISClip && g.TISClip > 0) {
-		add(fmt.Sprintf("grpo.tis_clip and grpo.tis_clip_low must satisfy 0 <= tis_clip_low <= tis_clip, tis_clip > 0 (got %g, %g)", g.TISClip, g.TISClipLow), "grpo.tis_clip", "grpo.tis_clip_low")
-	}
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
 		add(fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh), "label.band_low", "label.band_high")
 	}
@@ -779,9 +767,6 @@ func (c Config) pinDefaults() Config {
 	if c.Label.LearningPotential == DefaultLearningPotential() {
 		c.Label.LearningPotential = LearningPotential{}
 	}
-	if c.GRPO.TISClip == DefaultTISClip {
-		c.GRPO.TISClip = 0
-	}
 	return c
 }
 
@@ -799,9 +784,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Label.LearningPotential == (LearningPotential{}) {
 		c.Label.LearningPotential = d.Label.LearningPotential
-	}
-	if c.GRPO.TISClip == 0 {
-		c.GRPO.TISClip = d.GRPO.TISClip
 	}
 	return c
 }
