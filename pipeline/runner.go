@@ -321,6 +321,9 @@ func ReadRunFile(ctx context.Context, s storage.Store, run string) (*RunFile, er
 	if rf.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("%s: %w %d", RunFileKey(run), ErrUnknownVersion, rf.FormatVersion)
 	}
+	// Settings added since the file was written read as their defaults,
+	// which is what the run ran with (the digest leaves them out).
+	rf.Config = rf.Config.WithDefaults()
 	return &rf, nil
 }
 

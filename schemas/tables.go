@@ -396,6 +396,13 @@ type TrainSample struct {
 	// MaskSource says which tokens train: "assistant_turns" (agent) or
 	// "last_assistant" (designer response).
 	MaskSource string `parquet:"mask_source" json:"mask_source"`
+	// SampledRound is the round whose policy sampled the sequence: the
+	// batch's own round for agent samples and, with grpo.designer_delay
+	// d, round r-d for the designer samples that grpo(r) trains (their
+	// policy was checkpoint(r-d-1): what a truncated importance-sampling
+	// correction, not applied by the trainer yet, would weigh against;
+	// docs/training.md "Designer delay").
+	SampledRound int64 `parquet:"sampled_round" json:"sampled_round"`
 }
 
 // TrainMetric is one metric of the trainer. Table "train_metrics", key

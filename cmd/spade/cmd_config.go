@@ -35,7 +35,11 @@ func newConfigCmd(g *globals) *cobra.Command {
 				}
 				return json.NewEncoder(os.Stdout).Encode(rows)
 			}
-			fmt.Printf("# store = %s  (--store / SPADE_STORE)\n# run = %s  (--run / SPADE_RUN)\n# config digest = %s\n", g.storeURL, g.runName, cfg.Digest())
+			recipe := cfg.Recipe
+			if recipe == "" {
+				recipe = "(none: a config of your own; configs/*.yaml are the recipes, docs/recipes.md)"
+			}
+			fmt.Printf("# store = %s  (--store / SPADE_STORE)\n# run = %s  (--run / SPADE_RUN)\n# recipe = %s\n# config digest = %s\n", g.storeURL, g.runName, recipe, cfg.Digest())
 			for _, line := range config.Show(cfg, src) {
 				fmt.Println(line)
 			}

@@ -80,7 +80,7 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := report.Render(f, g.runName, runBand, rounds); err != nil {
+			if err := report.RenderRecipe(f, g.runName, cfg.Recipe, runBand, rounds); err != nil {
 				f.Close()
 				return err
 			}

@@ -35,6 +35,14 @@ var ErrInvalid = errors.New("invalid configuration")
 // environment variable of a field is SPADE_ + its dotted path upper-cased
 // with dots as underscores (model.base_url -> SPADE_MODEL_BASE_URL).
 type Config struct {
+	// Recipe names the recipe the config follows: the base name of its
+	// file under configs/ (games-30b-a3b, ablation-no-memory, ...; see
+	// docs/recipes.md), or "" for a config of the user's own. It is a
+	// label: spade config show and the report print it, nothing else
+	// reads it. Pinned (two runs of different recipes are different runs);
+	// left out of the digest when empty, so runs pinned before the setting
+	// existed keep their digest.
+	Recipe string `yaml:"recipe" json:"recipe,omitempty"`
 	// Seed is the run seed every derived seed comes from.
 	Seed int64 `yaml:"seed" json:"seed"`
 	// Workers bounds parallel parts and sandboxes (0 = number of CPUs).
@@ -64,6 +72,34 @@ type Config struct {
 	GRPO GRPO `yaml:"grpo" json:"grpo"`
 	// Observe holds the observe.* settings: wall-clock measurements.
 	Observe Observe `yaml:"observe" json:"observe"`
+	// Ablation holds the ablation.* switches: the public code's ablation
+	// launchers as settings (docs/recipes.md). All false is full SPADE;
+	// left out of the digest then.
+	Ablation Ablation `yaml:"ablation" json:"ablation,omitzero"`
+}
+
+// Ablation switches off one part of SPADE each, as the public code's
+// ablation launchers do (spade-rl/spade cmd/ablations/; paper sec. 6,
+// table "ablations"). All false is the full method.
+type Ablation struct {
+	// NoGrounding samples no grounding documents: slots carry no
+	// documents and the corpus-grounded prompt kind is replaced by the
+	// generic multi-turn game (public code: train_no_corpus_30b.sh,
+	// CORPUS_FILE="", which drops to the non-corpus template; paper:
+	// Vendi/n falls from 0.68 to 0.04 without grounding).
+	NoGrounding bool `yaml:"no_grounding" json:"no_grounding,omitempty"`
+	// NoMemory shows the designer no memory seeds (public code:
+	// NO_ENV_MEMORY=1, train_no_memory_30b.sh). The memory table is
+	// still written, so its content stays comparable.
+	NoMemory bool `yaml:"no_memory" json:"no_memory,omitempty"`
+	// FrozenDesigner trains no designer sample: the designer keeps the
+	// base policy's behaviour as far as the backend allows (public code:
+	// NO_PROPOSER_TRAIN=1, train_no_ed_training_no_memory_30b.sh, which
+	// also sets NO_ENV_MEMORY). With one shared model the designer is
+	// still served by checkpoint(r-1), which the agent's samples move;
+	// per-role backends (model.roles.designer, once they exist) serve it
+	// the base checkpoint instead (docs/recipes.md).
+	FrozenDesigner bool `yaml:"frozen_designer" json:"frozen_designer,omitempty"`
 }
 
 // Sample configures corpus sampling and the skill curriculum (SPADE.md
@@ -267,6 +303,94 @@ type Label struct {
 	// BandHigh is the upper end of the learnable band, inclusive (default
 	// 0.8).
 	BandHigh float64 `yaml:"band_high" json:"band_high"`
+	// DesignerReward is the designer reward formula (docs/regret.md):
+	// "regret" (default: clip(regret / reward width, -1, 1)), "blend"
+	// (the public recipes' REWARD_VARIANT=blend), "learning_potential"
+	// or "solve_rate" (the public code's reward ablations). Pinned as ""
+	// when "regret", so runs pinned before the setting keep their digest.
+	DesignerReward string `yaml:"designer_reward" json:"designer_reward,omitempty"`
+	// Blend holds the parameters of the blend and solve_rate rewards.
+	Blend Blend `yaml:"blend" json:"blend,omitzero"`
+	// LearningPotential holds the EMA rates of the learning_potential
+	// reward.
+	LearningPotential LearningPotential `yaml:"learning_potential" json:"learning_potential,omitzero"`
+}
+
+// Blend parameterises the blend designer reward (public code:
+// spade/core/utils/delayed_env_rewards.py recompute_delayed_env_rewards_blend,
+// with the recipes' flags of cmd/games/train_spade_*.sh):
+//
+//	blend = PlateauWeight x plateau(win rate) + RegretWeight x R
+//	R     = clip(regret / width / RegretScale, 0, 1)   (RegretFloor)
+//	      = regret / width / RegretScale               (otherwise)
+//
+// plateau is 1 on [PlateauLow, PlateauHigh] and falls linearly to 0 over
+// PlateauRamp on either side. solve_rate is plateau(win rate) alone.
+type Blend struct {
+	// PlateauWeight weights the plateau of the win rate (public: 0.6);
+	// >= 0.
+	PlateauWeight float64 `yaml:"plateau_weight" json:"plateau_weight"`
+	// RegretWeight weights the scaled regret (public: 0.4); >= 0.
+	RegretWeight float64 `yaml:"regret_weight" json:"regret_weight"`
+	// RegretScale divides the width-normalised regret (public
+	// --spade-regret-scale 0.15); > 0.
+	RegretScale float64 `yaml:"regret_scale" json:"regret_scale"`
+	// RegretFloor clips the scaled regret to [0, 1] (public
+	// --spade-regret-floor, set in every recipe). Without it a negative
+	// regret can make the blend negative, and a negative blend is masked:
+	// the design is not a training sample.
+	RegretFloor bool `yaml:"regret_floor" json:"regret_floor"`
+	// PlateauLow and PlateauHigh bound the plateau's top, in win rate
+	// (public 0.4 and 0.6); 0 <= low <= high <= 1.
+	PlateauLow float64 `yaml:"plateau_low" json:"plateau_low"`
+	// PlateauHigh is the top's upper end (public 0.6).
+	PlateauHigh float64 `yaml:"plateau_high" json:"plateau_high"`
+	// PlateauRamp is the width in win rate over which the plateau falls
+	// from 1 to 0 outside its top (public 0.25); > 0.
+	PlateauRamp float64 `yaml:"plateau_ramp" json:"plateau_ramp"`
+}
+
+// DefaultBlend is the public recipes' blend (cmd/games/train_spade_30b.sh,
+// REWARD_VARIANT=blend).
+func DefaultBlend() Blend {
+	return Blend{PlateauWeight: 0.6, RegretWeight: 0.4, RegretScale: 0.15, RegretFloor: true, PlateauLow: 0.4, PlateauHigh: 0.6, PlateauRamp: 0.25}
+}
+
+// LearningPotential parameterises the learning_potential designer reward
+// |win rate - baseline(skill)|, the baseline being the slow one of two
+// exponential moving averages of the skill's per-round mean win rate
+// (public code: spade/core/learning_potential.py, where a rate weights the
+// new value: mu <- (1 - gamma) mu + gamma x).
+type LearningPotential struct {
+	// GammaFast is the fast average's rate (public recipes --spade-gamma1
+	// 0.98); in (0, 1], > GammaSlow. Only the slow average enters the
+	// reward; the fast one is kept for the potential metric.
+	GammaFast float64 `yaml:"gamma_fast" json:"gamma_fast"`
+	// GammaSlow is the slow average's rate (public recipes --spade-gamma2
+	// 0.85); in (0, 1).
+	GammaSlow float64 `yaml:"gamma_slow" json:"gamma_slow"`
+}
+
+// DefaultLearningPotential is the public recipes' rates.
+func DefaultLearningPotential() LearningPotential {
+	return LearningPotential{GammaFast: 0.98, GammaSlow: 0.85}
+}
+
+// The designer reward formulas of label.designer_reward.
+const (
+	DesignerRewardRegret            = "regret"
+	DesignerRewardBlend             = "blend"
+	DesignerRewardLearningPotential = "learning_potential"
+	DesignerRewardSolveRate         = "solve_rate"
+)
+
+// DesignerRewardKind returns label.designer_reward with "" (a run pinned
+// before the setting existed) read as "regret".
+func (l Label) DesignerRewardKind() string {
+	if l.DesignerReward == "" {
+		return DesignerRewardRegret
+	}
+	return l.DesignerReward
 }
 
 // Memory configures environment memory (SPADE.md step 7).
@@ -314,6 +438,16 @@ type GRPO struct {
 	// answer only; a turn that was all reasoning then has no text, and
 	// its play is not a sample). docs/training.md.
 	TrainReasoning string `yaml:"train_reasoning" json:"train_reasoning"`
+
+	// DesignerDelay is d: the designer samples of regeneration round s
+	// are trained by grpo(s + d), their reward computed over the plays of
+	// rounds s..s+d-1 (public code --spade-proposer-training-delay: 4 for
+	// games, 8 for tool use; docs/training.md "Designer delay"). 0 (the
+	// default) trains them in round s. 0..2^20. The public code corrects
+	// the policy mismatch with truncated importance sampling (--use-tis);
+	// the trainer does not apply it yet (docs/training.md "Designer
+	// delay").
+	DesignerDelay int `yaml:"designer_delay" json:"designer_delay,omitempty"`
 }
 
 // Observe configures what is measured besides data.
@@ -339,7 +473,7 @@ func Default() Config {
 		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096},
 		Hint:    Hint{Temperature: 1.0, MaxTokens: 512},
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: "valid_actions"},
-		Label:   Label{BandLow: 0.2, BandHigh: 0.8},
+		Label:   Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()},
 		Memory:  Memory{Capacity: 200},
 		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated"},
 	}
@@ -587,6 +721,7 @@ func (c Config) problems() []problem {
 	if _, err := c.Model.ExtraBodyFields(); err != nil {
 		add(err.Error(), "model.extra_body")
 	}
+	nonNeg("grpo.designer_delay", c.GRPO.DesignerDelay)
 	// Finite numbers only below: a NaN fails every comparison and is
 	// already reported.
 	floatAtLeast := func(key string, v, min float64, strict bool) {
@@ -605,6 +740,10 @@ func (c Config) problems() []problem {
 	floatAtLeast("grpo.lr", c.GRPO.LR, 0, true)
 	floatAtLeast("grpo.clip_eps", c.GRPO.ClipEps, 0, true)
 	floatAtLeast("grpo.kl_beta", c.GRPO.KLBeta, 0, false)
+	floatAtLeast("label.blend.plateau_weight", c.Label.Blend.PlateauWeight, 0, false)
+	floatAtLeast("label.blend.regret_weight", c.Label.Blend.RegretWeight, 0, false)
+	floatAtLeast("label.blend.regret_scale", c.Label.Blend.RegretScale, 0, true)
+	floatAtLeast("label.blend.plateau_ramp", c.Label.Blend.PlateauRamp, 0, true)
 	for _, t := range []struct {
 		key string
 		v   float64
@@ -685,6 +824,17 @@ func (c Config) problems() []problem {
 	if c.GRPO.DesignerNorm != "none" && c.GRPO.DesignerNorm != "std" {
 		add(fmt.Sprintf("grpo.designer_norm must be none or std (got %q)", c.GRPO.DesignerNorm), "grpo.designer_norm")
 	}
+	switch c.Label.DesignerReward {
+	case DesignerRewardRegret, DesignerRewardBlend, DesignerRewardLearningPotential, DesignerRewardSolveRate:
+	default:
+		add(fmt.Sprintf("label.designer_reward must be regret, blend, learning_potential or solve_rate (got %q)", c.Label.DesignerReward), "label.designer_reward")
+	}
+	if b := c.Label.Blend; !nonFinite["label.blend.plateau_low"] && !nonFinite["label.blend.plateau_high"] && !(b.PlateauLow >= 0 && b.PlateauLow <= b.PlateauHigh && b.PlateauHigh <= 1) {
+		add(fmt.Sprintf("label.blend plateau must satisfy 0 <= plateau_low <= plateau_high <= 1 (got %g, %g)", b.PlateauLow, b.PlateauHigh), "label.blend.plateau_low", "label.blend.plateau_high")
+	}
+	if lp := c.Label.LearningPotential; !nonFinite["label.learning_potential.gamma_fast"] && !nonFinite["label.learning_potential.gamma_slow"] && !(lp.GammaSlow > 0 && lp.GammaSlow < lp.GammaFast && lp.GammaFast <= 1) {
+		add(fmt.Sprintf("label.learning_potential must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
+	}
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
 		add(fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh), "label.band_low", "label.band_high")
 	}
@@ -722,6 +872,41 @@ func (c Config) Pinned() Config {
 	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.UnavailableAfter, c.Model.APIKeyEnv = 0, 0, 0, 0, ""
 	c.GRPO.TimeoutS = 0
 	c.Sandbox.ProgramsPerSandbox = 0
+	return c.pinDefaults()
+}
+
+// pinDefaults blanks the settings added after runs were first pinned
+// when they hold their defaults, so the digest of a config that leaves
+// them alone is the one it had before they existed (their JSON fields are
+// omitempty / omitzero). WithDefaults is the inverse.
+func (c Config) pinDefaults() Config {
+	if c.Label.DesignerReward == DesignerRewardRegret {
+		c.Label.DesignerReward = ""
+	}
+	if c.Label.Blend == DefaultBlend() {
+		c.Label.Blend = Blend{}
+	}
+	if c.Label.LearningPotential == DefaultLearningPotential() {
+		c.Label.LearningPotential = LearningPotential{}
+	}
+	return c
+}
+
+// WithDefaults fills the settings that pinDefaults blanks, and that a
+// _RUN.json written before they existed leaves out, with their defaults:
+// a config read back from a run file means what it meant when pinned, and
+// its digest is unchanged (Digest pins them blank again).
+func (c Config) WithDefaults() Config {
+	d := Default()
+	if c.Label.DesignerReward == "" {
+		c.Label.DesignerReward = d.Label.DesignerReward
+	}
+	if c.Label.Blend == (Blend{}) {
+		c.Label.Blend = d.Label.Blend
+	}
+	if c.Label.LearningPotential == (LearningPotential{}) {
+		c.Label.LearningPotential = d.Label.LearningPotential
+	}
 	return c
 }
 

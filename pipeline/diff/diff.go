@@ -20,6 +20,7 @@ import (
 
 	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 )
 
@@ -183,6 +184,37 @@ type Report struct {
 	Tables []TableDiff `json:"tables"`
 	// Equal is true when every compared table is equal.
 	Equal bool `json:"equal"`
+	// Config lists the pinned settings whose values differ between the
+	// runs' _RUN.json (operational settings, left out of the digest, are
+	// not compared), in key order. It is information: Equal, and so the
+	// exit code of spade diff, is about the tables only, since two runs
+	// of different configs can hold the same data (a setting that a
+	// round never reads).
+	Config []Setting `json:"config"`
+}
+
+// Setting is one setting that differs between two runs' configs.
+type Setting struct {
+	// Key is the dotted setting name (config.Keys).
+	Key string `json:"key"`
+	// A is run A's value as JSON text (config.Config.Get).
+	A string `json:"a"`
+	// B is run B's value.
+	B string `json:"b"`
+}
+
+// ConfigDiff lists the settings whose pinned values differ between a and
+// b, in config.Keys order: what spade diff prints first, so an ablation's
+// run compared with the default run shows the switch it flips.
+func ConfigDiff(a, b config.Config) []Setting {
+	out := []Setting{}
+	pa, pb := a.WithDefaults().Pinned().WithDefaults(), b.WithDefaults().Pinned().WithDefaults()
+	for _, k := range config.Keys() {
+		if va, vb := pa.Get(k), pb.Get(k); va != vb {
+			out = append(out, Setting{Key: k, A: va, B: vb})
+		}
+	}
+	return out
 }
 
 // Runs compares every table of opts.Tables at every selected round of runs
@@ -194,10 +226,13 @@ type Report struct {
 // first unsealed round is compared, and listed in Report.Rounds, only
 // when either run has a table there.
 func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
-	for _, s := range []Side{a, b} {
-		if _, err := pipeline.ReadRunFile(ctx, s.Store, s.Run); err != nil {
+	var cfgs [2]config.Config
+	for i, s := range []Side{a, b} {
+		rf, err := pipeline.ReadRunFile(ctx, s.Store, s.Run)
+		if err != nil {
 			return nil, err
 		}
+		cfgs[i] = rf.Config
 	}
 	rounds, explicit := opts.Rounds, opts.Rounds != nil
 	if rounds == nil {
@@ -216,7 +251,7 @@ func Runs(ctx context.Context, a, b Side, opts Options) (*Report, error) {
 	tables := slices.Clone(opts.Tables)
 	slices.Sort(tables)
 	tables = slices.Compact(tables)
-	rep := &Report{A: a.Run, B: b.Run, Rounds: []int{}, Tables: []TableDiff{}, Equal: true}
+	rep := &Report{A: a.Run, B: b.Run, Rounds: []int{}, Tables: []TableDiff{}, Equal: true, Config: ConfigDiff(cfgs[0], cfgs[1])}
 	for _, r := range rounds {
 		found := false
 		for _, t := range tables {

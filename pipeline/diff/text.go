@@ -17,6 +17,9 @@ import (
 // unwrapped by the final flush.
 func (r *Report) WriteText(w io.Writer, all bool) error {
 	bw := bufio.NewWriter(w)
+	for _, c := range r.Config {
+		fmt.Fprintf(bw, "config %s: %s -> %s\n", c.Key, termtext.Safe(c.A), termtext.Safe(c.B))
+	}
 	counts := map[Status]int{}
 	for i := range r.Tables {
 		t := &r.Tables[i]
@@ -69,6 +72,9 @@ func (r *Report) WriteText(w io.Writer, all bool) error {
 	verdict := "runs differ"
 	if r.Equal {
 		verdict = "runs are equal"
+	}
+	if n := len(r.Config); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d setting%s differ%s", n, map[bool]string{true: "s"}[n > 1], map[bool]string{false: "s"}[n > 1]))
 	}
 	fmt.Fprintf(bw, "%s vs %s: %s (%s)\n", r.A, r.B, verdict, strings.Join(parts, ", "))
 	return bw.Flush()

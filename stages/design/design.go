@@ -60,10 +60,11 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any {
 	return struct {
-		Design  config.Design
-		Model   config.Model
-		Sandbox config.Sandbox
-	}{c.Design, c.Model, c.Sandbox}
+		Design   config.Design
+		Model    config.Model
+		Sandbox  config.Sandbox
+		NoMemory bool `json:",omitempty"`
+	}{c.Design, c.Model, c.Sandbox, c.Ablation.NoMemory}
 }
 
 // Parts implements pipeline.Stage.Parts: one part per
@@ -111,6 +112,11 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	mem, err := pipeline.ReadAll(ctx, env, schemas.Memory, "memory", ri.Round-1)
 	if err != nil {
 		return err
+	}
+	if env.Config.Ablation.NoMemory {
+		// The no-memory ablation (public code NO_ENV_MEMORY=1): prompts
+		// carry no seeds; the memory table is still kept.
+		mem = nil
 	}
 	var rows []int64
 	for _, sl := range slots {

@@ -20,6 +20,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/label"
 	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/trainer"
 )
@@ -40,8 +41,10 @@ func (*Stage) Outputs() []pipeline.Output {
 	return []pipeline.Output{{Table: "train_batch"}, {Table: "train_metrics"}, {Table: "checkpoints"}}
 }
 
-// Plan implements pipeline.Stage.
-func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+// Plan implements pipeline.Stage: rollouts, labels and the parent
+// checkpoint, and the designs DesignerRound names, with what a delayed
+// batch recomputes their reward from.
+func (*Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bool) {
 	if ri.Round < 1 {
 		return nil, false
 	}
@@ -50,10 +53,39 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 		{Table: "labels", Round: ri.Round},
 		{Table: "checkpoints", Round: ri.Round - 1, Optional: ri.Round == 1},
 	}
-	if ri.Regeneration {
-		ins = append(ins, pipeline.Input{Table: "designs", Round: ri.Round})
+	if s, ok := DesignerRound(ri, c); ok {
+		ins = append(ins, pipeline.Input{Table: "designs", Round: s})
+		if s != ri.Round {
+			// A delayed batch: the designs' environments (their reward
+			// range) and the labels of the window s..r-1 (label(r) is
+			// already an input).
+			ins = append(ins, pipeline.Input{Table: "environments", Round: s})
+			ins = append(ins, label.HistoryInputs(s, ri.Round)...)
+			if c.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
+				ins = append(ins, label.HistoryInputs(1, s)...)
+			}
+		}
 	}
 	return ins, true
+}
+
+// DesignerRound says which round's designs grpo(r) trains: round r itself
+// on a regeneration round without grpo.designer_delay; with delay d,
+// round r-d when that round regenerated (and is >= 1); none with
+// ablation.frozen_designer (the designer is not trained) or otherwise.
+func DesignerRound(ri pipeline.RoundInfo, c *config.Config) (int, bool) {
+	if c == nil || c.Ablation.FrozenDesigner {
+		return 0, false
+	}
+	d := c.GRPO.DesignerDelay
+	if d == 0 {
+		return ri.Round, ri.Regeneration
+	}
+	s := ri.Round - d
+	if s < 1 || !pipeline.NewRoundInfo(ri.Run, s, c).Regeneration {
+		return 0, false
+	}
+	return s, true
 }
 
 // ConfigSubset implements pipeline.Stage: the GRPO settings, k, and the
@@ -68,7 +100,20 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 		GRPO    config.GRPO
 		K       int
 		Trainer string
-	}{g, c.RegenerateEvery, digest}
+		// A delayed batch recomputes the designer reward; a frozen
+		// designer trains no designer sample.
+		Label          config.Label `json:",omitzero"`
+		FrozenDesigner bool         `json:",omitempty"`
+	}{g, c.RegenerateEvery, digest, delayedLabel(c), c.Ablation.FrozenDesigner}
+}
+
+// delayedLabel is the label settings a delayed batch depends on (the
+// zero value without a delay, which leaves the fingerprint as it was).
+func delayedLabel(c *config.Config) config.Label {
+	if c.GRPO.DesignerDelay == 0 {
+		return config.Label{}
+	}
+	return c.Label
 }
 
 // Parts implements pipeline.Stage.Parts: the stage is one part, and its
@@ -93,15 +138,8 @@ func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil
 // for a bad grpo.weight_rule.
 func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.Label, designs []schemas.Design) ([]schemas.TrainSample, map[string]float64, error) {
 	admitted := map[string]bool{}
-	rewardBySlot := map[string]float64{}
-	unmeasured := map[string]bool{} // slots whose label has no designer reward
 	for _, l := range labels {
 		admitted[l.EnvID] = l.Admitted
-		if l.DesignerReward != nil {
-			rewardBySlot[l.SlotID] = *l.DesignerReward
-		} else {
-			unmeasured[l.SlotID] = true
-		}
 	}
 	var agent []schemas.TrainSample
 	textless := 0
@@ -147,6 +185,33 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 	stats["zero_variance_groups"] = float64(gs.ZeroVariance)
 	stats["singleton_groups"] = float64(gs.Singletons)
 
+	des, w, err := DesignerSamples(cfg, designs, labels, len(agent))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(des) > 0 {
+		stats["designer_weight"] = w
+	}
+	stats["designer_samples"] = float64(len(des))
+	return append(agent, des...), stats, nil
+}
+
+// DesignerSamples builds the designer half of a batch (BuildBatch): one
+// sample per design response, rewarded from the label of its slot
+// (labels: the regeneration round's, or the rewards a delayed batch
+// recomputed, DelayedLabels), centred per skill, weighted against
+// agentSamples by grpo.weight_rule. It returns the samples and their
+// weight (0 without samples). Errors are BuildBatch's.
+func DesignerSamples(cfg *config.Config, designs []schemas.Design, labels []schemas.Label, agentSamples int) ([]schemas.TrainSample, float64, error) {
+	rewardBySlot := map[string]float64{}
+	unmeasured := map[string]bool{} // slots whose label has no designer reward
+	for _, l := range labels {
+		if l.DesignerReward != nil {
+			rewardBySlot[l.SlotID] = *l.DesignerReward
+		} else {
+			unmeasured[l.SlotID] = true
+		}
+	}
 	var des []schemas.TrainSample
 	var skills []string
 	for _, d := range designs {
@@ -170,7 +235,7 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 		}
 		var msgs []schemas.Message
 		if err := json.Unmarshal([]byte(d.Prompt), &msgs); err != nil {
-			return nil, nil, fmt.Errorf("designs row %s attempt %d: field prompt: %w", d.SlotID, d.Attempt, err)
+			return nil, 0, fmt.Errorf("designs row %s attempt %d: field prompt: %w", d.SlotID, d.Attempt, err)
 		}
 		answer := d.Response
 		if r, a := model.SplitThink(d.Response); r != "" {
@@ -188,7 +253,7 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 	if len(des) > 0 {
 		rule, err := ParseWeightRule(cfg.GRPO.WeightRule)
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 		dr := make([]float64, len(des))
 		for i, s := range des {
@@ -196,18 +261,17 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 		}
 		dadv, ds, err := DesignerAdvantages(dr, skills, DesignerOptions{
 			Norm: DesignerNorm(cfg.GRPO.DesignerNorm), Eps: cfg.GRPO.Eps, Weight: rule,
-			AgentSamples: len(agent), RegenerationInterval: cfg.RegenerateEvery, WeightCap: DefaultWeightCap,
+			AgentSamples: agentSamples, RegenerationInterval: cfg.RegenerateEvery, WeightCap: DefaultWeightCap,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("designer advantages: %w", err)
+			return nil, 0, fmt.Errorf("designer advantages: %w", err)
 		}
 		for i := range des {
 			des[i].Advantage, des[i].Weight = dadv[i], ds.Weight
 		}
-		stats["designer_weight"] = ds.Weight
+		return des, ds.Weight, nil
 	}
-	stats["designer_samples"] = float64(len(des))
-	return append(agent, des...), stats, nil
+	return des, 0, nil
 }
 
 // TrainMessages is a play's transcript as the trainer sees it: each
@@ -282,15 +346,37 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	if err != nil {
 		return err
 	}
-	var designs []schemas.Design
-	if ri.Regeneration {
-		if designs, err = pipeline.ReadAll(ctx, env, schemas.Designs, "designs", ri.Round); err != nil {
-			return err
-		}
-	}
-	batch, stats, err := BuildBatch(env.Config, plays, labels, designs)
+	batch, stats, err := BuildBatch(env.Config, plays, labels, nil)
 	if err != nil {
 		return err
+	}
+	for i := range batch {
+		batch[i].SampledRound = int64(ri.Round)
+	}
+	if sr, ok := DesignerRound(ri, env.Config); ok {
+		designs, err := pipeline.ReadAll(ctx, env, schemas.Designs, "designs", sr)
+		if err != nil {
+			return err
+		}
+		dl := labels
+		if sr != ri.Round {
+			if dl, err = readDelayedLabels(ctx, env, sr); err != nil {
+				return err
+			}
+			stats["designer_delayed_from"] = float64(sr)
+		}
+		des, w, err := DesignerSamples(env.Config, designs, dl, int(stats["agent_samples"]))
+		if err != nil {
+			return err
+		}
+		for i := range des {
+			des[i].SampledRound = int64(sr)
+		}
+		if len(des) > 0 {
+			stats["designer_weight"] = w
+		}
+		stats["designer_samples"] = float64(len(des))
+		batch = append(batch, des...)
 	}
 	pipeline.Emit(out, schemas.TrainBatch, "train_batch", batch...)
 	parents, err := pipeline.ReadAll(ctx, env, schemas.Checkpoints, "checkpoints", ri.Round-1)
@@ -518,4 +604,82 @@ func sameContent(ctx context.Context, s storage.Store, key, want string) error {
 		return fmt.Errorf("checkpoint file %s is already in the store with sha256 %s, not the trained %s: it was changed after an earlier attempt wrote it; remove it to retrain", key, got, want)
 	}
 	return nil
+}
+
+// readDelayedLabels reads what a delayed batch of grpo(r) rewards the
+// designs of round sr with: environments(sr), the labels of rounds
+// sr..r-1 and, for learning_potential, the baselines after rounds 1..r-1;
+// DelayedLabels computes the rewards. Errors are pipeline.ReadAll's,
+// unwrapped.
+func readDelayedLabels(ctx context.Context, env *pipeline.Env, sr int) ([]schemas.Label, error) {
+	envs, err := pipeline.ReadAll(ctx, env, schemas.Environments, "environments", sr)
+	if err != nil {
+		return nil, err
+	}
+	var window [][]schemas.Label
+	for r := sr; r < env.Round.Round; r++ {
+		ls, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", r)
+		if err != nil {
+			return nil, err
+		}
+		window = append(window, ls)
+	}
+	var base map[string]label.EMA
+	if env.Config.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
+		if base, err = label.ReadBaselines(ctx, env, 1, env.Round.Round); err != nil {
+			return nil, err
+		}
+	}
+	return DelayedLabels(env.Config, envs, window, base), nil
+}
+
+// DelayedLabels recomputes the designer reward of the environments of a
+// regeneration round s when grpo.designer_delay trains their designs in
+// round s+d (public code: spade/core/utils/delayed_env_rewards.py,
+// recompute_delayed_env_rewards_*). window holds the labels of rounds
+// s..s+d-1, round s first; base the skills' learning-potential averages
+// after round s+d-1. For each environment of round s's labels:
+//
+//   - the win rate is the mean of its win rates over the rounds of the
+//     window it was played in (each round plays it rollout.group_size
+//     times, so this is the pooled win rate of those plays; environments
+//     left out of the pool have round s only);
+//   - the regret is round s's, measured at the same time as its hinted
+//     plays (the public blend's "matched timing": pooling later unhinted
+//     plays against earlier hinted ones would bias it down);
+//
+// and label.DesignerRewardOf combines them under label.designer_reward.
+// The returned rows are round s's labels with DesignerReward replaced;
+// a window without round s's labels gives none.
+func DelayedLabels(cfg *config.Config, envs []schemas.Environment, window [][]schemas.Label, base map[string]label.EMA) []schemas.Label {
+	if len(window) == 0 {
+		return nil
+	}
+	width := map[string]float64{}
+	for _, e := range envs {
+		width[e.EnvID] = e.RewardHigh - e.RewardLow
+	}
+	sum := map[string]float64{}
+	rounds := map[string]int{}
+	for _, ls := range window {
+		for _, l := range ls {
+			if l.Plays > 0 {
+				sum[l.EnvID] += l.WinRate
+				rounds[l.EnvID]++
+			}
+		}
+	}
+	out := make([]schemas.Label, 0, len(window[0]))
+	for _, l := range window[0] {
+		l.DesignerReward = nil
+		in := label.RewardInput{Valid: l.Valid, Regret: l.Regret, Width: width[l.EnvID], Unhinted: rounds[l.EnvID] * cfg.Rollout.GroupSize, Baseline: base[l.Skill].Baseline()}
+		if n := rounds[l.EnvID]; n > 0 {
+			in.WinRate = sum[l.EnvID] / float64(n)
+		}
+		if r, ok := label.DesignerRewardOf(cfg.Label, in); ok {
+			l.DesignerReward = &r
+		}
+		out = append(out, l)
+	}
+	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/label"
 	"github.com/spade-pipeline/spade/stages/sample"
 )
 
@@ -450,4 +451,73 @@ func TestBuildBatchUnmeasuredFinalAttempt(t *testing.T) {
 		require.Equal(t, -1.0, s.Reward, s.SampleID)
 	}
 	require.Equal(t, []string{"designer-s0-0", "designer-s1-0"}, ids)
+}
+
+// TestDesignerRound checks which round's designs grpo(r) trains: with
+// k = 4 and delay 4, round 5 trains round 1's and round 9 round 5's;
+// rounds 1..4 and 6..8 train none; a frozen designer never trains any.
+func TestDesignerRound(t *testing.T) {
+	cfg := config.Default()
+	cfg.RegenerateEvery = 4
+	ri := func(r int) pipeline.RoundInfo { return pipeline.NewRoundInfo("x", r, &cfg) }
+	for r := 1; r <= 9; r++ {
+		s, ok := DesignerRound(ri(r), &cfg)
+		require.Equal(t, r == 1 || r == 5 || r == 9, ok, "delay 0, round %d", r)
+		if ok {
+			require.Equal(t, r, s)
+		}
+	}
+	cfg.GRPO.DesignerDelay = 4
+	for r := 1; r <= 9; r++ {
+		s, ok := DesignerRound(ri(r), &cfg)
+		require.Equal(t, r == 5 || r == 9, ok, "delay 4, round %d", r)
+		if ok {
+			require.Equal(t, r-4, s)
+		}
+	}
+	cfg.GRPO.DesignerDelay = 2
+	s, ok := DesignerRound(ri(3), &cfg)
+	require.True(t, ok)
+	require.Equal(t, 1, s)
+	cfg.Ablation.FrozenDesigner = true
+	_, ok = DesignerRound(ri(3), &cfg)
+	require.False(t, ok)
+}
+
+// TestDelayedLabels recomputes blend rewards over a window of 4 rounds by
+// hand. Environment a (range [0, 1]) has win rates 0.25, 0.5, 0.5, 0.75
+// (window mean 0.5, plateau 1) and round-1 regret 0.03 (0.2 of the 0.15
+// scale): 0.6 + 0.08 = 0.68. Environment b (range [0, 2]) was not
+// admitted, so the window has round 1 only: win rate 0.25 (plateau 0.4),
+// regret 0.6 / 2 = 0.3, over the scale, clipped to 1: 0.24 + 0.4 = 0.64.
+// Environment c is invalid: -1. Environment d has no regret: no reward.
+func TestDelayedLabels(t *testing.T) {
+	cfg := config.Default()
+	cfg.Label.DesignerReward = config.DesignerRewardBlend
+	envs := []schemas.Environment{{EnvID: "a", RewardHigh: 1}, {EnvID: "b", RewardHigh: 2}, {EnvID: "c", RewardHigh: 1}, {EnvID: "d", RewardHigh: 1}}
+	lab := func(env string, wr float64, regret *float64) schemas.Label {
+		return schemas.Label{EnvID: env, SlotID: "s-" + env, Skill: "k", Valid: env != "c", Plays: 8, WinRate: wr, Regret: regret}
+	}
+	p := func(v float64) *float64 { return &v }
+	window := [][]schemas.Label{
+		{lab("a", 0.25, p(0.03)), lab("b", 0.25, p(0.6)), lab("c", 0, nil), lab("d", 0.5, nil)},
+		{lab("a", 0.5, nil)},
+		{lab("a", 0.5, nil)},
+		{lab("a", 0.75, nil)},
+	}
+	got := DelayedLabels(&cfg, envs, window, nil)
+	require.Len(t, got, 4)
+	want := map[string]*float64{"a": p(0.68), "b": p(0.64), "c": p(-1), "d": nil}
+	for _, l := range got {
+		if want[l.EnvID] == nil {
+			require.Nil(t, l.DesignerReward, l.EnvID)
+			continue
+		}
+		require.NotNil(t, l.DesignerReward, l.EnvID)
+		require.InDelta(t, *want[l.EnvID], *l.DesignerReward, 1e-12, l.EnvID)
+	}
+	// learning_potential over the same window: |0.5 - 0.3| for a.
+	cfg.Label.DesignerReward = config.DesignerRewardLearningPotential
+	got = DelayedLabels(&cfg, envs, window, map[string]label.EMA{"k": {Fast: 0.4, Slow: 0.3, Rounds: 2}})
+	require.InDelta(t, 0.2, *got[0].DesignerReward, 1e-12)
 }

@@ -5,7 +5,6 @@ package label
 
 import (
 	"context"
-	"math"
 	"sort"
 
 	"github.com/spade-pipeline/spade/pipeline"
@@ -25,13 +24,19 @@ func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "lab
 
 // Plan implements pipeline.Stage: on a regeneration round the candidates
 // come from environments(r); otherwise from the pool carried from r-1.
-func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+// With label.designer_reward learning_potential a regeneration round also
+// reads the labels of every earlier round (HistoryInputs), the skills'
+// baselines.
+func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bool) {
 	if ri.Round < 1 {
 		return nil, false
 	}
 	ins := []pipeline.Input{{Table: "rollouts", Round: ri.Round}}
 	if ri.Regeneration {
 		ins = append(ins, pipeline.Input{Table: "environments", Round: ri.Round})
+		if c != nil && c.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
+			ins = append(ins, HistoryInputs(1, ri.Round)...)
+		}
 	} else {
 		ins = append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1})
 	}
@@ -62,6 +67,9 @@ type Candidate struct {
 	// environments). The width scales the designer reward; a width that is
 	// not positive and finite counts as 1.
 	RewardHigh float64
+	// Baseline is the skill's learning-potential baseline (Baselines over
+	// the earlier rounds); read by the learning_potential reward only.
+	Baseline float64
 }
 
 // Compute labels one environment from its plays. Failed plays (Error set)
@@ -72,6 +80,13 @@ type Candidate struct {
 // inclusive. regen says whether the round has hinted plays and a designer
 // reward.
 func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) schemas.Label {
+	return ComputeFor(config.Label{BandLow: lo, BandHigh: hi, DesignerReward: config.DesignerRewardRegret}, c, plays, regen)
+}
+
+// ComputeFor is Compute with the band and the designer reward formula of
+// cfg (label.designer_reward, DesignerRewardOf).
+func ComputeFor(cfg config.Label, c Candidate, plays []schemas.Rollout, regen bool) schemas.Label {
+	lo, hi := cfg.BandLow, cfg.BandHigh
 	l := schemas.Label{EnvID: c.EnvID, SlotID: c.SlotID, Skill: c.Skill, Valid: c.Valid}
 	var nU, nH, winsU int
 	var sumU, sumH float64
@@ -111,7 +126,10 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 	if !regen {
 		l.Admitted = c.Valid
 	}
-	if r, ok := DesignerReward(c, l); regen && ok {
+	if !regen {
+		return l
+	}
+	if r, ok := DesignerRewardOf(cfg, RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow, WinRate: l.WinRate, Unhinted: nU, Baseline: c.Baseline}); ok {
 		l.DesignerReward = &r
 	}
 	return l
@@ -127,17 +145,7 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 // gets no reward rather than the invalid environment's -1, which would
 // punish the designer for a failed model call (docs/regret.md).
 func DesignerReward(c Candidate, l schemas.Label) (reward float64, ok bool) {
-	if !c.Valid {
-		return -1, true
-	}
-	if l.Regret == nil {
-		return 0, false
-	}
-	width := c.RewardHigh - c.RewardLow
-	if !(width > 0) || math.IsInf(width, 0) {
-		width = 1
-	}
-	return math.Max(-1, math.Min(1, *l.Regret/width)), true
+	return DesignerRewardOf(config.Label{DesignerReward: config.DesignerRewardRegret}, RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow})
 }
 
 // Run implements pipeline.Stage.Run: one labels row per candidate, in
@@ -175,8 +183,43 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	}
 	sort.Slice(cands, func(a, b int) bool { return cands[a].EnvID < cands[b].EnvID })
 	c := env.Config.Label
+	if ri.Regeneration && c.DesignerRewardKind() == config.DesignerRewardLearningPotential {
+		base, err := ReadBaselines(ctx, env, 1, ri.Round)
+		if err != nil {
+			return err
+		}
+		for i := range cands {
+			cands[i].Baseline = base[cands[i].Skill].Baseline()
+		}
+	}
 	for _, cand := range cands {
-		pipeline.Emit(out, schemas.Labels, "labels", Compute(cand, byEnv[cand.EnvID], c.BandLow, c.BandHigh, ri.Regeneration))
+		pipeline.Emit(out, schemas.Labels, "labels", ComputeFor(c, cand, byEnv[cand.EnvID], ri.Regeneration))
 	}
 	return nil
+}
+
+// HistoryInputs are the labels of rounds from..to-1, the inputs that
+// ReadBaselines reads.
+func HistoryInputs(from, to int) []pipeline.Input {
+	var ins []pipeline.Input
+	for r := max(1, from); r < to; r++ {
+		ins = append(ins, pipeline.Input{Table: "labels", Round: r})
+	}
+	return ins
+}
+
+// ReadBaselines reads the labels of rounds from..to-1 and folds them into
+// the skills' learning-potential averages (Baselines, with the run's
+// label.learning_potential rates). Errors are pipeline.ReadAll's,
+// returned unwrapped.
+func ReadBaselines(ctx context.Context, env *pipeline.Env, from, to int) (map[string]EMA, error) {
+	var rounds [][]schemas.Label
+	for r := max(1, from); r < to; r++ {
+		ls, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", r)
+		if err != nil {
+			return nil, err
+		}
+		rounds = append(rounds, ls)
+	}
+	return Baselines(rounds, env.Config.Label.LearningPotential), nil
 }

@@ -126,6 +126,13 @@ const PlotCount = 5
 // rounds out of order, negative counts, rates outside [0, 1] or ±Inf
 // values; a band that is not 0 <= Low <= High <= 1; the error of w.
 func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
+	return RenderRecipe(w, run, "", band, rounds)
+}
+
+// RenderRecipe is Render for a run that follows a recipe (the config's
+// recipe setting, configs/<recipe>.yaml): the page's header names it. An
+// empty recipe renders exactly what Render does.
+func RenderRecipe(w io.Writer, run, recipe string, band Band, rounds []RoundSummary) error {
 	if !(band.Low >= 0 && band.Low <= band.High && band.High <= 1) {
 		return fmt.Errorf("render report for run %q: learnable band [%g, %g] is not within [0, 1] in order", run, band.Low, band.High)
 	}
@@ -138,7 +145,7 @@ func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
 		}
 	}
 	bands := bandLabel(band, rounds)
-	data := pageData{Run: run, Rounds: len(rounds), Band: bands}
+	data := pageData{Run: run, Recipe: recipe, Rounds: len(rounds), Band: bands}
 	if len(rounds) > 0 {
 		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
 	}
@@ -166,6 +173,7 @@ func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
 
 type pageData struct {
 	Run                 string
+	Recipe              string // the config's recipe, "" for none
 	Band                string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
 	Rounds, First, Last int
 	Regenerations       int

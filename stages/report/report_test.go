@@ -313,3 +313,24 @@ func TestRenderNamesEachRoundsBand(t *testing.T) {
 		t.Errorf("bad band of round 2: error %v, want one naming round 2", err)
 	}
 }
+
+// TestRenderNamesTheRecipe: a run that follows a recipe is named with it
+// in the header; without one the page is Render's, byte for byte.
+func TestRenderNamesTheRecipe(t *testing.T) {
+	var with, without, plain bytes.Buffer
+	if err := RenderRecipe(&with, "r", "games-30b-a3b", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(with.String(), "Recipe: <code>games-30b-a3b</code> (configs/games-30b-a3b.yaml") {
+		t.Error("the recipe is not named in the header")
+	}
+	if err := RenderRecipe(&without, "r", "", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Render(&plain, "r", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
+		t.Fatal(err)
+	}
+	if without.String() != plain.String() || strings.Contains(plain.String(), "Recipe:") {
+		t.Error("an empty recipe changed the page")
+	}
+}

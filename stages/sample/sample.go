@@ -34,8 +34,17 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 	return []pipeline.Input{{Table: "corpus", Round: 0}}, ri.Round >= 1 && ri.Regeneration
 }
 
-// ConfigSubset implements pipeline.Stage.
-func (Stage) ConfigSubset(c *config.Config) any { return c.Sample }
+// ConfigSubset implements pipeline.Stage: the sample settings, and
+// ablation.no_grounding when set.
+func (Stage) ConfigSubset(c *config.Config) any {
+	if !c.Ablation.NoGrounding {
+		return c.Sample
+	}
+	return struct {
+		Sample      config.Sample
+		NoGrounding bool
+	}{c.Sample, true}
+}
 
 // Parts implements pipeline.Stage.Parts: slots are cheap; one part. Its
 // error is always nil.
@@ -139,7 +148,14 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	}
 	ri := env.Round
 	rng := rand.New(rand.NewPCG(uint64(Seed(ri.Seed, "sample", ri.Round)), 0x5ade))
-	rows := drawRows(rng, m.Rows, int64(c.Slots*c.DocsPerSlot))
+	perSlot := c.DocsPerSlot
+	if env.Config.Ablation.NoGrounding {
+		// The no-corpus ablation: no documents, and the generic game in
+		// place of the corpus-grounded prompt (public code: an empty
+		// CORPUS_FILE selects the non-corpus template).
+		perSlot = 0
+	}
+	rows := drawRows(rng, m.Rows, int64(c.Slots*perSlot))
 	refs, err := pipeline.ReadRowsAt[docRef](ctx, env.Store(), m, rows)
 	if err != nil {
 		return fmt.Errorf("read sampled corpus rows: %w", err)
@@ -147,13 +163,16 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	active := ActiveSkills(c.Skills, c.ActiveSkills, ri.RegenIndex)
 	for i := 0; i < c.Slots; i++ {
 		skill, setting, kind := SlotLayout(&c, active, i)
+		if perSlot == 0 && kind == "grounded" {
+			kind = "game"
+		}
 		s := schemas.Slot{
 			SlotID: fmt.Sprintf("r%06d-s%04d", ri.Round, i), Regeneration: int64(ri.RegenIndex),
 			Index: int64(i), Skill: skill, Setting: setting, Kind: kind,
 			Seed: Seed(ri.Seed, "slot", ri.Round, i),
 		}
-		for d := 0; d < c.DocsPerSlot; d++ {
-			j := i*c.DocsPerSlot + d
+		for d := 0; d < perSlot; d++ {
+			j := i*perSlot + d
 			s.DocIDs = append(s.DocIDs, refs[j].DocID)
 			s.Domains = append(s.Domains, refs[j].Domain)
 			s.DocRows = append(s.DocRows, rows[j])

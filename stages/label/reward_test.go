@@ -1,0 +1,108 @@
+package label
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// The expected values are worked by hand from the formulas of
+// docs/regret.md with the public recipes' parameters (blend 0.6 / 0.4,
+// regret scale 0.15, plateau [0.4, 0.6], ramp 0.25).
+func TestDesignerRewardFormulas(t *testing.T) {
+	def := config.Default().Label
+	with := func(kind string) config.Label { l := def; l.DesignerReward = kind; return l }
+	noFloor := with(config.DesignerRewardBlend)
+	noFloor.Blend.RegretFloor = false
+	cases := []struct {
+		name string
+		cfg  config.Label
+		in   RewardInput
+		want float64
+		ok   bool
+	}{
+		// 0.6 x 1 + 0.4 x 0.06/0.15 = 0.6 + 0.16
+		{"blend in band", with("blend"), RewardInput{Valid: true, Regret: ptr(0.06), Width: 1, WinRate: 0.5, Unhinted: 8}, 0.76, true},
+		// plateau 1 - (0.4-0.25)/0.25 = 0.4; regret 0.3/0.15 = 2 clipped to 1: 0.24 + 0.4
+		{"blend below band, regret clipped", with("blend"), RewardInput{Valid: true, Regret: ptr(0.3), Width: 1, WinRate: 0.25, Unhinted: 8}, 0.64, true},
+		// plateau 1 - 0.275/0.25 < 0 -> 0; negative regret floored to 0
+		{"blend too easy, negative regret floored", with("blend"), RewardInput{Valid: true, Regret: ptr(-0.2), Width: 1, WinRate: 0.875, Unhinted: 8}, 0, true},
+		// width 2: regret 0.03/2/0.15 = 0.1; plateau 1 - 0.1/0.25 = 0.6: 0.36 + 0.04
+		{"blend scaled by width", with("blend"), RewardInput{Valid: true, Regret: ptr(0.03), Width: 2, WinRate: 0.7, Unhinted: 8}, 0.40, true},
+		// no floor: 0.6 x 0 + 0.4 x (-0.15/0.15) = -0.4 < 0: masked
+		{"blend negative masked", noFloor, RewardInput{Valid: true, Regret: ptr(-0.15), Width: 1, WinRate: 0.1, Unhinted: 8}, 0, false},
+		{"blend unmeasured without hint", with("blend"), RewardInput{Valid: true, Width: 1, WinRate: 0.5, Unhinted: 8}, 0, false},
+		{"blend invalid", with("blend"), RewardInput{Valid: false}, -1, true},
+		{"solve rate on the plateau", with("solve_rate"), RewardInput{Valid: true, WinRate: 0.45, Unhinted: 8}, 1, true},
+		// 1 - (0.4-0.3)/0.25
+		{"solve rate on the ramp", with("solve_rate"), RewardInput{Valid: true, WinRate: 0.3, Unhinted: 8}, 0.6, true},
+		{"solve rate off the ramp", with("solve_rate"), RewardInput{Valid: true, WinRate: 0.95, Unhinted: 8}, 0, true},
+		{"solve rate needs no hint but plays", with("solve_rate"), RewardInput{Valid: true, Unhinted: 0}, 0, false},
+		{"learning potential above baseline", with("learning_potential"), RewardInput{Valid: true, WinRate: 0.75, Unhinted: 8, Baseline: 0.3}, 0.45, true},
+		{"learning potential below baseline", with("learning_potential"), RewardInput{Valid: true, WinRate: 0.1, Unhinted: 8, Baseline: 0.3}, 0.2, true},
+		{"learning potential invalid", with("learning_potential"), RewardInput{Valid: false}, -1, true},
+		// regret 5 on [0, 10]: 0.5
+		{"regret scaled", with("regret"), RewardInput{Valid: true, Regret: ptr(5), Width: 10, Unhinted: 8}, 0.5, true},
+		{"regret clipped", with("regret"), RewardInput{Valid: true, Regret: ptr(-3), Width: 1, Unhinted: 8}, -1, true},
+		{"empty kind is regret", with(""), RewardInput{Valid: true, Regret: ptr(0.25), Width: 0, Unhinted: 8}, 0.25, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := DesignerRewardOf(tc.cfg, tc.in)
+			require.Equal(t, tc.ok, ok)
+			require.InDelta(t, tc.want, got, 1e-12)
+		})
+	}
+}
+
+func TestPlateau(t *testing.T) {
+	for _, tc := range []struct{ wr, want float64 }{
+		{0, 0}, {0.15, 0}, {0.2, 0.2}, {0.4, 1}, {0.5, 1}, {0.6, 1}, {0.7, 0.6}, {0.85, 0}, {1, 0},
+	} {
+		require.InDelta(t, tc.want, Plateau(tc.wr, 0.4, 0.6, 0.25), 1e-12, "win rate %g", tc.wr)
+	}
+}
+
+// TestBaselines folds four rounds by hand with the recipes' rates (fast
+// 0.98, slow 0.85): skill A has round means 0.5, 0.7, -, 0.1, so its slow
+// average is 0.5, 0.15 x 0.5 + 0.85 x 0.7 = 0.67, then 0.15 x 0.67 + 0.85
+// x 0.1 = 0.1855, and its fast one after round 2 is 0.02 x 0.5 + 0.98 x
+// 0.7 = 0.696. Invalid and unplayed labels do not count.
+func TestBaselines(t *testing.T) {
+	lp := config.DefaultLearningPotential()
+	l := func(skill string, valid bool, plays int64, wr float64) schemas.Label {
+		return schemas.Label{Skill: skill, Valid: valid, Plays: plays, WinRate: wr}
+	}
+	rounds := [][]schemas.Label{
+		{l("A", true, 16, 0.25), l("A", true, 16, 0.75), l("A", false, 16, 1), l("A", true, 0, 1), l("B", true, 16, 1)},
+		{l("A", true, 8, 0.7)},
+		{l("B", true, 8, 0)},
+		{l("A", true, 8, 0.1)},
+	}
+	got := Baselines(rounds[:2], lp)
+	require.InDelta(t, 0.67, got["A"].Baseline(), 1e-12)
+	require.InDelta(t, 0.696, got["A"].Fast, 1e-12)
+	got = Baselines(rounds, lp)
+	require.InDelta(t, 0.1855, got["A"].Baseline(), 1e-12)
+	require.Equal(t, 3, got["A"].Rounds)
+	require.InDelta(t, 0.15, got["B"].Baseline(), 1e-12)
+	require.Zero(t, Baselines(nil, lp)["A"].Baseline(), "no history: baseline 0")
+}
+
+// TestComputeForBlend labels one environment end to end: 4 unhinted plays,
+// 2 won (win rate 0.5, mean return 0.5), 4 hinted with mean 0.75 (regret
+// 0.25 -> scaled 1.67, clipped to 1): 0.6 + 0.4 = 1.
+func TestComputeForBlend(t *testing.T) {
+	cfg := config.Default().Label
+	cfg.DesignerReward = config.DesignerRewardBlend
+	plays := cat(arm(false, 1, 1, 0, 0), arm(true, 1, 1, 1, 0))
+	l := ComputeFor(cfg, validCand, plays, true)
+	require.NotNil(t, l.DesignerReward)
+	require.InDelta(t, 1.0, *l.DesignerReward, 1e-12)
+	require.InDelta(t, 0.25, *l.Regret, 1e-12)
+	l = ComputeFor(cfg, validCand, plays, false)
+	require.Nil(t, l.DesignerReward, "no designer reward between regenerations")
+}
