@@ -384,10 +384,12 @@ func setWhere(keys []string, src Source, lines map[string]int) string {
 
 // CLIVars lists the SPADE_* variables that configure the command line
 // rather than the run, so Load leaves them alone: the store, run, config
-// file and log flags' defaults, and SPADE_SHARD, the "i/n" shard the
-// generated Airflow DAG gives each mapped task (docs/operations.md). Any
-// other SPADE_* variable must name a setting.
-var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD"}
+// file and log flags' defaults, SPADE_SHARD, the "i/n" shard the
+// generated Airflow DAG gives each mapped task (docs/operations.md), and
+// SPADE_VENV and SPADE_CACHE, the Python environment and model cache that
+// the Makefile exports to every recipe (make round included). Any other
+// SPADE_* variable must name a setting.
+var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD", "SPADE_VENV", "SPADE_CACHE"}
 
 func isConfigVar(name string) bool { return !slices.Contains(CLIVars, name) }
 

@@ -221,3 +221,12 @@ func TestBaseCheckpointLabelWithoutTrainer(t *testing.T) {
 		}
 	}
 }
+
+// TestMakefileVariables: the Makefile exports SPADE_VENV and SPADE_CACHE
+// to every recipe, make round included, which used to fail with
+// "environment variable SPADE_CACHE names no setting".
+func TestMakefileVariables(t *testing.T) {
+	if _, _, err := Load("", []string{"SPADE_VENV=/opt/spade/venv", "SPADE_CACHE=/opt/spade/cache"}); err != nil {
+		t.Fatalf("Load with the Makefile's variables: %v", err)
+	}
+}
