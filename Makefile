@@ -1,5 +1,7 @@
-# spade: see README.md. Every target works on a fresh Debian 12 machine after
-# .ci/run's apt step (bubblewrap, chromium).
+# spade: see README.md. Every target works on a fresh Debian 12 machine with
+# Go 1.26: the targets that need Debian packages run scripts/deps.sh first,
+# which installs what is missing (as root) or names it and the command that
+# installs it (`make deps` installs everything the build and tests need).
 SHELL   := /bin/bash
 GO      ?= go
 N       ?= 1
@@ -20,14 +22,29 @@ export SPADE_VENV SPADE_CACHE
 VENV_STAMP  := $(SPADE_VENV)/.spade-requirements.sha256
 REQ_SHA     := $(shell sha256sum requirements.txt | cut -d' ' -f1)
 
-.PHONY: all build round test test-go test-python test-race lint bench fuzz tools clean venv models
+.PHONY: all deps build round test test-go test-python test-race lint bench fuzz tools clean venv models
 
 all: build
 
+## deps: every Debian package the build and the tests need (scripts/deps.sh:
+## Go >= 1.26 is checked, the packages installed with apt-get when root and
+## SPADE_NO_APT is unset, else named with the command that installs them)
+deps:
+	@scripts/deps.sh test
+
+## build: bin/spade. A build that compiles packages prints each one as
+## [done/total] (the first one, from an empty build cache, compiles DuckDB's
+## bindings and the AWS and OpenAI SDKs: minutes, see README.md); a build
+## with nothing to compile prints nothing.
+DEPS_SCOPE ?= build
 build:
-	$(GO) build -o $(SPADE) ./cmd/spade
+	@scripts/deps.sh $(DEPS_SCOPE)
+	@set -o pipefail; total=$$($(GO) list -deps ./cmd/spade | wc -l); \
+	$(GO) build -v -o $(SPADE) ./cmd/spade 2>&1 | \
+	  awk -v total=$$total '/^[[:alnum:]_.\/-]+$$/ { n++; printf "build: [%d/%d] %s\n", n, total, $$0; fflush(); next } { print; fflush() }'
 
 ## round: run (or resume) round N of the run, e.g. make round N=3 ARGS="--run exp1"
+round: DEPS_SCOPE := round
 round: build
 	./$(SPADE) round $(N) $(ARGS)
 
@@ -48,7 +65,7 @@ models: venv
 	$(PYTHON) scripts/prepare_models.py --cache $(SPADE_CACHE)
 
 ## test: every test the project has (Go, Python trainer), as CI runs them
-test: venv models test-go test-python
+test: deps venv models test-go test-python
 
 test-go:
 	$(GO) vet ./...
@@ -67,6 +84,7 @@ lint:
 ## .cache/bench/bench.{md,json}. BENCH_FULL=1 adds the 2,400-environment round;
 ## BENCH=Regexp selects benchmarks, e.g. make bench BENCH=Parquet
 BENCH ?= .
+bench: DEPS_SCOPE := round
 bench: build
 	mkdir -p .cache/bench
 	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 180m ./internal/bench \

@@ -1147,6 +1147,13 @@ func (r *Runner) needSealed(ctx context.Context, round int) error {
 		return err
 	}
 	e := &notSealedError{run: r.Run, round: round, key: SealKey(r.Run, round-1)}
+	if round >= 3 {
+		// Rounds before round-1 may be unsealed too: then the way forward
+		// starts at the first of them, not at round-1.
+		if next, nerr := NextRound(ctx, r.Store, r.Run); nerr == nil && next < round-1 {
+			e.first = next
+		}
+	}
 	prev := NewRoundInfo(r.Run, round-1, &r.Config)
 	if stages, oerr := r.ordered(prev); oerr == nil {
 		for _, s := range stages {
@@ -1167,9 +1174,18 @@ type notSealedError struct {
 	round int    // the round that needs round-1
 	key   string // round-1's seal
 	last  string // the last stage of round-1 in run order; "" if unknown
+	first int    // the run's first unsealed round when it is before round-1, else 0
 }
 
 func (e *notSealedError) Error() string {
+	if e.first > 0 {
+		last := ""
+		if e.first > 1 {
+			last = fmt.Sprintf(" (round %d is the run's last sealed round)", e.first-1)
+		}
+		return fmt.Sprintf("round %d needs round %d of run %s sealed, and it is not sealed (no %s); neither are the rounds before it from round %d on%s: run them in order first, starting with `spade round %d` (or `spade round next`, once a round)",
+			e.round, e.round-1, e.run, e.key, e.first, last, e.first)
+	}
 	stage := e.last
 	if stage == "" {
 		stage = "<its last stage>"

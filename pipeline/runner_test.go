@@ -270,6 +270,16 @@ func TestStageNeedsThePreviousSeal(t *testing.T) {
 	require.EqualError(t, err, "round 3 needs round 2 of run k8s sealed, and it is not sealed (no k8s/round=000002/_ROUND.json): once every stage of round 2 is committed, seal it with `spade commit --round 2 --stage sum --seal`, or run `spade round 2`, which runs what is left of it and seals it")
 	_, err = r.RunRound(ctx, 3)
 	require.ErrorContains(t, err, "round 3 needs round 2 of run k8s sealed, and it is not sealed")
+
+	// Further ahead, rounds 2 and 3 are both unsealed: the message used to
+	// suggest `spade round 3`, which fails the same way; it names round 2,
+	// where the run goes on.
+	const want4 = "round 4 needs round 3 of run k8s sealed, and it is not sealed (no k8s/round=000003/_ROUND.json); neither are the rounds before it from round 2 on (round 1 is the run's last sealed round): run them in order first, starting with `spade round 2` (or `spade round next`, once a round)"
+	_, err = r.RunStage(ctx, 4, "gen", one, true)
+	require.ErrorIs(t, err, pipeline.ErrNotCommitted)
+	require.EqualError(t, err, want4)
+	_, err = r.RunRound(ctx, 4)
+	require.EqualError(t, err, want4)
 }
 
 func TestShardsGiveSameBytes(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/docs"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
@@ -80,7 +81,7 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := report.RenderRecipe(f, g.runName, cfg.Recipe, runBand, rounds); err != nil {
+			if err := report.Render(f, reportHeader(rf, runBand), rounds); err != nil {
 				f.Close()
 				return err
 			}
@@ -98,6 +99,44 @@ func newReportCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&outPath, "out", "", "output file (default RUN-report.html)")
 	return cmd
+}
+
+// reportHeader describes the run at the top of its report, from its
+// pinned config: the model that answers its calls, its trainer, its config
+// digest, k and recipe (configs/<recipe>.yaml). The serving mode is left
+// empty ("not in this run's config") while the config has no such
+// setting; the serving issue fills it here.
+func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
+	cfg := rf.Config
+	h := report.Header{
+		Run: rf.Run, Band: band, ConfigDigest: rf.ConfigDigest,
+		RegenerateEvery: cfg.RegenerateEvery, MetricsDoc: docs.Metrics,
+	}
+	if cfg.Recipe != "" {
+		h.Recipe = cfg.Recipe + " (configs/" + cfg.Recipe + ".yaml, docs/recipes.md)"
+	}
+	switch m := cfg.Model; m.Backend {
+	case "procedural":
+		h.Model = "procedural (offline stand-in for an LLM, no weights: docs/procedural.md)"
+	case "openai":
+		h.Model = fmt.Sprintf("openai: %s at %s", m.Name, m.BaseURL)
+	default:
+		h.Model = m.Backend
+	}
+	if cfg.Model.Replay != "" {
+		h.Model += fmt.Sprintf(", replaying the llm_calls of run %s", cfg.Model.Replay)
+	}
+	switch t := cfg.GRPO; t.Trainer {
+	case "none":
+		h.Trainer = "none (train_batch written, no checkpoint trained: every round's policy is the base, " + t.BaseCheckpoint + ")"
+	case "torch":
+		h.Trainer = "torch (the project's PyTorch GRPO step) from " + t.BaseCheckpoint
+	case "command":
+		h.Trainer = fmt.Sprintf("command %q from %s", t.Command, t.BaseCheckpoint)
+	default:
+		h.Trainer = t.Trainer
+	}
+	return h
 }
 
 // roundOrigin returns a function giving, for a round of the run rf

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/stages/all"
 	"github.com/spade-pipeline/spade/stages/engine"
 )
@@ -158,13 +159,25 @@ once; one of another host only after --lease-ttl seconds.`,
 				fmt.Printf("round %d of run %s is already committed (round id %s); nothing to do\n", round, g.runName, res.Seal.Digest()[:16])
 				return nil
 			}
-			fmt.Printf("round %d of run %s committed (round id %s): ran %v, already committed %v\n", round, g.runName, res.Seal.Digest()[:16], res.Ran, res.Skipped)
+			fmt.Printf("round %d of run %s committed (round id %s), %s: ran %v, already committed %v\n", round, g.runName, res.Seal.Digest()[:16], roundKind(g.runName, round, &a.cfg), res.Ran, res.Skipped)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().Float64Var(&leaseTTL, "lease-ttl", 6*3600, "with next: seconds after which another invocation may take over a lease whose holder stopped renewing it (> 0)")
 	return cmd
+}
+
+// roundKind says whether round (>= 1) generates a fresh pool, in the words
+// round prints: "regeneration round (regenerate_every = 4)", or "pool
+// round (no regeneration: regenerate_every = 4)" for a round that plays
+// the pool carried forward (SPADE.md step 8), whose labels then have no
+// regret (docs/regret.md).
+func roundKind(run string, round int, cfg *config.Config) string {
+	if pipeline.NewRoundInfo(run, round, cfg).Regeneration {
+		return fmt.Sprintf("regeneration round (regenerate_every = %d)", cfg.RegenerateEvery)
+	}
+	return fmt.Sprintf("pool round (no regeneration: regenerate_every = %d)", cfg.RegenerateEvery)
 }
 
 // leaseLost returns err, or, when ctx was cancelled because the run's lease

@@ -10,7 +10,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -133,14 +136,14 @@ run's table files are refused with exit code 2 (docs/cli.md).`,
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			db, _, err := sqlview.Open(ctx, a.store, g.runName, sqlview.Options{Tables: a.tableNames(), TempDir: tmp})
+			db, views, err := sqlview.Open(ctx, a.store, g.runName, sqlview.Options{Tables: a.tableNames(), TempDir: tmp})
 			if err != nil {
 				return err
 			}
 			defer db.Close()
 			rows, err := sqlview.Query(ctx, db, args[0])
 			if err != nil {
-				return queryError(err)
+				return queryError(withTables(err, g.runName, views))
 			}
 			defer rows.Close()
 			return writeRows(os.Stdout, rows, format)
@@ -148,6 +151,82 @@ run's table files are refused with exit code 2 (docs/cli.md).`,
 	}
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table, csv or json")
 	return cmd
+}
+
+// tableSignificant is how many significant digits a DOUBLE or FLOAT shows
+// in --format table, as pandas and R show them (6 and 7): enough to read a
+// rate or a mean, without the binary noise of 0.27109374999999997.
+const tableSignificant = 6
+
+// tableFloat formats a top-level DOUBLE or FLOAT for --format table with
+// tableSignificant significant digits, trailing zeros dropped: a whole
+// number as an integer (every digit of it, up to 1e15), 1e-4 <= |x| < 1e15
+// in positional notation (0.271094, 1234568), other magnitudes in
+// exponent notation (1.5e-07); NaN and infinities as DuckDB prints them.
+// It returns "" for any other value. csv and json print every digit.
+func tableFloat(v any) string {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case float32:
+		f = float64(x)
+	default:
+		return ""
+	}
+	a := math.Abs(f)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return nonFinite(f)
+	case f == 0:
+		return "0"
+	case f == math.Trunc(f) && a < 1e15:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	case a >= 1e-4 && a < 1e15:
+		digits := max(0, tableSignificant-1-int(math.Floor(math.Log10(a))))
+		s := strconv.FormatFloat(f, 'f', digits, 64)
+		if strings.Contains(s, ".") {
+			s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+		}
+		if s == "-0" {
+			s = "0"
+		}
+		return s
+	}
+	return strconv.FormatFloat(f, 'g', tableSignificant, 64)
+}
+
+// unknownTable matches DuckDB's error for a table or view name that does
+// not exist, and the suggestion it may add, which comes from DuckDB's own
+// catalog (pg_sequences, duckdb_tables) rather than from the run.
+var (
+	unknownTable = regexp.MustCompile(`Table with name (.+?) does not exist!`)
+	didYouMean   = regexp.MustCompile(`\s*Did you mean "([^"]*)"\?`)
+)
+
+// withTables adds the run's views to DuckDB's error for an unknown table,
+// in place of DuckDB's suggestion unless that is one of them: the one
+// list that helps is the tables the query can read. Other errors are
+// returned as they are.
+func withTables(err error, run string, views []sqlview.View) error {
+	var de *duckdb.Error
+	if !errors.As(err, &de) || de.Type != duckdb.ErrorTypeCatalog || !unknownTable.MatchString(de.Msg) {
+		return err
+	}
+	names := make([]string, len(views))
+	for i, v := range views {
+		names[i] = v.Table
+	}
+	msg := de.Msg
+	if m := didYouMean.FindStringSubmatchIndex(msg); m != nil && !slices.Contains(names, msg[m[2]:m[3]]) {
+		msg = msg[:m[0]] + msg[m[1]:]
+	}
+	list := "none yet (run a round first)"
+	if len(names) > 0 {
+		list = strings.Join(names, ", ")
+	}
+	end := unknownTable.FindStringIndex(msg)[1]
+	return fmt.Errorf("%s The tables of run %s are: %s (a table with no committed round has no view).%s", msg[:end], run, list, msg[end:])
 }
 
 // queryError prefixes an error of the query with "query: "; a refusal
@@ -316,7 +395,10 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 	for _, rec := range records {
 		line := make([]string, len(rec))
 		for i, v := range rec {
-			s := cell(v)
+			s := tableFloat(v)
+			if s == "" {
+				s = cell(v)
+			}
 			if len(s) > 80 {
 				s = textcut.Prefix(s, 77) + "..."
 			}

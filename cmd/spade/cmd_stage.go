@@ -22,8 +22,11 @@ p with p % n == i are written, and the tables are committed by
 "spade commit --round N --stage NAME" once every shard is done.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if round < 0 {
-				return usagef("--round N is required, N >= 0 (got %d)", round)
+			switch {
+			case !cmd.Flags().Changed("round"):
+				return usagef("--round N is required (the round the stage runs at, N >= 0)")
+			case round < 0:
+				return usagef("--round %d: want N >= 0", round)
 			}
 			sh := pipeline.Shard{Index: 0, Count: 1}
 			if shard != "" {

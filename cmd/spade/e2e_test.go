@@ -192,7 +192,9 @@ func TestBadInput(t *testing.T) {
 		{"commit negative round", nil, []string{"commit", "--round", "-2", "--stage", "design"}, 2, "--round -2: want N >= 0"},
 		// --lease-ttl was accepted and ignored without next.
 		{"lease-ttl without next", nil, []string{"round", "1", "--lease-ttl", "60"}, 2, "--lease-ttl applies to 'spade round next' only"},
-		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "--round N is required, N >= 0 (got -3)"},
+		{"negative stage round", nil, []string{"stage", "design", "--round", "-3"}, 2, "spade: --round -3: want N >= 0\n"},
+		// stage without --round used to say "(got -1)", a value nobody gave.
+		{"stage without round", nil, []string{"stage", "design"}, 2, "spade: --round N is required (the round the stage runs at, N >= 0)\n"},
 		// The message used to name only the characters, which "1abc" has.
 		{"dag id starting with a digit", nil, []string{"dag", "airflow", "--dag-id", "1abc"}, 2, "not starting with a digit"},
 		// One message used to name all three flags, whichever was wrong.

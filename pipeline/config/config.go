@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"gopkg.in/yaml.v3"
 )
 
@@ -546,6 +547,9 @@ func Load(path string, environ []string) (Config, Source, error) {
 		key, ok := envKey(name)
 		if !ok {
 			if isConfigVar(name) {
+				if near := nearestEnv(name); near != "" {
+					return cfg, src, fmt.Errorf("%w: environment variable %s names no setting (did you mean %s? settings: see spade config show)", ErrInvalid, name, near)
+				}
 				return cfg, src, fmt.Errorf("%w: environment variable %s names no setting (settings: see spade config show)", ErrInvalid, name)
 			}
 			continue
@@ -607,10 +611,12 @@ func setWhere(keys []string, src Source, lines map[string]int) string {
 
 // CLIVars lists the SPADE_* variables that configure the command line
 // rather than the run, so Load leaves them alone: the store, run, config
-// file and log flags' defaults, and SPADE_SHARD, the "i/n" shard the
-// generated Airflow DAG gives each mapped task (docs/operations.md). Any
-// other SPADE_* variable must name a setting.
-var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD"}
+// file and log flags' defaults, SPADE_SHARD, the "i/n" shard the
+// generated Airflow DAG gives each mapped task (docs/operations.md), and
+// SPADE_VENV and SPADE_CACHE, the Python environment and model cache that
+// the Makefile exports to every recipe (make round included). Any other
+// SPADE_* variable must name a setting.
+var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD", "SPADE_VENV", "SPADE_CACHE"}
 
 func isConfigVar(name string) bool { return !slices.Contains(CLIVars, name) }
 
@@ -988,6 +994,82 @@ func envKey(name string) (string, bool) {
 	return "", false
 }
 
+// NearestKey returns the setting (a dotted key of Keys) or section (a
+// prefix of one, such as "model") that an unknown dotted key most likely
+// misspells, or "" when none is close: the one at the smallest Levenshtein
+// distance, within 1 edit for a key under 4 bytes, 2 under 12, else 3
+// (a swap of two letters is 2; ties go to the first in sorted order);
+// failing that, the one
+// setting whose last part equals the key's (a setting put in the wrong
+// section, "model.group_size" for "rollout.group_size"). Names of the
+// field's vocabulary are short and differ in more than a letter, so a
+// typo lands on one of them and an unrelated word on none.
+func NearestKey(key string) string {
+	keys := Keys()
+	var cands []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		parts := strings.Split(k, ".")
+		for i := 1; i <= len(parts); i++ {
+			c := strings.Join(parts[:i], ".")
+			if !seen[c] {
+				seen[c] = true
+				cands = append(cands, c)
+			}
+		}
+	}
+	if best := nearest(key, cands); best != "" {
+		return best
+	}
+	leaf := key[strings.LastIndexByte(key, '.')+1:]
+	var same []string
+	for _, k := range keys {
+		if k != key && k[strings.LastIndexByte(k, '.')+1:] == leaf {
+			same = append(same, k)
+		}
+	}
+	if len(same) == 1 {
+		return same[0]
+	}
+	return ""
+}
+
+// nearestEnv is NearestKey for a SPADE_* variable that names no setting:
+// the variable of the closest setting, or "".
+func nearestEnv(name string) string {
+	var cands []string
+	for _, k := range Keys() {
+		cands = append(cands, EnvName(k))
+	}
+	return nearest(name, cands)
+}
+
+// nearest returns the candidate closest to s by Levenshtein distance when
+// it is within 1 edit (s under 4 bytes), 2 (under 12) or 3, else "".
+// Equal distances go to the first candidate in sorted order, so the
+// answer is stable.
+func nearest(s string, cands []string) string {
+	limit := 1
+	switch {
+	case len(s) >= 12:
+		limit = 3
+	case len(s) >= 4:
+		limit = 2
+	}
+	sorted := slices.Clone(cands)
+	slices.Sort(sorted)
+	best, bestD := "", limit+1
+	for _, c := range sorted {
+		if c == s {
+			continue
+		}
+		if d := levenshtein.ComputeDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
 // EnvName returns the environment variable that overrides key.
 func EnvName(key string) string {
 	return "SPADE_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
@@ -1048,6 +1130,9 @@ var decimalRe = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
 func nodeProblem(key string, vn *yaml.Node) string {
 	t, ok := fieldType(key)
 	if !ok {
+		if near := NearestKey(key); near != "" {
+			return fmt.Sprintf("unknown setting %q (did you mean %q? settings: see spade config show)", key, near)
+		}
 		return fmt.Sprintf("unknown setting %q (settings: see spade config show)", key)
 	}
 	if vn.Kind == yaml.ScalarNode && vn.ShortTag() == "!!null" {

@@ -74,8 +74,14 @@ func TestLoadErrors(t *testing.T) {
 		env  []string
 		want string
 	}{
-		"type":              {"sample:\n  slots: many\n", nil, "line 2"},
-		"unknown key":       {"sample:\n  slotz: 3\n", nil, `line 2: unknown setting "sample.slotz" (settings: see spade config show)`},
+		"type":        {"sample:\n  slots: many\n", nil, "line 2"},
+		"unknown key": {"sample:\n  slotz: 3\n", nil, `line 2: unknown setting "sample.slotz" (did you mean "sample.slots"? settings: see spade config show)`},
+		// Unknown keys name the nearest setting or section: a misspelt
+		// section, a setting in the wrong section, a top-level word.
+		"misspelt section":  {"modle:\n  backend: openai\n", nil, `line 2: unknown setting "modle.backend" (did you mean "model.backend"? settings: see spade config show)`},
+		"misspelt scalar":   {"modle: openai\n", nil, `line 1: unknown setting "modle" (did you mean "model"? settings: see spade config show)`},
+		"wrong section":     {"model:\n  group_size: 8\n", nil, `line 2: unknown setting "model.group_size" (did you mean "rollout.group_size"? settings: see spade config show)`},
+		"nothing near":      {"frobnicate: 1\n", nil, `line 1: unknown setting "frobnicate" (settings: see spade config show)`},
 		"float for int":     {"seed: 1.5\n", nil, `line 1: seed wants an integer (got "1.5")`},
 		"null value":        {"seed: null\n", nil, "line 1: seed has no value (null)"},
 		"null section":      {"sample: null\n", nil, "line 1: sample has no value (null)"},
@@ -100,7 +106,7 @@ func TestLoadErrors(t *testing.T) {
 		"backend":           {"model:\n  backend: gpt\n", nil, "model.backend"},
 		"openai no url":     {"model:\n  backend: openai\n", nil, "needs model.base_url"},
 		"env int":           {"", []string{"SPADE_SEED=x"}, "SPADE_SEED"},
-		"env unknown":       {"", []string{"SPADE_SAMPLE_SLOTZ=3"}, "names no setting"},
+		"env unknown":       {"", []string{"SPADE_SAMPLE_SLOTZ=3"}, "environment variable SPADE_SAMPLE_SLOTZ names no setting (did you mean SPADE_SAMPLE_SLOTS? settings: see spade config show)"},
 		// Range errors say where the value was set.
 		"zero where":    {"seed: 1\nrollout:\n  group_size: 0\n", nil, "rollout.group_size must be > 0 and <= 1048576 (got 0) (" /* file */},
 		"zero line":     {"seed: 1\nrollout:\n  group_size: 0\n", nil, "line 3)"},
@@ -248,5 +254,14 @@ func TestLeadingZeros(t *testing.T) {
 		c, _, err = Load("", []string{"SPADE_SAMPLE_SLOTS=" + v})
 		require.NoError(t, err, v)
 		require.Equal(t, 24, c.Sample.Slots)
+	}
+}
+
+// TestMakefileVariables: the Makefile exports SPADE_VENV and SPADE_CACHE
+// to every recipe, make round included, which used to fail with
+// "environment variable SPADE_CACHE names no setting".
+func TestMakefileVariables(t *testing.T) {
+	if _, _, err := Load("", []string{"SPADE_VENV=/opt/spade/venv", "SPADE_CACHE=/opt/spade/cache"}); err != nil {
+		t.Fatalf("Load with the Makefile's variables: %v", err)
 	}
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/label"
+	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/trainer"
 )

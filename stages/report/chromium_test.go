@@ -3,12 +3,16 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"html"
 	"image"
 	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,21 +54,124 @@ func runChromium(t *testing.T, bin, url string, extra ...string) []byte {
 	return stdout.Bytes()
 }
 
+// pageWidth is the browser window the report must fit: a laptop screen.
+const pageWidth = 1400
+
+// measureScript runs in Chromium over a copy of the report (its CSP
+// allowing this one inline script) and writes what the layout engine
+// computed into <pre id="measure"> as JSON, which --dump-dom returns: the
+// document's width, each plot's box, each legend entry's swatch and label
+// and how many elements the plot draws under that entry's name (inside
+// the plot, with a size), every bar and band, each table's box and every
+// in-page link's target.
+const measureScript = `<script>
+(() => {
+  const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, w: r.width, h: r.height}; };
+  const out = {doc: document.documentElement.scrollWidth, plots: [], tables: [], links: [], header: {}};
+  for (const svg of document.querySelectorAll("svg.plot")) {
+    const s = box(svg);
+    const p = {id: svg.id, box: s, legend: [], bars: [], bands: []};
+    const inside = b => b.l >= s.l - 0.5 && b.r <= s.r + 0.5 && b.t >= s.t - 0.5 && b.b <= s.b + 0.5;
+    const drawn = [...svg.querySelectorAll("[data-series]")].filter(e => !e.closest("g.legend"));
+    for (const e of svg.querySelectorAll("g.legend g.entry")) {
+      const name = e.dataset.legend;
+      const sw = [...e.querySelectorAll(".swatch")].map(box);
+      const text = box(e.querySelector("text"));
+      const mine = drawn.filter(d => d.dataset.series === name).map(box).filter(b => (b.w > 0 || b.h > 0) && inside(b));
+      p.legend.push({name, swatches: sw.length, swatchArea: sw.reduce((a, b) => a + Math.max(b.w, 1) * Math.max(b.h, 1), 0),
+        visible: sw.every(inside) && inside(text) && text.w > 0, drawn: mine.length});
+    }
+    p.bars = [...svg.querySelectorAll(".bar")].map(e => box(e).h);
+    p.bands = [...svg.querySelectorAll(".band")].map(e => box(e).w * box(e).h);
+    out.plots.push(p);
+  }
+  for (const t of document.querySelectorAll("table")) out.tables.push({id: t.id, box: box(t)});
+  for (const a of document.querySelectorAll("a[href]")) {
+    const h = a.getAttribute("href");
+    out.links.push({href: h, ok: h.startsWith("#") && document.getElementById(h.slice(1)) !== null});
+  }
+  for (const id of ["hdr-model", "hdr-trainer", "hdr-serving", "hdr-recipe", "hdr-digest"]) {
+    const e = document.getElementById(id);
+    out.header[id] = e ? e.textContent : null;
+  }
+  const pre = document.createElement("pre");
+  pre.id = "measure";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>`
+
+// layout is what measureScript reports.
+type layout struct {
+	Doc   float64 `json:"doc"`
+	Plots []struct {
+		ID     string `json:"id"`
+		Box    rect   `json:"box"`
+		Legend []struct {
+			Name       string  `json:"name"`
+			Swatches   int     `json:"swatches"`
+			SwatchArea float64 `json:"swatchArea"`
+			Visible    bool    `json:"visible"`
+			Drawn      int     `json:"drawn"`
+		} `json:"legend"`
+		Bars  []float64 `json:"bars"`
+		Bands []float64 `json:"bands"`
+	} `json:"plots"`
+	Tables []struct {
+		ID  string `json:"id"`
+		Box rect   `json:"box"`
+	} `json:"tables"`
+	Links []struct {
+		Href string `json:"href"`
+		OK   bool   `json:"ok"`
+	} `json:"links"`
+	Header map[string]*string `json:"header"`
+}
+
+type rect struct {
+	L float64 `json:"l"`
+	R float64 `json:"r"`
+	T float64 `json:"t"`
+	B float64 `json:"b"`
+	W float64 `json:"w"`
+	H float64 `json:"h"`
+}
+
+// chromiumRounds is a 12-round run with k = 4 as the metrics stage writes
+// it (validity, diversity and regret on rounds 0, 4 and 8 only), plus a
+// skill played in one round only, which used to get a legend entry and
+// nothing drawn.
+func chromiumRounds() []RoundSummary {
+	rounds := sampleRounds(12)
+	rounds[6].PerSkillWinRate["one-round-skill"] = 0.4
+	return rounds
+}
+
+// TestRenderInChromium opens the report in Debian's headless Chromium at
+// 1,400 px: a screenshot (kept as a test artefact: go test -artifacts
+// -outputdir DIR keeps it under DIR) and the DOM with the layout the
+// browser computed, checked element by element: every plot and table fits
+// the window; every legend entry has a visible swatch and label and at
+// least one element of its name drawn inside its plot; each regeneration
+// round of the regret plot has a p10–p90 bar with height; win rate is
+// drawn per population; the header names model, trainer, serving mode,
+// recipe and config digest; every link has its target in the page.
 func TestRenderInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
 	bin := chromium(t)
 	dir := t.TempDir()
+	page := render(t, "chromium-run", chromiumRounds())
 	htmlPath := filepath.Join(dir, "report.html")
-	if err := os.WriteFile(htmlPath, render(t, "chromium-run", sampleRounds(40)), 0o644); err != nil {
+	if err := os.WriteFile(htmlPath, page, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	url := "file://" + htmlPath
+	window := fmt.Sprintf("--window-size=%d,2400", pageWidth)
 
 	t.Run("screenshot", func(t *testing.T) {
-		shot := filepath.Join(dir, "shot.png")
-		runChromium(t, bin, url, "--screenshot="+shot, "--window-size=1200,1600")
+		shot := filepath.Join(t.ArtifactDir(), "report-1400.png")
+		runChromium(t, bin, "file://"+htmlPath, "--screenshot="+shot, window)
 		f, err := os.Open(shot)
 		if err != nil {
 			t.Fatalf("no screenshot: %v", err)
@@ -74,11 +181,11 @@ func TestRenderInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decode screenshot: %v", err)
 		}
-		if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1600 {
-			t.Fatalf("screenshot is %v, want 1200x1600", b)
+		if b := img.Bounds(); b.Dx() != pageWidth || b.Dy() != 2400 {
+			t.Fatalf("screenshot is %v, want %dx2400", b, pageWidth)
 		}
 		colours, inked := pixelStats(img)
-		// Five plots in five colours plus anti-aliasing give hundreds of
+		// Five plots in many colours plus anti-aliasing give hundreds of
 		// colours; a blank or error page gives a handful.
 		if colours < 50 {
 			t.Fatalf("screenshot has %d distinct colours: blank or broken page", colours)
@@ -86,7 +193,7 @@ func TestRenderInChromium(t *testing.T) {
 		if inked < 0.02 {
 			t.Fatalf("only %.1f%% of the screenshot is non-white", 100*inked)
 		}
-		t.Logf("screenshot: %d colours, %.1f%% non-white", colours, 100*inked)
+		t.Logf("screenshot %s: %d colours, %.1f%% non-white", shot, colours, 100*inked)
 		if *screenshotOut != "" {
 			data, err := os.ReadFile(shot)
 			if err != nil {
@@ -99,17 +206,99 @@ func TestRenderInChromium(t *testing.T) {
 	})
 
 	t.Run("dom", func(t *testing.T) {
-		dom := string(runChromium(t, bin, url, "--dump-dom"))
+		// The page's policy forbids scripts; the measuring copy allows
+		// the one inline script it adds, and nothing else.
+		csp := `content="default-src 'none'; style-src 'unsafe-inline'"`
+		if !bytes.Contains(page, []byte(csp)) {
+			t.Fatalf("report lacks its Content-Security-Policy %s", csp)
+		}
+		measured := bytes.Replace(page, []byte(csp), []byte(`content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"`), 1)
+		measured = bytes.Replace(measured, []byte("</body>"), []byte(measureScript+"</body>"), 1)
+		mPath := filepath.Join(dir, "measure.html")
+		if err := os.WriteFile(mPath, measured, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dom := string(runChromium(t, bin, "file://"+mPath, "--dump-dom", window))
 		if got := strings.Count(dom, "<svg "); got != PlotCount {
 			t.Fatalf("DOM has %d <svg> elements, want %d", got, PlotCount)
 		}
-		for _, title := range []string{TitleLearnable, TitleWinRate, TitleRegret, TitleDiversity, TitleValidity, "chromium-run"} {
-			if !strings.Contains(dom, title) {
-				t.Errorf("DOM lacks %q", title)
+		start := strings.Index(dom, `<pre id="measure">`)
+		if start < 0 {
+			t.Fatalf("the measuring script did not run; DOM:\n%s", dom)
+		}
+		raw := dom[start+len(`<pre id="measure">`):]
+		raw = html.UnescapeString(raw[:strings.Index(raw, "</pre>")])
+		var l layout
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			t.Fatalf("measurements: %v\n%s", err, raw)
+		}
+		if l.Doc > pageWidth {
+			t.Errorf("the page is %.0f px wide, over the %d px window", l.Doc, pageWidth)
+		}
+		for _, tb := range l.Tables {
+			if tb.Box.R > pageWidth || tb.Box.W == 0 {
+				t.Errorf("table %s spans %.0f to %.0f px, outside the %d px window", tb.ID, tb.Box.L, tb.Box.R, pageWidth)
 			}
 		}
-		if got := strings.Count(dom, "<polygon"); got != 1 {
-			t.Errorf("DOM has %d band polygons, want 1", got)
+		if len(l.Tables) != 2 {
+			t.Errorf("%d tables, want 2 (rounds, skills)", len(l.Tables))
+		}
+		want := map[string][]string{
+			"learnable": {"learnable, designed envs (regeneration rounds)", "learnable, pool (other rounds)", regenName},
+			"winrate": {"all skills, designed envs (regeneration rounds)", "all skills, pool (other rounds)",
+				"causal-inference", "logical-deduction", "one-round-skill", "planning", "spatial-reasoning", regenName},
+			"regret":    {"mean", "median", "p10–p90", regenName},
+			"diversity": {"Vendi/n", regenName},
+			"validity":  {"validity", regenName},
+		}
+		if len(l.Plots) != PlotCount {
+			t.Fatalf("%d plots measured, want %d", len(l.Plots), PlotCount)
+		}
+		for _, p := range l.Plots {
+			if p.Box.R > pageWidth || p.Box.W == 0 {
+				t.Errorf("plot %s spans %.0f to %.0f px, outside the window", p.ID, p.Box.L, p.Box.R)
+			}
+			var names []string
+			for _, e := range p.Legend {
+				names = append(names, e.Name)
+				if !e.Visible || e.Swatches == 0 || e.SwatchArea < 9 {
+					t.Errorf("plot %s: legend entry %q is not visible (swatches %d, area %.0f)", p.ID, e.Name, e.Swatches, e.SwatchArea)
+				}
+				if e.Drawn == 0 {
+					t.Errorf("plot %s: legend entry %q has nothing drawn in the plot", p.ID, e.Name)
+				}
+			}
+			if !slices.Equal(names, want[p.ID]) {
+				t.Errorf("plot %s legend = %q, want %q", p.ID, names, want[p.ID])
+			}
+			if p.ID == "regret" {
+				// Regret on rounds 0, 4 and 8, none adjacent: a bar each,
+				// from p10 to p90 (0.4 apart in sampleRounds), no band.
+				if len(p.Bars) != 3 || len(p.Bands) != 0 {
+					t.Errorf("regret: %d bars and %d bands, want 3 and 0", len(p.Bars), len(p.Bands))
+				}
+				for i, h := range p.Bars {
+					if h < 20 {
+						t.Errorf("regret bar %d is %.1f px high: p10–p90 not shown", i, h)
+					}
+				}
+			}
+		}
+		for id, v := range l.Header {
+			if v == nil || strings.TrimSpace(*v) == "" {
+				t.Errorf("header %s missing or empty", id)
+			}
+		}
+		if v := l.Header["hdr-serving"]; v != nil && *v != "not in this run's config" {
+			t.Errorf("serving mode %q, want the placeholder for a config without one", *v)
+		}
+		if len(l.Links) == 0 {
+			t.Error("the page links nothing: its doc references should be links")
+		}
+		for _, a := range l.Links {
+			if !a.OK {
+				t.Errorf("link %q has no target in the page (the report is read offline)", a.Href)
+			}
 		}
 	})
 }

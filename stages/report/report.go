@@ -22,7 +22,8 @@ import (
 // are in [0, 1]. A float field that is NaN was not measured this round
 // (e.g. validity on a round without regeneration) and shows as a gap in
 // plots and "–" in the table. "Played environments" are the round's labels
-// rows that are valid and have at least one play.
+// rows that are valid and have at least one play: on a regeneration round
+// the environments it designed, on other rounds the pool carried forward.
 type RoundSummary struct {
 	// Round is the GRPO step number; rounds must be strictly increasing.
 	Round int
@@ -112,27 +113,62 @@ func (b Band) String() string { return fmt.Sprintf("[%g, %g]", b.Low, b.High) }
 // PlotCount is the number of <svg> plots Render writes.
 const PlotCount = 5
 
-// Render writes the report for run as one self-contained HTML5 document
-// to w: PlotCount inline SVG plots over rounds and a per-round table. The
-// output is a pure function of its arguments (no timestamps, skills
-// sorted, fixed number formatting), so reports can be diffed and
+// Header is what the top of the page says about the run, from its pinned
+// config (cmd/spade fills it; docs/metrics.md "Report"). Text fields are
+// shown as given, escaped; an empty one shows as "not in this run's
+// config", the place where settings that later configs add (the serving
+// mode of model.serving, a training recipe) appear once runs pin them.
+type Header struct {
+	// Run is the run name.
+	Run string
+	// Band is the run's learnable band (label.band_low, label.band_high),
+	// named in the learnable plot's label and the header; rounds with a
+	// Band of their own are named there with theirs, by range of rounds.
+	Band Band
+	// Model names what answers the designer, hint and agent calls, e.g.
+	// "procedural (offline stand-in, no weights)" or "openai Qwen/Qwen3-8B".
+	Model string
+	// Trainer names grpo.trainer and what it trains, e.g. "none (train_batch
+	// written, no checkpoint trained)".
+	Trainer string
+	// Serving is the serving mode (model.serving: managed, reload, fixed;
+	// DESIGN.md "The policy of a round"); "" when the config has none.
+	Serving string
+	// Recipe names the training recipe the run follows; "" when the config
+	// has none.
+	Recipe string
+	// ConfigDigest is the run's config digest (_RUN.json config_digest).
+	ConfigDigest string
+	// RegenerateEvery is k: a regeneration every k rounds; 0 if unknown.
+	RegenerateEvery int
+	// MetricsDoc is the text of docs/metrics.md, included at the end of the
+	// page so that its links work offline; "" leaves it out (and the links
+	// name the file only).
+	MetricsDoc string
+}
+
+// Render writes the report of one run as one self-contained HTML5 document
+// to w: the header h, PlotCount inline SVG plots over rounds and two
+// tables (round metrics, win rate per skill), at most 1,400 CSS pixels
+// wide. The output is a pure function of its arguments (no timestamps,
+// skills sorted, fixed number formatting), so reports can be diffed and
 // golden-tested.
 //
-// band is the run's learnable band (label.band_low, label.band_high),
-// named in the learnable plot's label and the page's header; rounds with
-// a Band of their own are named there with theirs, by range of rounds.
+// Every plot spans the same rounds (first to last), marks the
+// regeneration rounds when some rounds are not, draws a lone measured
+// round (one whose neighbours are not measured: validity, diversity and
+// regret off k = 1) as a marker, with its p10–p90 range as a bar where
+// the plot has a band, and lists in its legend only what it draws. Win
+// rate and learnable fraction are split by the population played: the
+// environments designed that round (regeneration rounds) and the pool
+// carried forward (other rounds), which differ by construction (the pool
+// holds only environments admitted inside the band).
 //
 // Errors: an error naming the round index, round number and field for
 // rounds out of order, negative counts, rates outside [0, 1] or ±Inf
 // values; a band that is not 0 <= Low <= High <= 1; the error of w.
-func Render(w io.Writer, run string, band Band, rounds []RoundSummary) error {
-	return RenderRecipe(w, run, "", band, rounds)
-}
-
-// RenderRecipe is Render for a run that follows a recipe (the config's
-// recipe setting, configs/<recipe>.yaml): the page's header names it. An
-// empty recipe renders exactly what Render does.
-func RenderRecipe(w io.Writer, run, recipe string, band Band, rounds []RoundSummary) error {
+func Render(w io.Writer, h Header, rounds []RoundSummary) error {
+	run, band := h.Run, h.Band
 	if !(band.Low >= 0 && band.Low <= band.High && band.High <= 1) {
 		return fmt.Errorf("render report for run %q: learnable band [%g, %g] is not within [0, 1] in order", run, band.Low, band.High)
 	}
@@ -145,7 +181,7 @@ func RenderRecipe(w io.Writer, run, recipe string, band Band, rounds []RoundSumm
 		}
 	}
 	bands := bandLabel(band, rounds)
-	data := pageData{Run: run, Recipe: recipe, Rounds: len(rounds), Band: bands}
+	data := pageData{Header: h, Rounds: len(rounds), Band: bands}
 	if len(rounds) > 0 {
 		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
 	}
@@ -163,7 +199,8 @@ func RenderRecipe(w io.Writer, run, recipe string, band Band, rounds []RoundSumm
 	}
 	data.Skills = skillsOf(rounds)
 	for _, r := range rounds {
-		data.Rows = append(data.Rows, tableRow(r, data.Skills))
+		data.Rows = append(data.Rows, tableRow(r))
+		data.SkillRows = append(data.SkillRows, skillRow(r, data.Skills))
 	}
 	if err := page.Execute(w, data); err != nil {
 		return fmt.Errorf("render report for run %q: %w", run, err)
@@ -172,14 +209,13 @@ func RenderRecipe(w io.Writer, run, recipe string, band Band, rounds []RoundSumm
 }
 
 type pageData struct {
-	Run                 string
-	Recipe              string // the config's recipe, "" for none
+	Header
 	Band                string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
 	Rounds, First, Last int
 	Regenerations       int
 	Plots               []template.HTML
 	Skills              []string
-	Rows                [][]string
+	Rows, SkillRows     [][]string
 }
 
 func validate(rounds []RoundSummary) error {
@@ -269,21 +305,38 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 	pts := func(f func(RoundSummary) float64) []point {
 		out := make([]point, len(rounds))
 		for i, r := range rounds {
-			out[i] = point{float64(r.Round), f(r)}
+			out[i] = point{x: float64(r.Round), y: f(r), pop: population(r)}
 		}
 		return out
+	}
+	only := func(regen bool, f func(RoundSummary) float64) func(RoundSummary) float64 {
+		return func(r RoundSummary) float64 {
+			if r.Regeneration != regen {
+				return math.NaN()
+			}
+			return f(r)
+		}
 	}
 	main := func(name string, f func(RoundSummary) float64) series {
 		return series{name: name, color: palette[0], width: strokeMain, points: pts(f)}
 	}
+	// byPopulation splits a per-environment mean into the two populations
+	// a round can play (Render's doc).
+	byPopulation := func(what string, f func(RoundSummary) float64) []series {
+		return []series{
+			{name: what + ", designed envs (regeneration rounds)", color: palette[0], width: strokeMain, points: pts(only(true, f))},
+			{name: what + ", pool (other rounds)", color: poolColor, width: strokeMain, points: pts(only(false, f))},
+		}
+	}
+	c := commonAxis(rounds)
 	unit := func(id, title, yLabel string, s ...series) chart {
-		return chart{id: id, title: title, yLabel: yLabel, yMin: 0, yMax: 1, series: s}
+		return chart{id: id, title: title, yLabel: yLabel, yMin: 0, yMax: 1, series: s, axis: c}
 	}
 
-	win := []series{main("all skills", func(r RoundSummary) float64 { return r.WinRate })}
+	win := byPopulation("all skills", func(r RoundSummary) float64 { return r.WinRate })
 	for i, skill := range skillsOf(rounds) {
 		win = append(win, series{
-			name: skill, color: palette[1+i%(len(palette)-1)], width: strokeSecond, dashed: i >= len(palette)-1,
+			name: skill, color: skillPalette[i%len(skillPalette)], width: strokeSecond, dashed: i >= len(skillPalette),
 			points: pts(func(r RoundSummary) float64 {
 				if v, ok := r.PerSkillWinRate[skill]; ok {
 					return v
@@ -293,7 +346,7 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 		})
 	}
 	regret := chart{
-		id: "regret", title: TitleRegret, yLabel: "regret (return)", yMin: math.NaN(), yMax: math.NaN(), zeroLine: true,
+		id: "regret", title: TitleRegret, yLabel: "regret (return)", yMin: math.NaN(), yMax: math.NaN(), zeroLine: true, axis: c,
 		series: []series{
 			main("mean", func(r RoundSummary) float64 { return r.RegretMean }),
 			{name: "median", color: palette[3], width: strokeSecond, dashed: true, points: pts(func(r RoundSummary) float64 { return r.RegretP50 })},
@@ -303,12 +356,45 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 			hi: pts(func(r RoundSummary) float64 { return r.RegretP90 })},
 	}
 	return []chart{
-		unit("learnable", TitleLearnable, "share in band "+learnable, main("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })),
+		unit("learnable", TitleLearnable, "share in band "+learnable, byPopulation("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })...),
 		unit("winrate", TitleWinRate, "win rate", win...),
 		regret,
 		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),
 		unit("validity", TitleValidity, "share valid", main("validity", func(r RoundSummary) float64 { return r.ValidityRate })),
 	}
+}
+
+// population is 0 for a regeneration round (it plays the environments it
+// designed) and 1 for a round that plays the pool carried forward: lines
+// never join rounds of different populations.
+func population(r RoundSummary) int {
+	if r.Regeneration {
+		return 0
+	}
+	return 1
+}
+
+// commonAxis is the round axis every plot shares: the report's first to
+// last round, half a round of margin on each side so that markers and bars
+// at the ends are drawn whole, and the regeneration rounds to mark (none
+// when every round regenerates: there is nothing to tell apart).
+func commonAxis(rounds []RoundSummary) axis {
+	if len(rounds) == 0 {
+		return axis{x0: 0, x1: 1}
+	}
+	a := axis{x0: float64(rounds[0].Round) - 0.5, x1: float64(rounds[len(rounds)-1].Round) + 0.5}
+	all := true
+	for _, r := range rounds {
+		if r.Regeneration {
+			a.regen = append(a.regen, float64(r.Round))
+		} else {
+			all = false
+		}
+	}
+	if all {
+		a.regen = nil
+	}
+	return a
 }
 
 // skillsOf returns every skill named in any round, sorted.
@@ -334,24 +420,38 @@ func sortedKeys(m map[string]float64) []string {
 	return out
 }
 
-// tableRow formats one round; columns match the header in the template.
-func tableRow(r RoundSummary, skills []string) []string {
-	regen := ""
-	if r.Regeneration {
-		regen = "yes"
-	}
+// tableRow formats one round; columns match the first table's header in
+// the template.
+func tableRow(r RoundSummary) []string {
+	kind := kindOf(r)
 	domains := "–"
 	if !math.IsNaN(r.DomainCoverage) {
 		domains = fmt.Sprintf("%d/13 (%s)", r.DomainsCovered, cell(r.DomainCoverage, 2))
 	}
-	row := []string{
-		strconv.Itoa(r.Round), regen,
-		strconv.Itoa(r.Environments), strconv.Itoa(r.Valid), strconv.Itoa(r.Admitted),
+	envs, valid := "–", "–" // no environment is designed off regeneration rounds
+	if r.Regeneration {
+		envs, valid = strconv.Itoa(r.Environments), strconv.Itoa(r.Valid)
+	}
+	return []string{
+		strconv.Itoa(r.Round), kind, envs, valid, strconv.Itoa(r.Admitted),
 		cell(r.ValidityRate, 3), cell(r.LearnableFraction, 3), cell(r.WinRate, 3),
 		cell(r.RegretMean, 3), cell(r.RegretP10, 3), cell(r.RegretP50, 3), cell(r.RegretP90, 3),
 		cell(r.VendiPerN, 3), domains,
 		cell(r.RewardLevels, 1),
 	}
+}
+
+// kindOf is the tables' "round kind": regeneration or pool.
+func kindOf(r RoundSummary) string {
+	if r.Regeneration {
+		return "regeneration"
+	}
+	return "pool"
+}
+
+// skillRow formats one round's win rate per skill, in the order of skills.
+func skillRow(r RoundSummary, skills []string) []string {
+	row := []string{strconv.Itoa(r.Round), kindOf(r)}
 	for _, skill := range skills {
 		if v, ok := r.PerSkillWinRate[skill]; ok {
 			row = append(row, cell(v, 2))

@@ -16,17 +16,21 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.html from the current output")
 
-// sampleRounds is a deterministic 40-round run: regeneration every 4
-// rounds (validity and diversity measured only then), win rate climbing
-// as in the paper's training curves, three skills active in turn.
-func sampleRounds(n int) []RoundSummary {
+// sampleRounds is a deterministic run of n rounds: regeneration every 4
+// rounds (validity, diversity and regret measured only then, as the
+// metrics stage does), win rate climbing as in the paper's training
+// curves, three skills active in turn.
+func sampleRounds(n int) []RoundSummary { return sampleRoundsK(n, 4) }
+
+// sampleRoundsK is sampleRounds with a regeneration every k rounds.
+func sampleRoundsK(n, k int) []RoundSummary {
 	skills := []string{"causal-inference", "logical-deduction", "spatial-reasoning", "planning"}
 	var out []RoundSummary
 	for i := 0; i < n; i++ {
 		t := float64(i) / float64(max(n-1, 1))
 		r := RoundSummary{
 			Round:             i,
-			Regeneration:      i%4 == 0,
+			Regeneration:      i%k == 0,
 			Admitted:          8 + i%5,
 			LearnableFraction: 0.16 + 0.15*t + 0.03*math.Sin(float64(i)),
 			WinRate:           0.30 + 0.32*t + 0.02*math.Cos(float64(i)*1.7),
@@ -40,6 +44,9 @@ func sampleRounds(n int) []RoundSummary {
 		r.RegretP10 = r.RegretMean - 0.18
 		r.RegretP50 = r.RegretMean - 0.02
 		r.RegretP90 = r.RegretMean + 0.22
+		if !r.Regeneration {
+			r.RegretMean, r.RegretP10, r.RegretP50, r.RegretP90 = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		}
 		if r.Regeneration {
 			r.Environments, r.Valid = 24, 20+i%4
 			r.ValidityRate = float64(r.Valid) / 24
@@ -47,9 +54,9 @@ func sampleRounds(n int) []RoundSummary {
 			r.DomainsCovered = 5 + i%6
 			r.DomainCoverage = float64(r.DomainsCovered) / 13
 		}
-		for k := 0; k < 3; k++ {
-			s := skills[(i/4+k)%len(skills)]
-			r.PerSkillWinRate[s] = math.Min(1, r.WinRate+0.1*float64(k-1))
+		for j := 0; j < 3; j++ {
+			s := skills[(i/4+j)%len(skills)]
+			r.PerSkillWinRate[s] = math.Min(1, r.WinRate+0.1*float64(j-1))
 		}
 		out = append(out, r)
 	}
@@ -59,10 +66,23 @@ func sampleRounds(n int) []RoundSummary {
 func render(t testing.TB, run string, rounds []RoundSummary) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := Render(&b, run, Band{0.2, 0.8}, rounds); err != nil {
+	if err := Render(&b, testHeader(run), rounds); err != nil {
 		t.Fatalf("Render: %v", err)
 	}
 	return b.Bytes()
+}
+
+// testHeader is a run header as cmd/spade fills it for the default run,
+// without the serving mode and recipe that its config does not have.
+func testHeader(run string) Header {
+	return Header{
+		Run: run, Band: Band{0.2, 0.8},
+		Model:           "procedural (offline stand-in, no weights)",
+		Trainer:         "none (train_batch written, no checkpoint trained)",
+		ConfigDigest:    "sha256:0123456789abcdef",
+		RegenerateEvery: 4,
+		MetricsDoc:      "# Round metrics: definitions\n\nWin rate <b>is</b> the share of unhinted plays won.\n",
+	}
 }
 
 func TestRenderGolden(t *testing.T) {
@@ -127,21 +147,59 @@ func TestRenderStructure(t *testing.T) {
 			t.Errorf("plot title %q missing", title)
 		}
 	}
-	if got := strings.Count(out, "<tr><td>"); got != len(rounds) {
-		t.Errorf("%d table rows, want %d", got, len(rounds))
+	// Two tables, a row per round in each.
+	if got := strings.Count(out, "<tr><td>"); got != 2*len(rounds) {
+		t.Errorf("%d table rows, want %d", got, 2*len(rounds))
 	}
-	// Validity is measured on 10 of 40 rounds, every 4th: 10 markers and
-	// no line joining them across the unmeasured rounds.
+	// Validity is measured on 10 of 40 rounds, every 4th: 10 markers, no
+	// line joining them across the unmeasured rounds, and the 10
+	// regeneration rounds marked.
 	validity := svgs[4]
-	if got := strings.Count(validity, "<circle"); got != 10 {
+	if got := strings.Count(validity, `class="marker"`); got != 10 {
 		t.Errorf("validity plot has %d markers, want 10", got)
 	}
 	if strings.Contains(validity, "<polyline") {
 		t.Errorf("validity plot joins rounds it did not measure")
 	}
-	// Regret: one band polygon over all 40 rounds, mean and median lines.
-	if got := strings.Count(svgs[2], `class="band"`); got != 1 {
-		t.Errorf("regret plot has %d bands, want 1", got)
+	for i, s := range svgs {
+		if got := strings.Count(s, `class="regen"`); got != 10 {
+			t.Errorf("plot %d marks %d regeneration rounds, want 10", i, got)
+		}
+	}
+	// Regret exists on the 10 regeneration rounds, none adjacent: 10
+	// p10–p90 bars with a mean and a median marker each, no band.
+	regret := svgs[2]
+	if got := strings.Count(regret, `class="bar"`); got != 10 {
+		t.Errorf("regret plot has %d bars, want 10", got)
+	}
+	if strings.Contains(regret, `class="band"`) {
+		t.Errorf("regret plot draws a band across rounds without regret")
+	}
+	for _, name := range []string{"mean", "median"} {
+		if got := strings.Count(regret, `class="marker" data-series="`+name+`"`); got != 10 {
+			t.Errorf("regret plot has %d %s markers, want 10", got, name)
+		}
+	}
+	// Win rate: the designed population on the 10 regeneration rounds
+	// (markers), the pool on the 30 others (lines of 3 rounds each).
+	win := svgs[1]
+	if got := strings.Count(win, `class="marker" data-series="all skills, designed envs (regeneration rounds)"`); got != 10 {
+		t.Errorf("win-rate plot has %d designed markers, want 10", got)
+	}
+	if got := strings.Count(win, `class="series" data-series="all skills, pool (other rounds)"`); got != 10 {
+		t.Errorf("win-rate plot has %d pool lines, want 10", got)
+	}
+	// k = 1: every round regenerates, so regret is a band over adjacent
+	// rounds, and no round is marked (there is nothing to tell apart).
+	every := svgRe.FindAllString(string(render(t, "run-k1", sampleRoundsK(12, 1))), -1)
+	if got := strings.Count(every[2], `class="band"`); got != 1 {
+		t.Errorf("k=1 regret plot has %d bands, want 1", got)
+	}
+	if strings.Contains(every[2], `class="bar"`) || strings.Contains(every[2], `class="regen"`) {
+		t.Errorf("k=1 regret plot draws bars or regeneration marks")
+	}
+	if strings.Contains(every[1], "pool (other rounds)") {
+		t.Errorf("k=1 win-rate plot lists a pool population it does not draw")
 	}
 	for _, banned := range []string{"<script", "http://", "https://", "<link", "@import", "url("} {
 		if strings.Contains(strings.ReplaceAll(out, `xmlns="http://www.w3.org/2000/svg"`, ""), banned) {
@@ -149,7 +207,7 @@ func TestRenderStructure(t *testing.T) {
 		}
 	}
 	for _, skill := range []string{"causal-inference", "logical-deduction", "planning", "spatial-reasoning"} {
-		if !strings.Contains(out, "<th>win: "+skill+"</th>") {
+		if !strings.Contains(out, "<th>"+skill+"</th>") {
 			t.Errorf("table lacks a column for skill %q", skill)
 		}
 	}
@@ -188,7 +246,7 @@ func TestRenderErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rounds := sampleRounds(3)
 			tt.mutate(rounds)
-			err := Render(io.Discard, "r", Band{0.2, 0.8}, rounds)
+			err := Render(io.Discard, Header{Run: "r", Band: Band{0.2, 0.8}}, rounds)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
@@ -248,7 +306,7 @@ func FuzzRender(f *testing.F) {
 		rounds := sampleRounds(3)
 		rounds[2].PerSkillWinRate[skill] = rate
 		var b bytes.Buffer
-		if err := Render(&b, run, Band{0.2, 0.8}, rounds); err != nil {
+		if err := Render(&b, Header{Run: run, Band: Band{0.2, 0.8}}, rounds); err != nil {
 			t.Fatal(err)
 		}
 		out := b.String()
@@ -271,7 +329,7 @@ func FuzzRender(f *testing.F) {
 // band the run labelled with, not the default one.
 func TestRenderNamesTheRunsBand(t *testing.T) {
 	var b bytes.Buffer
-	if err := Render(&b, "r", Band{0.3, 0.6}, sampleRounds(3)); err != nil {
+	if err := Render(&b, Header{Run: "r", Band: Band{0.3, 0.6}}, sampleRounds(3)); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -282,7 +340,7 @@ func TestRenderNamesTheRunsBand(t *testing.T) {
 		t.Error("the default band is still named")
 	}
 	for _, bad := range []Band{{0.8, 0.2}, {-0.1, 0.5}, {0.2, 1.5}, {math.NaN(), 0.5}} {
-		if err := Render(io.Discard, "r", bad, sampleRounds(3)); err == nil || !strings.Contains(err.Error(), "learnable band") {
+		if err := Render(io.Discard, Header{Run: "r", Band: bad}, sampleRounds(3)); err == nil || !strings.Contains(err.Error(), "learnable band") {
 			t.Errorf("band %v: error %v, want one naming the learnable band", bad, err)
 		}
 	}
@@ -296,7 +354,7 @@ func TestRenderNamesEachRoundsBand(t *testing.T) {
 	src := Band{0.2, 0.8}
 	rounds[0].Band, rounds[1].Band = &src, &src
 	var b bytes.Buffer
-	if err := Render(&b, "r", Band{0.1, 0.8}, rounds); err != nil {
+	if err := Render(&b, Header{Run: "r", Band: Band{0.1, 0.8}}, rounds); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -309,28 +367,25 @@ func TestRenderNamesEachRoundsBand(t *testing.T) {
 	}
 	bad := Band{0.9, 0.1}
 	rounds[2].Band = &bad // sampleRounds numbers rounds from 0
-	if err := Render(io.Discard, "r", Band{0.1, 0.8}, rounds); err == nil || !strings.Contains(err.Error(), "(round 2)") {
+	if err := Render(io.Discard, Header{Run: "r", Band: Band{0.1, 0.8}}, rounds); err == nil || !strings.Contains(err.Error(), "(round 2)") {
 		t.Errorf("bad band of round 2: error %v, want one naming round 2", err)
 	}
 }
 
 // TestRenderNamesTheRecipe: a run that follows a recipe is named with it
-// in the header; without one the page is Render's, byte for byte.
+// in the header; without one the header says the config has none.
 func TestRenderNamesTheRecipe(t *testing.T) {
-	var with, without, plain bytes.Buffer
-	if err := RenderRecipe(&with, "r", "games-30b-a3b", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
+	var with, without bytes.Buffer
+	if err := Render(&with, Header{Run: "r", Band: Band{0.2, 0.8}, Recipe: "games-30b-a3b"}, sampleRounds(3)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(with.String(), "Recipe: <code>games-30b-a3b</code> (configs/games-30b-a3b.yaml") {
+	if !strings.Contains(with.String(), `<dd id="hdr-recipe">games-30b-a3b</dd>`) {
 		t.Error("the recipe is not named in the header")
 	}
-	if err := RenderRecipe(&without, "r", "", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
+	if err := Render(&without, Header{Run: "r", Band: Band{0.2, 0.8}}, sampleRounds(3)); err != nil {
 		t.Fatal(err)
 	}
-	if err := Render(&plain, "r", Band{0.2, 0.8}, sampleRounds(3)); err != nil {
-		t.Fatal(err)
-	}
-	if without.String() != plain.String() || strings.Contains(plain.String(), "Recipe:") {
-		t.Error("an empty recipe changed the page")
+	if !strings.Contains(without.String(), `<dd id="hdr-recipe" class="unset">not in this run`) {
+		t.Error("a run without a recipe does not say so")
 	}
 }

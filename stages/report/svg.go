@@ -28,7 +28,27 @@ const (
 // the round-wide series.
 var palette = []string{"#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"}
 
-type point struct{ x, y float64 }
+// skillPalette colours the per-skill lines (dashed after the sixth); it
+// leaves out the blue of the designed population and the black of the
+// pool.
+var skillPalette = palette[1:7]
+
+// poolColor is the round-wide series of the rounds that play the pool.
+const poolColor = "#000000"
+
+// regenColor marks regeneration rounds, behind the data.
+const regenColor = "#9a9a9a"
+
+type point struct {
+	x, y float64
+	pop  int // population (report.population): lines break where it changes
+}
+
+// axis is the round axis all plots share (commonAxis).
+type axis struct {
+	x0, x1 float64   // the x range drawn
+	regen  []float64 // regeneration rounds to mark; nil for none
+}
 
 type series struct {
 	name   string
@@ -54,6 +74,7 @@ type chart struct {
 	series     []series
 	band       *band
 	zeroLine   bool
+	axis       axis
 }
 
 // svg renders c as one standalone <svg> element.
@@ -66,17 +87,17 @@ func (c chart) svg() string {
 	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`, plotW, h)
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold" fill="#222">%s</text>`, marginL, esc(c.title))
 
-	xs, ys := c.extent()
-	if len(xs) == 0 {
-		c.frame(&b, 0, 1, 0, 1, nil, nil)
+	x0, x1 := c.axis.x0, c.axis.x1
+	if !(x1 > x0) {
+		x0, x1 = 0, 1
+	}
+	_, ys := c.extent()
+	if len(ys) == 0 {
+		c.frame(&b, x0, x1, 0, 1, integerTicks(x0, x1), nil)
 		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="%d" fill="#777" text-anchor="middle">no data</text>`,
 			num(marginL+innerW/2), num(marginT+innerH/2), fontSize)
 		b.WriteString(`</svg>`)
 		return b.String()
-	}
-	x0, x1 := minMax(xs)
-	if x0 == x1 {
-		x0, x1 = x0-1, x1+1
 	}
 	y0, y1 := c.yMin, c.yMax
 	if math.IsNaN(y0) || math.IsNaN(y1) {
@@ -102,12 +123,24 @@ func (c chart) svg() string {
 	px := func(x float64) float64 { return marginL + (x-x0)/(x1-x0)*innerW }
 	py := func(y float64) float64 { return marginT + (1-(y-y0)/(y1-y0))*innerH }
 
+	for _, x := range c.axis.regen {
+		fmt.Fprintf(&b, `<line class="regen" data-series="%s" x1="%s" y1="%d" x2="%s" y2="%d" stroke="%s" stroke-width="1" stroke-dasharray="3 3"/>`,
+			esc(regenName), num(px(x)), marginT, num(px(x)), marginT+innerH, regenColor)
+	}
 	if c.zeroLine && y0 < 0 && y1 > 0 {
 		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#888" stroke-width="1"/>`,
 			num(px(x0)), num(py(0)), num(px(x1)), num(py(0)))
 	}
-	if c.band != nil && len(c.band.lo) > 0 {
-		for _, seg := range segments(c.band.lo, c.band.hi) {
+	if bd := c.band; bd != nil && len(bd.lo) > 0 {
+		// Adjacent measured rounds: a filled band. A lone one: a bar of
+		// the same fill from p10 to p90, so the legend's box means both.
+		for _, seg := range segments(bd.lo, bd.hi) {
+			if len(seg.lo) == 1 {
+				x, lo, hi := px(seg.lo[0].x), py(seg.lo[0].y), py(seg.hi[0].y)
+				fmt.Fprintf(&b, `<rect class="bar" data-series="%s" x="%s" y="%s" width="%d" height="%s" fill="%s" fill-opacity="%s" stroke="%s" stroke-opacity="%s"/>`,
+					esc(bd.name), num(x-barW/2), num(hi), barW, num(math.Max(lo-hi, 1)), bd.color, num(bandOpacity), bd.color, num(bandEdgeOpacity))
+				continue
+			}
 			var pts []string
 			for _, p := range seg.hi {
 				pts = append(pts, num(px(p.x))+","+num(py(p.y)))
@@ -115,8 +148,8 @@ func (c chart) svg() string {
 			for i := len(seg.lo) - 1; i >= 0; i-- {
 				pts = append(pts, num(px(seg.lo[i].x))+","+num(py(seg.lo[i].y)))
 			}
-			fmt.Fprintf(&b, `<polygon class="band" points="%s" fill="%s" fill-opacity="%s" stroke="none"/>`,
-				strings.Join(pts, " "), c.band.color, num(bandOpacity))
+			fmt.Fprintf(&b, `<polygon class="band" data-series="%s" points="%s" fill="%s" fill-opacity="%s" stroke="%s" stroke-opacity="%s"/>`,
+				esc(bd.name), strings.Join(pts, " "), bd.color, num(bandOpacity), bd.color, num(bandEdgeOpacity))
 		}
 	}
 	for _, s := range c.series {
@@ -124,30 +157,33 @@ func (c chart) svg() string {
 		if s.dashed {
 			dash = ` stroke-dasharray="6 4"`
 		}
+		var lone []point
 		for _, run := range splitNaN(s.points) {
 			if len(run) == 1 {
-				continue // a lone point is drawn by its marker below
+				lone = append(lone, run[0])
+				continue
 			}
 			var pts []string
 			for _, p := range run {
 				pts = append(pts, num(px(p.x))+","+num(py(p.y)))
 			}
-			fmt.Fprintf(&b, `<polyline class="series" points="%s" fill="none" stroke="%s" stroke-width="%s"%s/>`,
-				strings.Join(pts, " "), s.color, num(s.width), dash)
+			fmt.Fprintf(&b, `<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="%s"%s/>`,
+				esc(s.name), strings.Join(pts, " "), s.color, num(s.width), dash)
 		}
-		measured := 0
-		for _, p := range s.points {
-			if !math.IsNaN(p.y) {
-				measured++
-			}
-		}
-		// Markers on the main series only: per-skill lines stay thin.
-		if measured <= maxMarkers && s.width == strokeMain {
+		// Markers on every point of a main series (up to maxMarkers), and
+		// on every lone point of any series, which no line shows.
+		marks := lone
+		if s.width == strokeMain && s.measured() <= maxMarkers {
+			marks = nil
 			for _, p := range s.points {
 				if !math.IsNaN(p.y) {
-					fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.8" fill="%s"/>`, num(px(p.x)), num(py(p.y)), s.color)
+					marks = append(marks, p)
 				}
 			}
+		}
+		for _, p := range marks {
+			fmt.Fprintf(&b, `<circle class="marker" data-series="%s" cx="%s" cy="%s" r="%s" fill="%s"/>`,
+				esc(s.name), num(px(p.x)), num(py(p.y)), num(s.markerR()), s.color)
 		}
 	}
 	c.legend(&b)
@@ -173,24 +209,87 @@ func (c chart) frame(b *strings.Builder, x0, x1, y0, y1 float64, xt, yt []float6
 		marginT+innerH/2, fontSize, marginT+innerH/2, esc(c.yLabel))
 }
 
+// barW is the width of a lone round's p10–p90 bar.
+const barW = 10
+
+// bandEdgeOpacity outlines bands, bars and the band's legend swatch.
+const bandEdgeOpacity = 0.55
+
+// regenName is the legend entry of the regeneration-round marks.
+const regenName = "regeneration round"
+
+// measured counts the points with a value.
+func (s series) measured() int {
+	n := 0
+	for _, p := range s.points {
+		if !math.IsNaN(p.y) {
+			n++
+		}
+	}
+	return n
+}
+
+// markerR is the radius of the series' markers.
+func (s series) markerR() float64 {
+	if s.width == strokeMain {
+		return 2.8
+	}
+	return 2.2
+}
+
+// marked reports whether svg draws markers for s: a main series does, any
+// series with a lone point does at that point.
+func (s series) marked() bool {
+	if s.width == strokeMain && s.measured() <= maxMarkers {
+		return s.measured() > 0
+	}
+	for _, run := range splitNaN(s.points) {
+		if len(run) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// lined reports whether svg draws a line for s (two adjacent points of one
+// population).
+func (s series) lined() bool {
+	for _, run := range splitNaN(s.points) {
+		if len(run) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // legendEntry is one row item of a plot's legend.
 type legendEntry struct {
-	name, color string
-	dashed, box bool
+	name, color  string
+	dashed, box  bool
+	line, marker bool // what the swatch shows: what the plot draws for it
+	regen        bool
 }
 
 // legendRowH is the height of one legend row under the plot.
 const legendRowH = 16
 
-// legendLayout places the entries (series, then band) in rows under the
-// x axis, wrapping at the plot width, so the legend never hides data.
-// It returns no entries when there is only one thing to tell apart.
+// legendLayout places the entries (series, band, regeneration marks) in
+// rows under the x axis, wrapping at the plot width, so the legend never
+// hides data. Only what the plot draws is listed: a series without a
+// measured round, or a band without one, has no entry. It returns no
+// entries when there is only one thing to tell apart.
 func (c chart) legendLayout() (es []legendEntry, xs, rows []int) {
 	for _, s := range c.series {
-		es = append(es, legendEntry{s.name, s.color, s.dashed, false})
+		if s.measured() == 0 {
+			continue
+		}
+		es = append(es, legendEntry{name: s.name, color: s.color, dashed: s.dashed, line: s.lined(), marker: s.marked()})
 	}
-	if c.band != nil {
-		es = append(es, legendEntry{c.band.name, c.band.color, false, true})
+	if c.band != nil && len(segments(c.band.lo, c.band.hi)) > 0 {
+		es = append(es, legendEntry{name: c.band.name, color: c.band.color, box: true})
+	}
+	if _, ys := c.extent(); len(c.axis.regen) > 0 && len(ys) > 0 {
+		es = append(es, legendEntry{name: regenName, color: regenColor, regen: true})
 	}
 	if len(es) < 2 {
 		return nil, nil, nil
@@ -226,16 +325,28 @@ func (c chart) legend(b *strings.Builder) {
 	b.WriteString(`<g class="legend">`)
 	for i, e := range es {
 		x, cy := xs[i], plotH+rows[i]*legendRowH+6
-		if e.box {
-			fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="9" fill="%s" fill-opacity="%s"/>`, x, cy-4, legendSwatchW, e.color, num(bandOpacity*2))
-		} else {
-			dash := ""
-			if e.dashed {
-				dash = ` stroke-dasharray="4 2"`
+		fmt.Fprintf(b, `<g class="entry" data-legend="%s">`, esc(e.name))
+		switch {
+		case e.box:
+			fmt.Fprintf(b, `<rect class="swatch" x="%d" y="%d" width="%d" height="9" fill="%s" fill-opacity="%s" stroke="%s" stroke-opacity="%s"/>`,
+				x, cy-4, legendSwatchW, e.color, num(bandOpacity), e.color, num(bandEdgeOpacity))
+		case e.regen:
+			fmt.Fprintf(b, `<line class="swatch" x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="1" stroke-dasharray="3 3"/>`,
+				x+legendSwatchW/2, cy-6, x+legendSwatchW/2, cy+6, e.color)
+		default:
+			if e.line {
+				dash := ""
+				if e.dashed {
+					dash = ` stroke-dasharray="4 2"`
+				}
+				fmt.Fprintf(b, `<line class="swatch" x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>`, x, cy, x+legendSwatchW, cy, e.color, dash)
 			}
-			fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>`, x, cy, x+legendSwatchW, cy, e.color, dash)
+			if e.marker {
+				fmt.Fprintf(b, `<circle class="swatch" cx="%d" cy="%d" r="3" fill="%s"/>`, x+legendSwatchW/2, cy, e.color)
+			}
 		}
 		fmt.Fprintf(b, `<text x="%d" y="%d" font-size="%d" fill="#222">%s</text>`, x+legendSwatchW+6, cy+4, smallFontSize, esc(e.name))
+		b.WriteString(`</g>`)
 	}
 	b.WriteString(`</g>`)
 }
@@ -262,31 +373,39 @@ func (c chart) extent() (xs, ys []float64) {
 
 type bandSeg struct{ lo, hi []point }
 
-// segments returns the runs of rounds where both band edges are measured,
-// so a band never bridges a round without data.
+// segments returns the runs of adjacent rounds of one population where
+// both band edges are measured, so a band never bridges a round without
+// data; a run of one round is a lone round (a bar).
 func segments(lo, hi []point) []bandSeg {
 	var out []bandSeg
 	start := -1
 	for i := 0; i <= len(lo); i++ {
 		ok := i < len(lo) && !math.IsNaN(lo[i].y) && !math.IsNaN(hi[i].y)
+		if ok && start >= 0 && lo[i].pop != lo[start].pop {
+			out = append(out, bandSeg{lo[start:i], hi[start:i]})
+			start = -1
+		}
 		if ok && start < 0 {
 			start = i
 		}
 		if !ok && start >= 0 {
-			if i-start >= 2 {
-				out = append(out, bandSeg{lo[start:i], hi[start:i]})
-			}
+			out = append(out, bandSeg{lo[start:i], hi[start:i]})
 			start = -1
 		}
 	}
 	return out
 }
 
-// splitNaN returns the runs of consecutive measured points.
+// splitNaN returns the runs of consecutive measured points of one
+// population.
 func splitNaN(ps []point) [][]point {
 	var out [][]point
 	var cur []point
 	for _, p := range ps {
+		if len(cur) > 0 && p.pop != cur[0].pop {
+			out = append(out, cur)
+			cur = nil
+		}
 		if math.IsNaN(p.y) {
 			if len(cur) > 0 {
 				out = append(out, cur)
