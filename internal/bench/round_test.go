@@ -171,6 +171,8 @@ func BenchmarkRound(b *testing.B) {
 		// Stage by stage at paper scale: CPU per stage incl. sandboxes.
 		store := b.TempDir()
 		runSpade(b, bin, store, nil, "stage", "corpus", "--round", "0")
+		// Round 1's stages need round 0 sealed.
+		runSpade(b, bin, store, nil, "commit", "--round", "0", "--stage", "corpus", "--seal")
 		for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool", "grpo", "metrics"} {
 			r := runSpade(b, bin, store, nil, "stage", st, "--round", "1")
 			rec.Add(s, "24 environments, spade stage "+st+": CPU incl. sandboxes", "CPU-s", []float64{r.cpu.Seconds()}, Target{}, fmt.Sprintf("wall %.2f s, one process per stage", r.wall.Seconds()))

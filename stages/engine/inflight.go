@@ -184,12 +184,16 @@ func (e *Engines) CPU() *Limiter {
 }
 
 // PartsInFlight is how many parts of a stage whose parts hold perPart
-// model-calling tasks each (at most) the runner should run at once: enough
-// that the parts in flight hold InFlight tasks between them with one part
-// to spare, so that when the lowest part ends its places pass to the next
-// part's tasks at once; and at least workers.
+// model-calling tasks each (at most) the runner should run at once, and
+// at least workers: k = ceil(InFlight / perPart) parts fill the places,
+// but the first places go to whichever tasks arrive first, spread over
+// the parts that start together, which then reach their tails together;
+// 2k + 1 parts keep enough tasks queued behind them that the places
+// freed by those tails pass, lowest part first, to queued tasks while at
+// least InFlight tasks remain.
 func (e *Engines) PartsInFlight(perPart int) int {
-	return max(e.Workers(), (e.InFlight()+max(1, perPart)-1)/max(1, perPart)+1)
+	k := (e.InFlight() + max(1, perPart) - 1) / max(1, perPart)
+	return max(e.Workers(), 2*k+1)
 }
 
 // CallMeter counts the model calls of a process as they happen: calls in

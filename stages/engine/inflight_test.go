@@ -60,10 +60,10 @@ func TestInFlightSizes(t *testing.T) {
 	require.Equal(t, 128, e.SandboxSlots())
 	require.Equal(t, 128, e.Tasks().Cap())
 	require.Equal(t, 2, e.CPU().Cap())
-	require.Equal(t, 2, e.PartsInFlight(128)) // 8 environments x 16 plays
-	require.Equal(t, 3, e.PartsInFlight(64))
-	require.Equal(t, 17, e.PartsInFlight(8)) // 8 design slots a part
+	require.Equal(t, 3, e.PartsInFlight(128)) // 8 environments x 16 plays
+	require.Equal(t, 5, e.PartsInFlight(64))
+	require.Equal(t, 33, e.PartsInFlight(8)) // 8 design slots a part
 	cfg.Model.Concurrency = 1
 	require.Equal(t, 2, (&Engines{Config: &cfg}).SandboxSlots())
-	require.Equal(t, 2, (&Engines{Config: &cfg}).PartsInFlight(128))
+	require.Equal(t, 3, (&Engines{Config: &cfg}).PartsInFlight(128))
 }
