@@ -90,15 +90,15 @@ func boolInt(b bool) int {
 var (
 	Corpus  = define("corpus", 1, []string{"doc_id"}, func(a, b *CorpusDoc) int { return strings.Compare(a.DocID, b.DocID) })
 	Slots   = define("slots", 1, []string{"slot_id"}, func(a, b *Slot) int { return strings.Compare(a.SlotID, b.SlotID) })
-	Designs = define("designs", 1, []string{"slot_id", "attempt"}, func(a, b *Design) int {
+	Designs = define("designs", 2, []string{"slot_id", "attempt"}, func(a, b *Design) int {
 		return cmp.Or(strings.Compare(a.SlotID, b.SlotID), cmp.Compare(a.Attempt, b.Attempt))
 	})
 	Validations = define("validations", 1, []string{"env_id", "seq"}, func(a, b *Validation) int {
 		return cmp.Or(strings.Compare(a.EnvID, b.EnvID), cmp.Compare(a.Seq, b.Seq))
 	})
 	Environments = define("environments", 1, []string{"env_id"}, func(a, b *Environment) int { return strings.Compare(a.EnvID, b.EnvID) })
-	Hints        = define("hints", 1, []string{"env_id"}, func(a, b *Hint) int { return strings.Compare(a.EnvID, b.EnvID) })
-	Rollouts     = define("rollouts", 1, []string{"env_id", "hinted", "sample"}, func(a, b *Rollout) int {
+	Hints        = define("hints", 2, []string{"env_id"}, func(a, b *Hint) int { return strings.Compare(a.EnvID, b.EnvID) })
+	Rollouts     = define("rollouts", 2, []string{"env_id", "hinted", "sample"}, func(a, b *Rollout) int {
 		return cmp.Or(strings.Compare(a.EnvID, b.EnvID), cmp.Compare(boolInt(a.Hinted), boolInt(b.Hinted)), cmp.Compare(a.Sample, b.Sample))
 	})
 	Labels       = define("labels", 1, []string{"env_id"}, func(a, b *Label) int { return strings.Compare(a.EnvID, b.EnvID) })
@@ -112,7 +112,7 @@ var (
 	Metrics     = define("metrics", 1, []string{"name", "skill"}, func(a, b *Metric) int {
 		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Skill, b.Skill))
 	})
-	LLMCalls = define("llm_calls", 1, []string{"request_hash", "occurrence"}, func(a, b *LLMCall) int {
+	LLMCalls = define("llm_calls", 2, []string{"request_hash", "occurrence"}, func(a, b *LLMCall) int {
 		return cmp.Or(strings.Compare(a.RequestHash, b.RequestHash), cmp.Compare(a.Occurrence, b.Occurrence))
 	})
 )

@@ -56,6 +56,12 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 	return append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1}), true
 }
 
+// Serve implements pipeline.Serving: the round's policy behind the agent
+// role's backend for this stage (engine.Engines.Serve).
+func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
+	return s.Eng.Serve(ctx, env, "rollout")
+}
+
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any {
 	return struct {
@@ -182,6 +188,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	for _, t := range ts {
 		wp.Go(func(ctx context.Context) error {
 			plays := playAll(ctx, env, rec, sb, t)
+			for i := range plays {
+				plays[i].CheckpointID = rec.CheckpointID
+			}
 			pipeline.Emit(out, schemas.Rollouts, "rollouts", plays...)
 			return ctx.Err()
 		})
