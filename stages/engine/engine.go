@@ -209,10 +209,10 @@ type StageModel struct {
 	// served, e.g. a test calling ForStage alone).
 	CheckpointID string
 	stage        string
-	watch   bool                            // whether to watch for an outage (not with replay)
-	after   int                             // model.unavailable_after; 0: no early stop
-	probe   func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
-	timeout time.Duration                   // model.timeout_s, named in the error of timed-out parts
+	watch        bool                            // whether to watch for an outage (not with replay)
+	after        int                             // model.unavailable_after; 0: no early stop
+	probe        func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
+	timeout      time.Duration                   // model.timeout_s, named in the error of timed-out parts
 
 	mu        sync.Mutex
 	miss      error

@@ -59,7 +59,6 @@ func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
 	return s.Eng.Serve(ctx, env, "hint")
 }
 
-
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any { return c.Model }
 
