@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -164,14 +165,14 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		}
 		if err := b.Preflight(ctx); err != nil {
 			b.Close()
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
+			return nil, err
 		}
 		e.setSession(stage, b, id)
 		return func() { e.setSession(stage, nil, ""); b.Close() }, nil
 	}
 	dir, err := e.checkpointDir(ctx, env, ck)
 	if err != nil {
-		return nil, fmt.Errorf("stage %s: %w", stage, err)
+		return nil, err
 	}
 	ready := DefaultServeReadyTimeout
 	if c.Model.ServeReadyTimeoutS > 0 {
@@ -198,7 +199,7 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		logPath := filepath.Join(e.serveLogDir(), fmt.Sprintf("%s-round%06d-%s-%d.log", env.Round.Run, env.Round.Round, stage, port))
 		srv, err := serving.Start(argv, logPath, nil)
 		if err != nil {
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
+			return nil, err
 		}
 		e.log().Info("model server started", "stage", stage, "checkpoint_id", ck.CheckpointID, "pid", srv.Pid(), "port", port, "log", logPath)
 		stopServer = func() {
@@ -213,7 +214,7 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		ocfg.Model = ph.Expand(served, false)
 		if err := serving.WaitReady(ctx, e.Log, srv, ocfg.BaseURL, ocfg.Model, ready); err != nil {
 			stopServer()
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
+			return nil, err
 		}
 	} else {
 		rr := serving.ReloadFor(c.Model.Reload)
@@ -228,27 +229,27 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		perr := pre.Preflight(ctx)
 		pre.Close()
 		if perr != nil {
-			return nil, fmt.Errorf("stage %s: %w", stage, perr)
+			return nil, perr
 		}
 		rctx, cancel := context.WithTimeout(ctx, ready)
 		defer cancel()
 		client := &http.Client{}
 		if err := serving.Reload(rctx, client, m.BaseURL, os.Getenv(c.Model.APIKeyEnv), rr, ph); err != nil {
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
+			return nil, err
 		}
 		if rr.ServesAs == "launch" {
 			// The engine answers with its launch name; what proves the
 			// weights is the path it reports having loaded.
 			got, err := serving.ModelPath(rctx, client, m.BaseURL)
 			if err != nil {
-				return nil, fmt.Errorf("stage %s: verify reload: %w", stage, err)
+				return nil, fmt.Errorf("verify reload: %w", err)
 			}
 			if got != "" && filepath.Clean(got) != filepath.Clean(dir) {
-				return nil, fmt.Errorf("stage %s: %w: after the reload %s reports model_path %s, not %s", stage, model.ErrStalePolicy, m.BaseURL, got, dir)
+				return nil, fmt.Errorf("%w: after the reload %s reports model_path %s, not %s", model.ErrStalePolicy, m.BaseURL, got, dir)
 			}
 		}
 		if err := serving.WaitReady(ctx, e.Log, nil, m.BaseURL, ocfg.Model, ready); err != nil {
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
+			return nil, err
 		}
 		stopServer = func() {}
 	}
@@ -346,4 +347,41 @@ func (e *Engines) sessionOf(stage string) (session, bool) {
 	defer e.mu.Unlock()
 	s, ok := e.sessions[stage]
 	return s, ok
+}
+
+// TrainerImports are the modules the torch trainer imports; CheckTrainer
+// asks grpo.python for them.
+var TrainerImports = []string{"torch"}
+
+// CheckTrainer reports, before a round starts any stage, what would fail
+// only at its grpo stage (after every model call of the round) or at its
+// first served stage: with grpo.trainer other than none, or with any role
+// served from checkpoints (managed, reload), grpo.base_checkpoint must be
+// loadable (CheckBaseCheckpoint); with grpo.trainer torch, grpo.python
+// must exist and import TrainerImports. Errors name the setting, the path
+// and, for a failed import, the interpreter's output.
+func CheckTrainer(ctx context.Context, c *config.Config) error {
+	served := false
+	for _, r := range config.RoleNames {
+		served = served || Served(c, r)
+	}
+	if c.GRPO.Trainer == "none" && !served {
+		return nil
+	}
+	if err := CheckBaseCheckpoint(c.GRPO.BaseCheckpoint); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	if c.GRPO.Trainer != "torch" {
+		return nil
+	}
+	if _, err := os.Stat(c.GRPO.Python); err != nil {
+		return fmt.Errorf("invalid configuration: grpo.python: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	code := "import " + strings.Join(TrainerImports, ", ")
+	if out, err := exec.CommandContext(cctx, c.GRPO.Python, "-c", code).CombinedOutput(); err != nil {
+		return fmt.Errorf("invalid configuration: grpo.python %s cannot %q (the torch trainer needs it; see docs/training.md): %v: %s", c.GRPO.Python, code, err, strings.TrimSpace(serving.TailText(string(out), 5)))
+	}
+	return nil
 }

@@ -164,6 +164,15 @@ func (s *Server) Stop(ctx context.Context) error {
 	return s.stopErr
 }
 
+// TailText returns the last n lines of s.
+func TailText(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Tail returns the last n lines of the file at path ("" when unreadable),
 // at most 8 KiB.
 func Tail(path string, n int) string {
