@@ -784,6 +784,13 @@ func (r *Runner) runStage(ctx context.Context, ri RoundInfo, s Stage, shard Shar
 		return false, err
 	}
 	r.log().Info("stage start", "round", ri.Round, "stage", s.Name(), "parts", parts, "todo", len(todo), "shard", fmt.Sprintf("%d/%d", shard.Index, shard.Count))
+	if sv, ok := s.(Serving); ok && len(todo) > 0 {
+		stop, err := sv.Serve(ctx, env)
+		if err != nil {
+			return false, fmt.Errorf("serve the round's policy: %w", err)
+		}
+		defer stop()
+	}
 	var finished atomic.Int64
 	if r.Progress != nil {
 		r.Progress(s.Name(), 0, len(todo))

@@ -110,6 +110,17 @@ type PartsInFlight interface {
 	PartsInFlight(cfg *config.Config) int
 }
 
+// Serving is implemented by a stage whose parts call a model that must be
+// the round's policy (design, hint, rollout: DESIGN.md "The policy of a
+// round, and who serves it"). The runner calls Serve once before the
+// stage's parts run in this invocation (not when every part of the shard
+// is already done) and the returned stop after they ended, whatever
+// their outcome: a server started for the stage never outlives it. An
+// error from Serve fails the stage before any part runs.
+type Serving interface {
+	Serve(ctx context.Context, env *Env) (stop func(), err error)
+}
+
 // Env is what a running stage sees: the round, the config, and its inputs
 // (by manifest; rows are read through ReadAll and friends).
 type Env struct {

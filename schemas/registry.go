@@ -112,7 +112,7 @@ var (
 	Metrics     = define("metrics", 1, []string{"name", "skill"}, func(a, b *Metric) int {
 		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Skill, b.Skill))
 	})
-	LLMCalls = define("llm_calls", 1, []string{"request_hash", "occurrence"}, func(a, b *LLMCall) int {
+	LLMCalls = define("llm_calls", 2, []string{"request_hash", "occurrence"}, func(a, b *LLMCall) int {
 		return cmp.Or(strings.Compare(a.RequestHash, b.RequestHash), cmp.Compare(a.Occurrence, b.Occurrence))
 	})
 )

@@ -53,6 +53,12 @@ type Design struct {
 	Kind string `parquet:"kind" json:"kind"`
 	// Model is the backend name (model.Backend.Name).
 	Model string `parquet:"model" json:"model"`
+	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// policy of a round"): the checkpoint id served in managed and reload
+	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
+	// "fixed:<model.name>" for a fixed server, "procedural" for the
+	// offline model.
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
 	// Prompt is the chat messages sent, as canonical JSON.
 	Prompt string `parquet:"prompt,zstd" json:"prompt"`
 	// Response is the model's answer text ("" when the prompt could not be
@@ -172,6 +178,12 @@ type Hint struct {
 	Hint string `parquet:"hint" json:"hint"`
 	// Model is the backend name (model.Backend.Name).
 	Model string `parquet:"model" json:"model"`
+	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// policy of a round"): the checkpoint id served in managed and reload
+	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
+	// "fixed:<model.name>" for a fixed server, "procedural" for the
+	// offline model.
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
 	// Prompt is the chat messages sent, as canonical JSON; the hint writer
 	// reads the environment's source. "" when rendering failed.
 	Prompt string `parquet:"prompt,zstd" json:"prompt"`
@@ -265,6 +277,12 @@ type Rollout struct {
 	// harness cut (max_turns, max_context) without a report is a loss
 	// (docs/regret.md).
 	Success bool `parquet:"success" json:"success"`
+	// CheckpointID is the policy that played (the agent's calls) (DESIGN.md "The
+	// policy of a round"): the checkpoint id served in managed and reload
+	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
+	// "fixed:<model.name>" for a fixed server, "procedural" for the
+	// offline model.
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
 	// Error records an environment or agent failure ("" when none).
 	Error string `parquet:"error" json:"error"`
 }
@@ -476,6 +494,12 @@ type LLMCall struct {
 	Stage string `parquet:"stage" json:"stage"`
 	// Backend is the backend name (model.Backend.Name).
 	Backend string `parquet:"backend" json:"backend"`
+	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// policy of a round"): the checkpoint id served in managed and reload
+	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
+	// "fixed:<model.name>" for a fixed server, "procedural" for the
+	// offline model.
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
 	// Request is the canonical JSON of the backend name and the request.
 	Request string `parquet:"request,zstd" json:"request"`
 	// Response is the JSON of the model.Response ("" when Error is set).

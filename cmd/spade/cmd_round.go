@@ -122,6 +122,9 @@ once; one of another host only after --lease-ttl seconds.`,
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return usageError{err}
 			}
+			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
+				return usageError{err}
+			}
 			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
 				if errors.Is(err, pipeline.ErrNotCommitted) {
 					return usageError{err}

@@ -44,6 +44,9 @@ p with p % n == i are written, and the tables are committed by
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return usageError{err}
 			}
+			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
+				return usageError{err}
+			}
 			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
 				if errors.Is(err, pipeline.ErrNotCommitted) {
 					return usageError{err}

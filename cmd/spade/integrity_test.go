@@ -197,6 +197,8 @@ sample:
   slots: 240
 rollout:
   group_size: 2
+sandbox:
+  call_timeout_s: 60
 `
 
 // envInt reads a positive integer from the environment, def when unset.

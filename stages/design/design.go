@@ -46,15 +46,27 @@ func (*Stage) Outputs() []pipeline.Output {
 }
 
 // Plan implements pipeline.Stage.
-func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
+// With managed or reload serving of the designer, checkpoints of round
+// r-1 is an input too: the policy the designer's server must serve.
+func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input, bool) {
 	if ri.Round < 1 || !ri.Regeneration {
 		return nil, false
 	}
-	return []pipeline.Input{
+	ins := []pipeline.Input{
 		{Table: "slots", Round: ri.Round},
 		{Table: "corpus", Round: 0},
 		{Table: "memory", Round: ri.Round - 1, Optional: ri.Round == 1},
-	}, true
+	}
+	if engine.Served(cfg, "designer") {
+		ins = append(ins, engine.CheckpointInput(ri.Round))
+	}
+	return ins, true
+}
+
+// Serve implements pipeline.Serving: the round's policy behind the designer
+// role's backend for this stage (engine.Engines.Serve).
+func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
+	return s.Eng.Serve(ctx, env, "design")
 }
 
 // ConfigSubset implements pipeline.Stage.
@@ -158,6 +170,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 		return err
 	}
 	for _, r := range results {
+		for i := range r {
+			r[i].CheckpointID = rec.CheckpointID
+		}
 		pipeline.Emit(out, schemas.Designs, "designs", r...)
 	}
 	return rec.Emit(ctx, out, env.Config)

@@ -11,6 +11,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/design/prompt"
+	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/model"
 )
 
@@ -50,7 +51,7 @@ func TestCutAnswerFeedback(t *testing.T) {
 	cfg.Design.MaxAttempts, cfg.Design.MaxTokens = 2, 300
 	b := &scripted{choice: model.Choice{Message: model.Message{Role: model.RoleAssistant, Content: "<think>A maze, then a grid of", Reasoning: "Plan first."}, FinishReason: "length"}}
 	sl := schemas.Slot{SlotID: "r000001-s0000", Skill: "spatial_reasoning", Setting: "game", Kind: prompt.KindGame, Seed: 7}
-	rows := generate(context.Background(), &cfg, b, nil, sl, []docRow{{DocID: "d", Title: "Cells", Domain: "biology", Text: "Cells divide."}}, nil)
+	rows := generate(context.Background(), &cfg, b, nil, engine.NewLimiter(1), sl, []docRow{{DocID: "d", Title: "Cells", Domain: "biology", Text: "Cells divide."}}, nil)
 	require.Len(t, rows, 2)
 	for _, d := range rows {
 		require.Equal(t, "length", d.FinishReason)

@@ -41,13 +41,18 @@ type Engines struct {
 	// backend's outage warnings; nil means slog.Default().
 	Log *slog.Logger
 
-	mu      sync.Mutex
-	sb      *sandbox.Sandbox
-	backend model.Backend
-	replays map[string]*replay.Replayer
-	tasks   *Limiter // InFlight places, made on first use
-	cpu     *Limiter // Workers places, made on first use
-	meter   CallMeter
+	// ServeLogDir is where managed model servers write their logs (""
+	// means <model.checkpoint_cache>/serve-logs).
+	ServeLogDir string
+
+	mu       sync.Mutex
+	sb       *sandbox.Sandbox
+	backends map[string]model.Backend // by role
+	replays  map[string]*replay.Replayer
+	sessions map[string]session // by stage, while Serve's stop has not run
+	tasks    *Limiter           // InFlight places, made on first use
+	cpu      *Limiter           // Workers places, made on first use
+	meter    CallMeter
 }
 
 func isRoot() bool { return os.Geteuid() == 0 }
@@ -120,7 +125,7 @@ func CheckConfig(c *config.Config) error {
 		// failed the design stage after the round's first stages ran.
 		return fmt.Errorf("invalid configuration: workers must be <= %d when spade runs as root (one uid per sandbox slot, %d per process; got %d)", sandbox.UIDStride, sandbox.UIDStride, c.Workers)
 	}
-	if c.Model.Backend != "procedural" || c.Model.Replay != "" {
+	if c.Model.ForRole("designer").Backend != "procedural" || c.Model.Replay != "" {
 		return nil
 	}
 	for i, s := range c.Sample.Skills {
@@ -150,21 +155,27 @@ func CheckReplay(ctx context.Context, store storage.Store, c *config.Config) err
 	return nil
 }
 
-// Backend returns the configured model backend (not recording), built on
-// first use and then shared. Errors: openai.New's, unwrapped (an empty
+// Backend returns the model.* backend (not recording), built on first
+// use and then shared: BackendFor("").
+func (e *Engines) Backend() (model.Backend, error) { return e.BackendFor("") }
+
+// BackendFor returns the backend of role (config.Model.ForRole: model.*
+// with model.roles.<role> applied; "" for model.* itself), built on first
+// use and then shared. Errors: openai.New's, unwrapped (an empty
 // model.name, a negative model.concurrency or model.timeout_s), or an
 // error naming an unknown model.backend; a failed build is not cached, so
 // the next call tries again.
-func (e *Engines) Backend() (model.Backend, error) {
+func (e *Engines) BackendFor(role string) (model.Backend, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.backend != nil {
-		return e.backend, nil
+	if b := e.backends[role]; b != nil {
+		return b, nil
 	}
-	c := e.Config.Model
+	c := e.Config.Model.ForRole(role)
+	var backend model.Backend
 	switch c.Backend {
 	case "procedural":
-		e.backend = procedural.New()
+		backend = procedural.New()
 	case "openai":
 		retries := c.MaxRetries
 		if retries == 0 {
@@ -182,11 +193,15 @@ func (e *Engines) Backend() (model.Backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.backend = b
+		backend = b
 	default:
 		return nil, fmt.Errorf("unknown model backend %q", c.Backend)
 	}
-	return e.backend, nil
+	if e.backends == nil {
+		e.backends = map[string]model.Backend{}
+	}
+	e.backends[role] = backend
+	return backend, nil
 }
 
 // CallsTable returns the llm_calls table name of a stage.
@@ -207,11 +222,15 @@ func CallsTable(stage string) string { return stage + "_calls" }
 // round resumable instead of committing a round of errors.
 type StageModel struct {
 	*replay.Recorder
-	stage   string
-	watch   bool                            // whether to watch for an outage (not with replay)
-	after   int                             // model.unavailable_after; 0: no early stop
-	probe   func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
-	timeout time.Duration                   // model.timeout_s, named in the error of timed-out parts
+	// CheckpointID is the policy that answers the stage's calls, for the
+	// checkpoint_id column of its rows (Serve; "" when the stage was not
+	// served, e.g. a test calling ForStage alone).
+	CheckpointID string
+	stage        string
+	watch        bool                            // whether to watch for an outage (not with replay)
+	after        int                             // model.unavailable_after; 0: no early stop
+	probe        func(ctx context.Context) error // asks whether the server answers; nil: cannot ask
+	timeout      time.Duration                   // model.timeout_s, named in the error of timed-out parts
 
 	meter *CallMeter   // the process's, counted as calls start and end
 	log   *slog.Logger // receives the part's call summary at Emit
@@ -332,7 +351,7 @@ func (m *StageModel) Emit(ctx context.Context, out *pipeline.Out, cfg *config.Co
 	calls := m.Calls()
 	rows := make([]schemas.LLMCall, 0, len(calls))
 	for _, c := range calls {
-		row := schemas.LLMCall{RequestHash: c.RequestHash, Occurrence: c.Occurrence, Stage: m.stage, Backend: c.Backend, Request: c.Request, Response: c.Response, Error: c.Error}
+		row := schemas.LLMCall{RequestHash: c.RequestHash, Occurrence: c.Occurrence, Stage: m.stage, Backend: c.Backend, CheckpointID: m.CheckpointID, Request: c.Request, Response: c.Response, Error: c.Error}
 		if cfg.Observe.Timings {
 			ms := c.LatencyMS
 			row.LatencyMS = &ms
@@ -362,12 +381,16 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 // the replayed run's recorded calls of the same stage and round (a miss
 // fails the stage with an error wrapping replay.ErrMiss).
 func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*StageModel, error) {
+	sess, _ := e.sessionOf(stage)
 	if e.Config.Model.Replay == "" {
-		b, err := e.Backend()
-		if err != nil {
-			return nil, err
+		b := sess.backend
+		if b == nil {
+			var err error
+			if b, err = e.BackendFor(RoleOf(stage)); err != nil {
+				return nil, err
+			}
 		}
-		sm := &StageModel{Recorder: replay.NewRecorder(b), stage: stage, watch: true, after: e.Config.Model.UnavailableAfter,
+		sm := &StageModel{Recorder: replay.NewRecorder(b), CheckpointID: sess.checkpointID, stage: stage, watch: true, after: e.Config.Model.UnavailableAfter,
 			timeout: time.Duration(e.Config.Model.TimeoutS * float64(time.Second)), meter: &e.meter, log: e.logger()}
 		if p, ok := b.(interface{ Probe(context.Context) error }); ok {
 			sm.probe = p.Probe
@@ -403,7 +426,7 @@ func (e *Engines) ForStage(ctx context.Context, stage string, round int) (*Stage
 		e.replays[key] = rp
 		e.mu.Unlock()
 	}
-	return &StageModel{Recorder: replay.NewRecorder(rp), stage: stage, meter: &e.meter, log: e.logger()}, nil
+	return &StageModel{Recorder: replay.NewRecorder(rp), CheckpointID: sess.checkpointID, stage: stage, meter: &e.meter, log: e.logger()}, nil
 }
 
 // MetaJSON encodes v for a model.Request.Meta value.
@@ -421,10 +444,12 @@ func MetaJSON(v any) string {
 func (e *Engines) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c, ok := e.backend.(interface{ Close() }); ok {
-		c.Close()
+	for _, b := range e.backends {
+		if c, ok := b.(interface{ Close() }); ok {
+			c.Close()
+		}
 	}
-	e.backend = nil
+	e.backends = nil
 	if e.sb != nil {
 		err := e.sb.Close()
 		e.sb = nil

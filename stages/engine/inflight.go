@@ -252,10 +252,15 @@ func (r *RateReader) Read() CallRate {
 	now, done := time.Now(), r.e.meter.Done()
 	rate := CallRate{InFlight: r.e.meter.InFlight(), Concurrency: r.conc}
 	r.e.mu.Lock()
-	b := r.e.backend
+	counted, n := false, 0
+	for _, b := range r.e.backends {
+		if c, ok := b.(interface{ InFlight() int }); ok {
+			counted, n = true, n+c.InFlight()
+		}
+	}
 	r.e.mu.Unlock()
-	if c, ok := b.(interface{ InFlight() int }); ok && r.e.Config.Model.Replay == "" {
-		rate.InFlight = int64(c.InFlight())
+	if counted && r.e.Config.Model.Replay == "" {
+		rate.InFlight = int64(n)
 	}
 	if dt := now.Sub(r.lastT).Seconds(); dt > 0 {
 		rate.PerSecond = float64(done-r.last) / dt

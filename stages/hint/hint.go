@@ -42,8 +42,20 @@ func (*Stage) Outputs() []pipeline.Output {
 }
 
 // Plan implements pipeline.Stage.
-func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bool) {
-	return []pipeline.Input{{Table: "environments", Round: ri.Round}}, ri.Round >= 1 && ri.Regeneration
+// With managed or reload serving of the hint role, checkpoints of round
+// r-1 is an input too.
+func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input, bool) {
+	ins := []pipeline.Input{{Table: "environments", Round: ri.Round}}
+	if engine.Served(cfg, "hint") && ri.Round >= 1 {
+		ins = append(ins, engine.CheckpointInput(ri.Round))
+	}
+	return ins, ri.Round >= 1 && ri.Regeneration
+}
+
+// Serve implements pipeline.Serving: the round's policy behind the hint
+// role's backend for this stage (engine.Engines.Serve).
+func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
+	return s.Eng.Serve(ctx, env, "hint")
 }
 
 // ConfigSubset implements pipeline.Stage.
@@ -98,6 +110,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	}
 	for _, h := range rows {
 		if h != nil {
+			h.CheckpointID = rec.CheckpointID
 			pipeline.Emit(out, schemas.Hints, "hints", *h)
 		}
 	}

@@ -36,7 +36,20 @@ var (
 	// answers; failed calls followed by answers are recorded on their rows
 	// instead.
 	ErrUnavailable = errors.New("model: server unavailable")
+	// ErrStalePolicy means a server answered with another model than the
+	// round's policy it was asked for (the response's model is not the
+	// served model name, SameServedModel): the answer is not used and the
+	// call fails on its row (DESIGN.md "The policy of a round").
+	ErrStalePolicy = errors.New("model: stale policy")
 )
+
+// SameServedModel reports whether got, the model a response names, is the
+// served model name want: equal, or want followed by "@" and a revision,
+// as transformers serve reports a model it was given by path
+// ("<path>@main"). vLLM and SGLang report --served-model-name as it is.
+func SameServedModel(got, want string) bool {
+	return got == want || strings.HasPrefix(got, want+"@") && !strings.Contains(got[len(want)+1:], "/")
+}
 
 // Transient reports whether err is a CallError of a transient class
 // (CallError.Retryable: connection errors, attempt timeouts, 408, 429,

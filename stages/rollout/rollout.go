@@ -73,6 +73,12 @@ func (*Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, b
 	return append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1}), true
 }
 
+// Serve implements pipeline.Serving: the round's policy behind the agent
+// role's backend for this stage (engine.Engines.Serve).
+func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
+	return s.Eng.Serve(ctx, env, "rollout")
+}
+
 // ConfigSubset implements pipeline.Stage.
 func (*Stage) ConfigSubset(c *config.Config) any {
 	return struct {
@@ -213,6 +219,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 			}
 			defer tasks.Release()
 			rows[i] = playOne(ctx, env, rec, sb, p)
+			rows[i].CheckpointID = rec.CheckpointID
 			return ctx.Err()
 		})
 	}

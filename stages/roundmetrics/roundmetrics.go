@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/metrics"
+	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/report"
 )
 
@@ -36,9 +38,11 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 	ins := []pipeline.Input{
 		{Table: "rollouts", Round: r}, {Table: "labels", Round: r}, {Table: "memory", Round: r, Optional: true},
 		{Table: "pool", Round: r}, {Table: "train_batch", Round: r},
+		{Table: "rollout_calls", Round: r, Optional: true}, {Table: "checkpoints", Round: r - 1, Optional: true},
 	}
 	if ri.Regeneration {
-		ins = append(ins, pipeline.Input{Table: "slots", Round: r}, pipeline.Input{Table: "designs", Round: r}, pipeline.Input{Table: "environments", Round: r})
+		ins = append(ins, pipeline.Input{Table: "slots", Round: r}, pipeline.Input{Table: "designs", Round: r}, pipeline.Input{Table: "environments", Round: r},
+			pipeline.Input{Table: "design_calls", Round: r, Optional: true}, pipeline.Input{Table: "hint_calls", Round: r, Optional: true})
 	}
 	return ins, true
 }
@@ -77,6 +81,8 @@ const (
 	PoolSize          = "pool_size"
 	TrainSamples      = "train_samples"
 	SkillWinRate      = "skill_win_rate"
+	OnPolicy          = "on_policy"
+	PolicyCalls       = "policy_calls"
 )
 
 // Run implements pipeline.Stage.Run. A NaN or infinite value is left out
@@ -100,6 +106,12 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	if err != nil {
 		return err
 	}
+	onPolicy, policyCalls, err := policyOf(ctx, env)
+	if err != nil {
+		return err
+	}
+	emit(OnPolicy, "", onPolicy)
+	emit(PolicyCalls, "", float64(policyCalls))
 	labels, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", r)
 	if err != nil {
 		return err
@@ -276,4 +288,52 @@ func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
 		VendiPerN: val(VendiPerN), DomainsCovered: int(get[DomainsCovered]), DomainCoverage: val(DomainCoverage),
 		RewardLevels: val(RewardLevels), PerSkillWinRate: per,
 	}
+}
+
+// policyOf returns on_policy (1 when every model call of the round that a
+// served model answered, two or more roles' calls alike, was answered by
+// the round's policy: its checkpoint_id is checkpoints(r-1)'s, or
+// "base:<grpo.base_checkpoint>" in round 1, and it did not fail as a stale
+// policy; 0 otherwise, and 0 when no call was answered by a served model,
+// as with the procedural model or a fixed server) and the number of such
+// calls (DESIGN.md "The policy of a round"). Calls of the procedural
+// model (checkpoint_id "procedural") are not policy calls; a calls table
+// that is missing (a stage without model calls) holds none. Errors:
+// reading the calls or checkpoints tables.
+func policyOf(ctx context.Context, env *pipeline.Env) (float64, int, error) {
+	r := env.Round.Round
+	policy := "base:" + env.Config.GRPO.BaseCheckpoint
+	if env.Has("checkpoints", r-1) {
+		cks, err := pipeline.ReadAll(ctx, env, schemas.Checkpoints, "checkpoints", r-1)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(cks) == 1 {
+			policy = cks[0].CheckpointID
+		}
+	}
+	tables := []string{"rollout_calls"}
+	if env.Round.Regeneration {
+		tables = append(tables, "design_calls", "hint_calls")
+	}
+	n, on := 0, true
+	for _, t := range tables {
+		calls, err := pipeline.ReadAll(ctx, env, schemas.LLMCalls, t, r)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, c := range calls {
+			if c.CheckpointID == "procedural" {
+				continue
+			}
+			n++
+			if c.CheckpointID != policy || strings.Contains(c.Error, model.ErrStalePolicy.Error()) {
+				on = false
+			}
+		}
+	}
+	if n == 0 || !on {
+		return 0, n, nil
+	}
+	return 1, n, nil
 }

@@ -219,6 +219,9 @@ func TestRoundMetrics(t *testing.T) {
 			// mathematics, hep-th -> physics.
 			roundmetrics.DomainsCovered: 3,
 			roundmetrics.DomainCoverage: 3.0 / 13,
+			// The fixture has no calls tables: no call was answered by a
+			// served policy.
+			roundmetrics.OnPolicy: 0, roundmetrics.PolicyCalls: 0,
 		}
 		require.Len(t, got, len(want), "metrics written: %v", rows)
 		for name, v := range want {
@@ -247,6 +250,8 @@ func TestRoundMetrics(t *testing.T) {
 			roundmetrics.MemorySize:        0, // the optional memory input is absent
 			roundmetrics.PoolSize:          3,
 			roundmetrics.TrainSamples:      2,
+			roundmetrics.OnPolicy:          0,
+			roundmetrics.PolicyCalls:       0,
 		}
 		require.Len(t, got, len(want), "no regret (no hinted plays) and no generation metrics: %v", rows)
 		for name, v := range want {

@@ -130,6 +130,12 @@ type Config struct {
 	// "auto", "required" or "none"; "" sends none, and the server applies
 	// its default (vLLM: "auto" when tools are given).
 	ToolChoice string
+	// CheckModel makes a response whose model is not Model
+	// (model.SameServedModel) fail with a *model.CallError wrapping
+	// model.ErrStalePolicy, not retried. spade sets it when Model is the
+	// round's policy (managed and reload serving, docs/serving.md);
+	// off, as for OpenAI's API, which answers "gpt-4o" with a dated name.
+	CheckModel bool
 }
 
 // Backend is a model.Backend talking to one OpenAI-compatible server. It is
@@ -282,6 +288,13 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 		resp, cerr := b.attempt(ctx, params, req.Tools)
 		if cerr == nil {
 			b.noteAnswer()
+			if b.cfg.CheckModel && !model.SameServedModel(resp.Model, b.cfg.Model) {
+				// Another model answered (a server still on the previous
+				// checkpoint, or serving something else): not retried, the
+				// same server answers the same way again.
+				return model.Response{}, &model.CallError{Backend: b.name, Status: http.StatusOK, Attempts: attempt + 1,
+					Message: fmt.Sprintf("the server answered as model %q, not the round's policy %q", b.redact(resp.Model), b.cfg.Model), Err: model.ErrStalePolicy}
+			}
 			return resp, nil
 		}
 		cerr.Backend = b.name
@@ -421,6 +434,25 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return fmt.Errorf("%s: probe GET /models: HTTP %d", b.name, st)
 	}
 	return fmt.Errorf("%s: probe GET /models: %s", b.name, b.redact(stableText(err)))
+}
+
+// PreflightTimeout bounds Preflight, wall clock.
+const PreflightTimeout = 5 * time.Second
+
+// Preflight is the check at the start of a stage that calls the model:
+// one GET /v1/models within PreflightTimeout (no retries), so that a
+// server that is down fails the stage in seconds, not through every
+// call's retries. nil when the server answers (as Probe: a 4xx other
+// than 408 and 429 is an answer); otherwise an error wrapping
+// model.ErrUnavailable that names the base URL.
+func (b *Backend) Preflight(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, PreflightTimeout)
+	defer cancel()
+	err := b.Probe(pctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: model.base_url %s does not answer: %w", model.ErrUnavailable, strings.TrimSuffix(b.redact(logEndpoint(b.cfg.BaseURL)), "/chat/completions"), err)
 }
 
 // capture is what the per-attempt middleware saw of the HTTP response,
