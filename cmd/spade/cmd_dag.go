@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -164,6 +167,38 @@ type airflowOpts struct {
 	Sharded    []string
 	// Env is exported to every task (SPADE_STORE, SPADE_RUN, SPADE_CONFIG).
 	Env map[string]string
+	// Schedule, when set, makes the DAG a scheduled one: each DAG run
+	// does `spade round next` (a cron expression or an Airflow preset
+	// such as "@daily").
+	Schedule string
+	// LeaseTTL is --lease-ttl of the scheduled DAG's `spade round next`
+	// (seconds).
+	LeaseTTL float64
+	// Track adds a task after the seal that logs the round to the
+	// trackers of observe.trackers (`spade track`), when there are any.
+	Track bool
+}
+
+// airflowPresets are the schedule presets of Airflow's cron timetable
+// that repeat (Airflow's "@once" and "@continuous" are left out: a
+// scheduled spade DAG runs one round per interval).
+var airflowPresets = []string{"@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
+
+// checkSchedule accepts a repeating Airflow preset or a five-field cron
+// expression of the characters cron uses; Airflow parses the expression
+// itself when it loads the DAG (croniter), so this only catches what is
+// plainly not a schedule before the file is written.
+func checkSchedule(s string) error {
+	if slices.Contains(airflowPresets, s) {
+		return nil
+	}
+	fields := strings.Fields(s)
+	if len(fields) != 5 || strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || strings.ContainsRune("*/,-? ", c))
+	}) >= 0 {
+		return usagef("--schedule %q: want a five-field cron expression (\"0 3 * * *\") or one of %s", s, strings.Join(airflowPresets, ", "))
+	}
+	return nil
 }
 
 func newDagAirflowCmd(g *globals) *cobra.Command {
@@ -171,7 +206,7 @@ func newDagAirflowCmd(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "airflow [--out FILE]",
-		Short: "Write an Airflow 2 DAG file running one round: a task per stage, shards mapped over a param, a seal at the end",
+		Short: "Write an Airflow DAG file: one round per trigger (a task per stage, shards mapped, a seal), or with --schedule the next round per interval",
 		Long: `Write an Airflow 2 (>= 2.4) DAG as Python: one BashOperator per stage
 calling "spade stage NAME --round {{ params.round }}", the sharded stages
 (design, validate, rollout) as dynamic task mapping over the param
@@ -181,7 +216,15 @@ and outputs. The store, run and config of this invocation are exported
 to every task. A task whose spade command exits 2 (usage) or 3
 (conflict) fails without retries; other failures are retried --retries
 times. Trigger one DAG run per round, in order:
-  airflow dags trigger spade_round --conf '{"round": 3, "shards": 8}'`,
+  airflow dags trigger spade_round --conf '{"round": 3, "shards": 8}'
+
+With --schedule CRON the DAG is a scheduled one instead: every DAG run
+(one per schedule interval, catchup off, one at a time) runs "spade
+round next", which does the first round of the run that is not sealed,
+all its stages in one process, under the run's lease; exit 4 (another
+"round next" holds the lease) marks that DAG run's task skipped. Both
+files import Airflow 3's modules (airflow.sdk, the standard provider)
+and fall back to Airflow 2's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -191,6 +234,17 @@ times. Trigger one DAG run per round, in order:
 				return usagef("--retries %d: want >= 0", o.Retries)
 			case o.RetryDelay < 0:
 				return usagef("--retry-delay %d: want >= 0 (seconds)", o.RetryDelay)
+			}
+			if cmd.Flags().Changed("lease-ttl") && o.Schedule == "" {
+				return usagef("--lease-ttl applies to a scheduled DAG (--schedule) only: the DAG of one round per trigger takes no lease")
+			}
+			if o.Schedule != "" {
+				if err := checkSchedule(o.Schedule); err != nil {
+					return err
+				}
+				if !(o.LeaseTTL > 0) || math.IsInf(o.LeaseTTL, 1) || o.LeaseTTL*float64(time.Second) >= math.MaxInt64 {
+					return usagef("--lease-ttl %g: want a number of seconds > 0 (and below 292 years)", o.LeaseTTL)
+				}
 			}
 			if !isIdentifier(o.DagID) {
 				return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)
@@ -223,6 +277,7 @@ times. Trigger one DAG run per round, in order:
 				return usageError{err}
 			}
 			o.Env = map[string]string{"SPADE_STORE": store, "SPADE_RUN": g.runName}
+			o.Track = len(cfg.Observe.Trackers) > 0
 			if g.configPath != "" {
 				abs, err := filepath.Abs(g.configPath)
 				if err != nil {
@@ -231,12 +286,19 @@ times. Trigger one DAG run per round, in order:
 				o.Env["SPADE_CONFIG"] = abs
 			}
 			src := airflowDAG(nodes, o)
+			if o.Schedule != "" {
+				src = airflowScheduledDAG(o)
+			}
 			if out == "" || out == "-" {
 				_, err = os.Stdout.WriteString(src)
 				return err
 			}
 			if err := os.WriteFile(out, []byte(src), 0o644); err != nil {
 				return err
+			}
+			if o.Schedule != "" {
+				fmt.Printf("wrote %s: the next round per schedule %s (spade round next)\n", out, o.Schedule)
+				return nil
 			}
 			fmt.Printf("wrote %s: %d stages, %d sharded\n", out, len(nodes), len(o.Sharded))
 			return nil
@@ -250,6 +312,8 @@ times. Trigger one DAG run per round, in order:
 	f.IntVar(&o.Retries, "retries", 2, "task retries after a failure a retry can fix (exit 1, 130); exit 2 and 3 fail a task at once")
 	f.IntVar(&o.RetryDelay, "retry-delay", 300, "seconds between task retries")
 	f.StringSliceVar(&o.Sharded, "sharded", defaultSharded, "stages run as mapped shard tasks")
+	f.StringVar(&o.Schedule, "schedule", "", "write a scheduled DAG instead: each run does `spade round next` under the run's lease (cron expression or @daily, @hourly, ...)")
+	f.Float64Var(&o.LeaseTTL, "lease-ttl", 6*3600, "with --schedule: --lease-ttl of `spade round next` (seconds)")
 	return cmd
 }
 
@@ -345,6 +409,24 @@ func airflowNoRetry() string {
 	return "NO_RETRY_EXIT_CODES = {" + strings.Join(items, ", ") + "}\n"
 }
 
+// airflowImports is the Python importing what the DAG file uses, from
+// Airflow 3's public modules (the Task SDK, airflow.sdk, and the standard
+// provider's BashOperator) when they exist and from Airflow 2's (>= 2.4)
+// otherwise. Airflow 3 still has Airflow 2's paths but warns that they
+// are deprecated (airflow.exceptions.AirflowFailException since 3.1), so
+// they are imported only where airflow.sdk is missing.
+const airflowImports = `try:  # Airflow 3
+    from airflow.sdk import DAG, Param, task
+    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.providers.standard.operators.bash import BashOperator
+except ImportError:  # Airflow 2 (>= 2.4)
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.exceptions import AirflowFailException
+    from airflow.models.param import Param
+    from airflow.operators.bash import BashOperator
+`
+
 // airflowOperator is the Python of the DAG's task class, after
 // NO_RETRY_EXIT_CODES: a BashOperator that fails without retries
 // (AirflowFailException) when spade exits with a code of NO_RETRY_EXIT_CODES.
@@ -418,7 +500,7 @@ func airflowDAG(nodes []dagNode, o airflowOpts) string {
 		}
 	}
 
-	w(`"""Airflow 2 DAG running one SPADE round with spade (generated by "spade dag airflow"; do not edit).
+	w(`"""Airflow DAG (2.4+ and 3) running one SPADE round with spade (generated by "spade dag airflow"; do not edit).
 
 Trigger one DAG run per round, in order (max_active_runs is 1):
 
@@ -450,30 +532,14 @@ Any other failure (1, or 130 when interrupted) is retried.
 	w(`from datetime import datetime, timedelta, timezone
 from functools import cached_property
 
-from airflow import DAG
-from airflow.decorators import task
-from airflow.exceptions import AirflowFailException
-from airflow.models.param import Param
-from airflow.operators.bash import BashOperator
-
+` + airflowImports + `
 # Exit codes of spade that fail the same way on every retry (docs/cli.md).
 `)
 	b.WriteString(airflowNoRetry())
 	b.WriteString(airflowOperator)
+	b.WriteString("\n\n")
+	b.WriteString(airflowEnv(o.Env))
 	w(`
-
-SPADE_ENV = {
-`)
-	envKeys := make([]string, 0, len(o.Env))
-	for k := range o.Env {
-		envKeys = append(envKeys, k)
-	}
-	slices.Sort(envKeys)
-	for _, k := range envKeys {
-		w("    %s: %s,\n", pyStr(k), pyStr(o.Env[k]))
-	}
-	w(`}
-
 
 def shard_envs(params):
     """Task environments of the shards "0/n" .. "n-1/n" (n = params.shards)."""
@@ -584,6 +650,11 @@ with DAG(
 			edges = append(edges, [2]string{last(n.Stage), "seal"})
 		}
 	}
+	if o.Track {
+		w("    %s = SpadeBashOperator(task_id=\"track\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
+			taskVar("track"), pyStr(fmt.Sprintf("%s track %s", spade, roundArg)))
+		edges = append(edges, [2]string{"seal", "track"})
+	}
 	for _, e := range edges {
 		w("    %s >> %s\n", taskVar(e[0]), taskVar(e[1]))
 	}
@@ -616,4 +687,84 @@ func dagStoreURL(raw string) (string, error) {
 		return raw, nil
 	}
 	return "", storage.BadURL(fmt.Errorf("store URL %q: an Airflow DAG needs a file:// or s3:// store that every task reaches", storage.Redact(raw)))
+}
+
+// airflowEnv renders the DAG's SPADE_ENV dict, keys sorted.
+func airflowEnv(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString("SPADE_ENV = {\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "    %s: %s,\n", pyStr(k), pyStr(env[k]))
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// airflowScheduledDAG renders the scheduled DAG file (--schedule): one
+// task, round_next, running `spade round next` once per schedule
+// interval. The lease `round next` takes keeps rounds of the run from
+// overlapping with any other `round next` (another Airflow, cron, a
+// person), and max_active_runs=1 keeps this DAG's own runs apart. The
+// task skips on exit 4 (busy) besides BashOperator's 99, fails without
+// retries on 2 and 3 (SpadeBashOperator), and is retried on other codes;
+// a retry resumes the round where the failed try stopped.
+func airflowScheduledDAG(o airflowOpts) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w(`"""Airflow DAG (2.4+ and 3) running the next SPADE round on a schedule (generated by "spade dag airflow --schedule"; do not edit).
+
+Every DAG run (schedule %s, no catchup, one run at a time) runs
+
+    spade round next
+
+which does the first round of the run that is not sealed yet: every stage
+not committed yet, then the seal, resuming whatever an earlier, interrupted
+try left. It holds the run's lease meanwhile, so two schedulers (or cron and
+Airflow) never run rounds of one run at the same time: a DAG run that finds
+the lease held (exit 4, busy) is marked skipped. Exit 2 (usage) and 3
+(conflict) fail at once, without retries; other failures are retried.
+Experiment trackers configured in observe.trackers get each sealed round's
+metrics once.
+"""
+
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+
+`, pyStr(o.Schedule))
+	b.WriteString(airflowImports)
+	b.WriteString("\n# Exit codes of spade that fail the same way on every retry (docs/cli.md).\n")
+	b.WriteString(airflowNoRetry())
+	b.WriteString(airflowOperator)
+	b.WriteString("\n\n")
+	b.WriteString(airflowEnv(o.Env))
+	w(`
+
+with DAG(
+    dag_id=%s,
+    description="The next SPADE round per schedule interval (spade round next, under the run's lease)",
+    schedule=%s,
+    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    default_args={
+        "retries": %d,
+        "retry_delay": timedelta(seconds=%d),
+    },
+    tags=["spade"],
+) as dag:
+    t_round_next = SpadeBashOperator(
+        task_id="round_next",
+        bash_command=%s,
+        env=SPADE_ENV,
+        append_env=True,
+        skip_on_exit_code=[%d, %d],
+    )
+`, pyStr(o.DagID), pyStr(o.Schedule), o.Retries, o.RetryDelay,
+		pyStr(fmt.Sprintf("%s round next --lease-ttl %s", shQuote(o.Spade), strconv.FormatFloat(o.LeaseTTL, 'g', -1, 64))), exitSkip, exitBusy)
+	return b.String()
 }

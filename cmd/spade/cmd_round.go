@@ -155,6 +155,9 @@ once; one of another host only after --lease-ttl seconds.`,
 			if err != nil {
 				return leaseLost(ctx, err)
 			}
+			if err := trackRound(ctx, a, round); err != nil {
+				return leaseLost(ctx, err)
+			}
 			if asJSON {
 				return json.NewEncoder(os.Stdout).Encode(res)
 			}

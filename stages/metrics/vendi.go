@@ -296,3 +296,44 @@ func vendiOfEmbedding(emb *mat.Dense) (float64, error) {
 	}
 	return math.Exp(h), nil
 }
+
+// VendiOfEmbeddings returns the Vendi score of n texts given their
+// embeddings (n rows of equal length d, any scale: rows are L2-normalised
+// here), computed as Vendi's last step: exp(entropy) of the eigenvalues
+// of K/n, K the cosine-similarity matrix. The SPADE paper's main
+// diversity measure applies it to SBERT sentence embeddings (app. F);
+// stages/roundmetrics supplies all-MiniLM-L6-v2 embeddings.
+//
+// Errors: ErrEmpty for no rows; an error naming the row for rows of
+// unequal length, an empty row or a NaN/±Inf value (ErrNonFinite); an
+// error when every row is zero or the eigendecomposition fails.
+func VendiOfEmbeddings(rows [][]float64) (float64, error) {
+	n := len(rows)
+	if n == 0 {
+		return 0, fmt.Errorf("vendi score of embeddings: %w", ErrEmpty)
+	}
+	d := len(rows[0])
+	if d == 0 {
+		return 0, fmt.Errorf("vendi score of embeddings: row 0 is empty")
+	}
+	data := make([]float64, 0, n*d)
+	for i, r := range rows {
+		if len(r) != d {
+			return 0, fmt.Errorf("vendi score of embeddings: row %d has %d values, row 0 has %d", i, len(r), d)
+		}
+		for j, v := range r {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return 0, fmt.Errorf("vendi score of embeddings: row %d value %d is %v: %w", i, j, v, ErrNonFinite)
+			}
+		}
+		data = append(data, r...)
+	}
+	if n == 1 {
+		return 1, nil
+	}
+	s, err := vendiOfEmbedding(mat.NewDense(n, d, data))
+	if err != nil {
+		return 0, fmt.Errorf("vendi score of %d embeddings: %w", n, err)
+	}
+	return s, nil
+}

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // word returns a distinct lowercase identifier for i, made of letters only
@@ -269,4 +271,27 @@ func BenchmarkVendi2400(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestVendiOfEmbeddings(t *testing.T) {
+	// Orthogonal rows: n distinct items. Identical rows: one. Scale does
+	// not matter (rows are normalised).
+	s, err := VendiOfEmbeddings([][]float64{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}})
+	require.NoError(t, err)
+	require.InDelta(t, 3, s, 1e-12)
+	s, err = VendiOfEmbeddings([][]float64{{1, 1}, {2, 2}, {3, 3}, {0.5, 0.5}})
+	require.NoError(t, err)
+	require.InDelta(t, 1, s, 1e-12)
+	// Two identical and one orthogonal: eigenvalues 2/3, 1/3.
+	s, err = VendiOfEmbeddings([][]float64{{1, 0}, {1, 0}, {0, 1}})
+	require.NoError(t, err)
+	require.InDelta(t, math.Exp(-(2.0/3*math.Log(2.0/3) + 1.0/3*math.Log(1.0/3))), s, 1e-12)
+	_, err = VendiOfEmbeddings(nil)
+	require.ErrorIs(t, err, ErrEmpty)
+	_, err = VendiOfEmbeddings([][]float64{{1, 0}, {1}})
+	require.ErrorContains(t, err, "row 1 has 1 values")
+	_, err = VendiOfEmbeddings([][]float64{{1, 0}, {math.NaN(), 0}})
+	require.ErrorIs(t, err, ErrNonFinite)
+	_, err = VendiOfEmbeddings([][]float64{{0, 0}, {0, 0}})
+	require.ErrorContains(t, err, "zero")
 }

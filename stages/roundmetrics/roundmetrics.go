@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -47,8 +48,19 @@ func (Stage) Plan(ri pipeline.RoundInfo, _ *config.Config) ([]pipeline.Input, bo
 	return ins, true
 }
 
-// ConfigSubset implements pipeline.Stage.
-func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
+// ConfigSubset implements pipeline.Stage: the learnable band, and the
+// embeddings of the diversity measure when they are not the default
+// [tfidf] (so that runs made before metrics.embeddings existed keep their
+// fingerprints).
+func (Stage) ConfigSubset(c *config.Config) any {
+	if slices.Equal(c.Metrics.Embeddings, []string{config.EmbeddingsTFIDF}) {
+		return c.Label
+	}
+	return struct {
+		Label      config.Label
+		Embeddings []string
+	}{c.Label, c.Metrics.Embeddings}
+}
 
 // Parts implements pipeline.Stage.Parts: the stage is one part, and its
 // error is always nil.
@@ -244,11 +256,20 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	}
 	if valid > 0 {
 		emit(AdmissionRate, "", float64(admitted)/float64(valid))
-		v, err := metrics.VendiPerN(sources, 128)
-		if err != nil {
-			return err
+		if env.Config.Metrics.HasEmbedding(config.EmbeddingsTFIDF) {
+			v, err := metrics.VendiPerN(sources, metrics.DefaultLSADim)
+			if err != nil {
+				return err
+			}
+			emit(VendiPerN, "", v)
 		}
-		emit(VendiPerN, "", v)
+		if env.Config.Metrics.HasEmbedding(config.EmbeddingsSBERT) {
+			v, err := vendiPerNSBERT(ctx, env.Config.Metrics.Python, sources)
+			if err != nil {
+				return err
+			}
+			emit(VendiPerNSBERT, "", v)
+		}
 	}
 	var domains []string
 	for _, s := range slots {
