@@ -10,8 +10,8 @@
 #   test   round + chromium and fonts-dejavu-core (the report's browser
 #          test and its screenshot), python3 and
 #          python3-venv (the sandbox's interpreter, `make venv`),
-#          python3-torch and python3-numpy (the trainer tests that run
-#          Debian's /usr/bin/python3)
+#          python3-numpy (tests that run Debian's /usr/bin/python3; the
+#          trainer runs from the pinned venv, requirements.txt)
 #
 # When every package is there it prints nothing and costs one dpkg-query.
 # When some are missing it installs them with apt-get if it runs as root
@@ -25,7 +25,7 @@ for scope in "$@"; do
   case "$scope" in
     build) want+=(gcc g++ git ca-certificates) ;;
     round) want+=(gcc g++ git ca-certificates bubblewrap) ;;
-    test) want+=(gcc g++ git ca-certificates bubblewrap chromium fonts-dejavu-core python3 python3-venv python3-torch python3-numpy) ;;
+    test) want+=(gcc g++ git ca-certificates bubblewrap chromium fonts-dejavu-core python3 python3-venv python3-numpy) ;;
     *) echo "deps.sh: unknown scope $scope (want build, round or test)" >&2; exit 2 ;;
   esac
 done

@@ -2,9 +2,8 @@
 """GPU benchmark of one SPADE GRPO optimiser step: tokens/s and MFU.
 
 Model (default): random-initialised Qwen3 architecture in Qwen3-0.6B's shape,
-built with the trainer's own plain-torch implementation
-(trainer/spade_trainer/model.py) or, with --impl transformers, transformers'
-Qwen3ForCausalLM:
+transformers' Qwen3ForCausalLM (the trainer's model class since the
+hand-written one was removed), SDPA attention:
 
     hidden 1024, 28 layers, 16 query heads / 8 KV heads of dim 128,
     SwiGLU intermediate 3072, vocab 151936, tied embeddings
@@ -53,7 +52,8 @@ import torch  # noqa: E402
 
 from spade_trainer.grpo import grpo_loss, make_optimizer, token_logps  # noqa: E402
 from spade_trainer.config import TrainConfig  # noqa: E402
-from spade_trainer.model import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+import transformers  # noqa: E402
+from transformers import Qwen3Config  # noqa: E402
 
 # torch >= 1.13 names CUDA OOM; older torch raises a plain RuntimeError.
 OOM_ERROR = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
@@ -82,36 +82,41 @@ def bench_config(smoke: bool) -> Qwen3Config:
     if smoke:
         return Qwen3Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
         )
-    return Qwen3Config()  # Qwen3-0.6B shape, see module doc
+    # Qwen3-0.6B shape, see module doc.
+    return Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+    )
+
+
+def num_parameters(cfg: Qwen3Config) -> int:
+    """Exact parameter count of a dense Qwen3 (tied embeddings once)."""
+    h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    q = cfg.num_attention_heads * cfg.head_dim
+    kv = cfg.num_key_value_heads * cfg.head_dim
+    layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * cfg.head_dim
+    total = v * h + cfg.num_hidden_layers * layer + h
+    return total if cfg.tie_word_embeddings else total + v * h
 
 
 def model_flops_per_step(cfg: Qwen3Config, tokens: int, seq_len: int) -> float:
-    dense = 6.0 * cfg.num_parameters() * tokens
+    dense = 6.0 * num_parameters(cfg) * tokens
     attn = 6.0 * cfg.num_hidden_layers * seq_len * cfg.num_attention_heads * cfg.head_dim * tokens
     return dense + attn
 
 
 def build_model(cfg: Qwen3Config, impl: str, device: torch.device, seed: int) -> torch.nn.Module:
-    if impl == "builtin":
-        m = Qwen3ForCausalLM(cfg)
-        m.init_weights(torch.Generator().manual_seed(seed))
-        return m.to(device)
-    try:
-        import transformers
-    except ImportError:
-        raise SystemExit("gpu_grpo_bench: --impl transformers needs the transformers package")
-    hf = transformers.Qwen3Config(**{k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "model_type", "torch_dtype")})
     torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", torch_dtype=torch.float32)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     return m.to(device)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu-smoke", action="store_true", help="tiny config on CPU (tests the script; no MFU unless --peak-tflops)")
-    p.add_argument("--impl", choices=["builtin", "transformers"], default="builtin")
+    p.add_argument("--impl", choices=["transformers"], default="transformers")
     p.add_argument("--batch", type=int, help="sequences per step (default 64; smoke 4)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default 2048; smoke 64)")
     p.add_argument("--micro-batch", type=int, help="sequences per forward/backward (default 8; smoke 2)")
@@ -156,10 +161,7 @@ def main(argv=None) -> int:
     model = build_model(cfg, a.impl, device, a.seed)
     model.train()
     if a.grad_ckpt:
-        if a.impl == "builtin":
-            model.gradient_checkpointing = True
-        else:
-            model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable()
     params = [q for q in model.parameters() if q.requires_grad]
     n_params = sum(q.numel() for q in params)
     tcfg = TrainConfig(lr=1e-6, grad_clip=1.0)
@@ -179,8 +181,7 @@ def main(argv=None) -> int:
     tokens_per_step = a.batch * a.seq_len
 
     def logits_of(x):
-        out = model(x)
-        return out if isinstance(out, torch.Tensor) else out.logits
+        return model(input_ids=x, use_cache=False).logits
 
     def micro_loss(x, m, av, w):
         if amp is not None:
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
                 logits = logits_of(x)
         else:
             logits = logits_of(x)
-        logp = token_logps(logits, x)
+        logp = token_logps(logits[:, :-1], x[:, 1:])
         # First inner step of a round: logp_old is the detached logp itself.
         loss, _ = grpo_loss(logp, logp.detach(), None, av, w, m, 0.2, 0.0, norm_tokens)
         return loss

@@ -1,7 +1,8 @@
 // Package trainer ships the Python GRPO trainer (the spade_trainer package
 // next to this file) inside the spade binary, so a run needs no checkout:
 // the grpo stage extracts it with WriteTo and runs
-// `/usr/bin/python3 -m spade_trainer` with PYTHONPATH set to that directory.
+// `/opt/spade/venv/bin/python -m spade_trainer` (grpo.python) with PYTHONPATH
+// set to that directory.
 // The Python protocol (argv, files, config keys, metrics) is documented in
 // docs/training.md; the Go side of it is stages/grpo.RunTrainer.
 package trainer

@@ -6,19 +6,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/spade-pipeline/spade/internal/pyenv"
 )
 
 // GPUGRPOCommand is the command that measures one GRPO optimiser step on a
 // GPU (tokens/s and MFU, Qwen3-0.6B shape, 64 x 2,048 tokens); it needs
 // CUDA and is not run by `make bench` (docs/benchmarks.md, section 6).
-const GPUGRPOCommand = "/usr/bin/python3 scripts/gpu_grpo_bench.py --json"
+const GPUGRPOCommand = "/opt/spade/venv/bin/python scripts/gpu_grpo_bench.py --json"
 
 // BenchmarkGRPOSmoke runs scripts/gpu_grpo_bench.py --cpu-smoke: a tiny
 // model on the CPU. It checks the GPU benchmark script runs end to end; its
 // figures say nothing about GPU throughput.
 func BenchmarkGRPOSmoke(b *testing.B) {
 	for range b.N {
-		cmd := exec.Command("/usr/bin/python3", filepath.Join(repoRoot(b), "scripts/gpu_grpo_bench.py"), "--cpu-smoke", "--json")
+		cmd := exec.Command(pyenv.Python(), filepath.Join(repoRoot(b), "scripts/gpu_grpo_bench.py"), "--cpu-smoke", "--json")
 		var out []byte
 		var err error
 		wall, _ := measure(b, func() { out, err = cmd.Output() })

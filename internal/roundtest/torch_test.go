@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/internal/pyenv"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/schemas"
 )
@@ -22,9 +25,7 @@ import (
 func TestTorchTrainerRounds(t *testing.T) {
 	cfg, err := loadConfig("torch.yaml")
 	require.NoError(t, err)
-	if out, err := exec.Command(cfg.GRPO.Python, "-c", "import torch").CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import torch (install Debian's python3-torch): %v\n%s", cfg.GRPO.Python, err, out)
-	}
+	cfg.GRPO.Python = pyenv.Require(t, "torch", "transformers")
 	ctx := context.Background()
 	f, err := newFixture(ctx, "torch", "torch", cfg)
 	require.NoError(t, err)
@@ -90,4 +91,81 @@ func TestTorchTrainerRounds(t *testing.T) {
 		}
 		parent = ck.CheckpointID
 	}
+}
+
+// TestTorchTrainerHFCheckpoint runs round 1 with the PyTorch trainer on a
+// real transformers checkpoint, SmolLM2-135M-Instruct (Llama architecture,
+// loaded with AutoModelForCausalLM; tokenizer and ChatML chat template from
+// the checkpoint): the round registers a checkpoint whose parent is the
+// base, whose stored files are Hugging Face safetensors with the
+// checkpoint's tokenizer files, and which transformers loads again
+// (AutoModelForCausalLM and AutoTokenizer) with weights that differ from
+// the base's (the step moved them).
+func TestTorchTrainerHFCheckpoint(t *testing.T) {
+	py := pyenv.Require(t, "torch", "transformers")
+	base := pyenv.RequireModel(t, "smollm2-135m-instruct")
+	cfg, err := loadConfig("smollm2.yaml")
+	require.NoError(t, err)
+	cfg.GRPO.BaseCheckpoint = base
+	cfg.GRPO.Python = py
+	ctx := context.Background()
+	f, err := newFixture(ctx, "smollm2", "smollm2", cfg)
+	require.NoError(t, err)
+	require.NoError(t, runRounds(ctx, f.store, f.run, cfg, 1))
+
+	m, err := pipeline.ReadManifest(ctx, f.store, pipeline.ManifestKey(f.run, 1, "checkpoints"))
+	require.NoError(t, err)
+	cks, err := pipeline.ReadManifestRows(ctx, f.store, schemas.Checkpoints, m)
+	require.NoError(t, err)
+	require.Len(t, cks, 1)
+	ck := cks[0]
+	require.Equal(t, "base:"+base, ck.Parent)
+	require.Equal(t, "torch", ck.Trainer)
+	metrics, err := pipeline.ReadManifest(ctx, f.store, pipeline.ManifestKey(f.run, 1, "train_metrics"))
+	require.NoError(t, err)
+	tm, err := pipeline.ReadManifestRows(ctx, f.store, schemas.TrainMetrics, metrics)
+	require.NoError(t, err)
+	gradNorm := 0.0
+	for _, x := range tm {
+		if x.Name == "grad_norm" && x.Step == 1 {
+			gradNorm = x.Value
+		}
+	}
+	require.Greater(t, gradNorm, 0.0, "the batch (seed 1) has non-zero advantages, so the step has a gradient")
+	dir := t.TempDir()
+	names := map[string]bool{}
+	for _, file := range ck.Files {
+		names[file.Name] = true
+		data, err := pipeline.ReadVerified(ctx, f.store, pipeline.FileEntry{Key: file.Key, SHA256: file.SHA256, Bytes: file.Bytes})
+		require.NoError(t, err, file.Key)
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, file.Name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file.Name), data, 0o644))
+	}
+	for _, want := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "spade_checkpoint.json"} {
+		require.True(t, names[want], "checkpoint lacks %s: %v", want, names)
+	}
+	// transformers loads the trained checkpoint as the serving side does,
+	// and its weights moved away from the base's.
+	check := `
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+new, base = sys.argv[1], sys.argv[2]
+tok = AutoTokenizer.from_pretrained(new)
+assert tok.chat_template, "no chat template"
+m = AutoModelForCausalLM.from_pretrained(new)
+b = AutoModelForCausalLM.from_pretrained(base)
+assert type(m).__name__ == "LlamaForCausalLM", type(m).__name__
+diff = max(float((p - q).abs().max()) for p, q in zip(m.state_dict().values(), b.state_dict().values()))
+assert 0 < diff < 1, diff
+ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, return_tensors="pt")
+ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+out = m(ids).logits
+assert torch.isfinite(out).all()
+print("ok", diff)
+`
+	cmd := exec.Command(py, "-c", check, dir, base)
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "ok")
 }

@@ -526,7 +526,9 @@ type GRPO struct {
 	Trainer string `yaml:"trainer" json:"trainer"`
 	// Command is the trainer argv when Trainer is "command".
 	Command []string `yaml:"command" json:"command"`
-	// Python runs the torch trainer.
+	// Python runs the torch trainer (default DefaultTrainerPython, the
+	// pinned virtual environment's interpreter that `make venv` creates
+	// from requirements.txt: torch, transformers, safetensors).
 	Python string `yaml:"python" json:"python"`
 	// BaseCheckpoint is the initial model: a directory, or "tiny:SEED".
 	BaseCheckpoint string `yaml:"base_checkpoint" json:"base_checkpoint"`
@@ -568,6 +570,53 @@ type GRPO struct {
 	// the trainer does not apply it yet (docs/training.md "Designer
 	// delay").
 	DesignerDelay int `yaml:"designer_delay" json:"designer_delay,omitempty"`
+
+	// ClipEpsHigh, when > 0, is the upper ratio clip (ratio in
+	// [1-ClipEps, 1+ClipEpsHigh]; DAPO's clip-higher, 0.28 in SPADE's
+	// public code); default 0, the symmetric clip.
+	ClipEpsHigh float64 `yaml:"clip_eps_high" json:"clip_eps_high"`
+	// AdamBeta1 and AdamBeta2 are AdamW's moment decays, in [0, 1)
+	// (default 0.9 and 0.999; SPADE's public code uses beta2 0.98).
+	AdamBeta1 float64 `yaml:"adam_beta1" json:"adam_beta1"`
+	// AdamBeta2: see AdamBeta1.
+	AdamBeta2 float64 `yaml:"adam_beta2" json:"adam_beta2"`
+	// WeightDecay is AdamW's decoupled weight decay, >= 0 (default 0, so
+	// a zero-advantage batch leaves fresh weights unchanged; the public
+	// code uses 0.1).
+	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay"`
+	// Dtype is the trainer's compute dtype: auto (bf16 on CUDA, fp32 on
+	// CPU), float32, bfloat16 or float16; master weights stay fp32.
+	Dtype string `yaml:"dtype" json:"dtype"`
+	// SaveDtype is the servable weights' dtype: bfloat16 (default),
+	// float32 or float16.
+	SaveDtype string `yaml:"save_dtype" json:"save_dtype"`
+	// MaxTokensPerMicroBatch is the token budget of one packed
+	// micro-batch (default 16384, >= 1).
+	MaxTokensPerMicroBatch int `yaml:"max_tokens_per_micro_batch" json:"max_tokens_per_micro_batch"`
+	// GradientCheckpointing turns on activation checkpointing of every
+	// decoder layer (default false).
+	GradientCheckpointing bool `yaml:"gradient_checkpointing" json:"gradient_checkpointing"`
+	// Offload keeps parameters, gradients and optimizer state in CPU
+	// memory between uses (FSDP2 CPU offload; launcher torchrun only).
+	Offload bool `yaml:"offload" json:"offload"`
+	// Launcher is "local" (one trainer process, the default) or "torchrun"
+	// (torch.distributed.run with FSDP2; grpo.command, when set, is a
+	// prefix such as srun).
+	Launcher string `yaml:"launcher" json:"launcher"`
+	// NprocPerNode is torchrun's --nproc_per_node (default 1).
+	NprocPerNode int `yaml:"nproc_per_node" json:"nproc_per_node"`
+	// Nnodes is torchrun's --nnodes (default 1).
+	Nnodes int `yaml:"nnodes" json:"nnodes"`
+	// RdzvEndpoint is torchrun's --rdzv_endpoint HOST:PORT (c10d
+	// rendezvous); empty with one node means --standalone.
+	RdzvEndpoint string `yaml:"rdzv_endpoint" json:"rdzv_endpoint"`
+	// RdzvID is torchrun's --rdzv_id; empty means one derived from the run
+	// and the round.
+	RdzvID string `yaml:"rdzv_id" json:"rdzv_id"`
+	// KeepOptimizerRounds is how many of the latest rounds keep their
+	// optimizer state (default 1); 0 stores none (each round then starts
+	// a fresh AdamW from the bf16 weights).
+	KeepOptimizerRounds int `yaml:"keep_optimizer_rounds" json:"keep_optimizer_rounds"`
 }
 
 // Observe configures what is measured besides data.
@@ -633,6 +682,13 @@ func (m Metrics) HasEmbedding(name string) bool { return slices.Contains(m.Embed
 // (`make venv`, requirements.txt) that the Python helpers default to.
 const DefaultVenvPython = "/opt/spade/venv/bin/python"
 
+// DefaultTrainerPython is grpo.python's default: the interpreter of the
+// pinned virtual environment `make venv` installs (requirements.txt; the
+// fixed path /opt/spade/venv, which internal/pyenv also uses), where
+// torch, transformers and safetensors are importable. Debian's
+// /usr/bin/python3 is the sandbox's interpreter and has none of them.
+const DefaultTrainerPython = "/opt/spade/venv/bin/python"
+
 // Default returns the embedded default: the offline procedural backend, the
 // paper's sizes, no trainer.
 func Default() Config {
@@ -653,7 +709,9 @@ func Default() Config {
 		Memory:  Memory{Capacity: 200},
 		Observe: Observe{Python: DefaultVenvPython, Experiment: "spade", WandbMode: "offline", WandbDir: "wandb-runs", TensorBoardDir: "tensorboard"},
 		Metrics: Metrics{Embeddings: []string{EmbeddingsTFIDF}, Python: DefaultVenvPython},
-		GRPO:    GRPO{Trainer: "none", Python: "/usr/bin/python3", BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated"},
+		GRPO: GRPO{Trainer: "none", Python: DefaultTrainerPython, BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated",
+			AdamBeta1: 0.9, AdamBeta2: 0.999, Dtype: "auto", SaveDtype: "bfloat16", MaxTokensPerMicroBatch: 16384,
+			Launcher: "local", NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1},
 	}
 }
 
@@ -1002,6 +1060,37 @@ func (c Config) problems() []problem {
 	floatAtLeast("label.blend.regret_weight", c.Label.Blend.RegretWeight, 0, false)
 	floatAtLeast("label.blend.regret_scale", c.Label.Blend.RegretScale, 0, true)
 	floatAtLeast("label.blend.plateau_ramp", c.Label.Blend.PlateauRamp, 0, true)
+	floatAtLeast("grpo.clip_eps_high", c.GRPO.ClipEpsHigh, 0, false)
+	floatAtLeast("grpo.weight_decay", c.GRPO.WeightDecay, 0, false)
+	for _, b := range []struct {
+		key string
+		v   float64
+	}{{"grpo.adam_beta1", c.GRPO.AdamBeta1}, {"grpo.adam_beta2", c.GRPO.AdamBeta2}} {
+		if !(b.v >= 0 && b.v < 1) {
+			add(fmt.Sprintf("%s must be in [0, 1) (got %g)", b.key, b.v), b.key)
+		}
+	}
+	for _, d := range []struct{ key, v, want string }{
+		{"grpo.dtype", c.GRPO.Dtype, "auto float32 bfloat16 float16"},
+		{"grpo.save_dtype", c.GRPO.SaveDtype, "float32 bfloat16 float16"},
+		{"grpo.launcher", c.GRPO.Launcher, "local torchrun"},
+	} {
+		if !slices.Contains(strings.Fields(d.want), d.v) {
+			add(fmt.Sprintf("%s must be one of %s (got %q)", d.key, strings.ReplaceAll(d.want, " ", ", "), d.v), d.key)
+		}
+	}
+	pos("grpo.max_tokens_per_micro_batch", c.GRPO.MaxTokensPerMicroBatch)
+	pos("grpo.nproc_per_node", c.GRPO.NprocPerNode)
+	pos("grpo.nnodes", c.GRPO.Nnodes)
+	if c.GRPO.KeepOptimizerRounds < 0 {
+		add(fmt.Sprintf("grpo.keep_optimizer_rounds must be >= 0 (got %d)", c.GRPO.KeepOptimizerRounds), "grpo.keep_optimizer_rounds")
+	}
+	if c.GRPO.Launcher == "torchrun" && c.GRPO.Trainer != "torch" && c.GRPO.Trainer != "none" {
+		add("grpo.launcher torchrun runs the torch trainer: set grpo.trainer torch", "grpo.launcher", "grpo.trainer")
+	}
+	if c.GRPO.Nnodes > 1 && c.GRPO.RdzvEndpoint == "" {
+		add("grpo.nnodes > 1 needs grpo.rdzv_endpoint (HOST:PORT of the c10d rendezvous)", "grpo.nnodes", "grpo.rdzv_endpoint")
+	}
 	for _, t := range []struct {
 		key string
 		v   float64

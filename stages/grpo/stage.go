@@ -483,10 +483,10 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}
 	if cfg.Trainer == "command" {
 		spec.Command = cfg.Command
-	} else if cfg.Python != "" {
-		// A custom interpreter still runs the embedded trainer: extract it
+	} else {
+		// The configured interpreter runs the embedded trainer: extract it
 		// (RunTrainer does so only for its default command).
-		spec.Command = []string{cfg.Python, "-m", trainer.Package}
+		spec.Command = TorchCommand(cfg, fmt.Sprintf("spade-%s-r%d", env.Round.Run, env.Round.Round))
 		spec.PythonPath = filepath.Join(dir, "python")
 		if err := trainer.WriteTo(spec.PythonPath); err != nil {
 			return schemas.Checkpoint{}, nil, err
@@ -524,14 +524,47 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	return ck, res.Steps, nil
 }
 
+// TorchCommand is the argv prefix that runs the embedded torch trainer for
+// grpo settings g: `PYTHON -m spade_trainer` with launcher local, or with
+// launcher torchrun `[COMMAND...] PYTHON -m torch.distributed.run
+// --nnodes N --nproc_per_node P (--standalone | --rdzv_backend c10d
+// --rdzv_endpoint E --rdzv_id ID) -m spade_trainer`, where COMMAND is
+// grpo.command (a prefix such as srun) and ID is grpo.rdzv_id or rdzvID.
+// torch.distributed.run is what the torchrun script runs (PyTorch's
+// elastic launcher docs).
+func TorchCommand(g config.GRPO, rdzvID string) []string {
+	if g.Launcher != "torchrun" {
+		return []string{g.Python, "-m", trainer.Package}
+	}
+	argv := append([]string(nil), g.Command...)
+	argv = append(argv, g.Python, "-m", "torch.distributed.run",
+		"--nnodes", fmt.Sprint(g.Nnodes), "--nproc_per_node", fmt.Sprint(g.NprocPerNode))
+	if g.RdzvEndpoint == "" {
+		argv = append(argv, "--standalone")
+	} else {
+		if g.RdzvID != "" {
+			rdzvID = g.RdzvID
+		}
+		argv = append(argv, "--rdzv_backend", "c10d", "--rdzv_endpoint", g.RdzvEndpoint, "--rdzv_id", rdzvID)
+	}
+	return append(argv, "-m", trainer.Package)
+}
+
 // trainerConfig returns the trainer config of a round: the trainer's
-// defaults with grpo.lr, grpo.clip_eps, grpo.kl_beta and grpo.max_seq_len,
+// defaults with grpo.lr, grpo.clip_eps, grpo.clip_eps_high, grpo.kl_beta,
+// grpo.max_seq_len, the AdamW settings, dtypes, token budget, activation
+// checkpointing and offload, optimizer state saved when
+// grpo.keep_optimizer_rounds > 0,
 // the seed derived from the run seed and the round and, when grpo.kl_beta
 // > 0, grpo.base_checkpoint as the KL reference.
 func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
 	g := c.GRPO
 	tc := DefaultTrainerConfig()
-	tc.LR, tc.ClipEpsilon, tc.KLBeta, tc.MaxSeqLen = g.LR, g.ClipEps, g.KLBeta, g.MaxSeqLen
+	tc.LR, tc.ClipEpsilon, tc.ClipEpsilonHigh, tc.KLBeta, tc.MaxSeqLen = g.LR, g.ClipEps, g.ClipEpsHigh, g.KLBeta, g.MaxSeqLen
+	tc.AdamBeta1, tc.AdamBeta2, tc.WeightDecay = g.AdamBeta1, g.AdamBeta2, g.WeightDecay
+	tc.Dtype, tc.SaveDtype, tc.MaxTokensPerMicroBatch = g.Dtype, g.SaveDtype, g.MaxTokensPerMicroBatch
+	tc.GradientCheckpointing, tc.Offload = g.GradientCheckpointing, g.Offload
+	tc.SaveOptimizer = g.KeepOptimizerRounds > 0
 	tc.Seed = sample.Seed(ri.Seed, "grpo", ri.Round)
 	if g.KLBeta > 0 {
 		// The trainer's default reference is its input checkpoint, whose

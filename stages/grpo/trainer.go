@@ -21,16 +21,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/trainer"
 )
 
-// DefaultPython is the interpreter of the default trainer command: Debian's
-// python3, which has python3-torch from apt (the pyenv python on PATH does
-// not).
-const DefaultPython = "/usr/bin/python3"
+// DefaultPython is the interpreter of the default trainer command: the
+// pinned virtual environment's (config.DefaultTrainerPython, created by
+// `make venv` from requirements.txt with torch and transformers).
+const DefaultPython = config.DefaultTrainerPython
 
 // DefaultCommand returns the default trainer argv prefix,
-// `/usr/bin/python3 -m spade_trainer`; RunTrainer appends the protocol flags.
+// `/opt/spade/venv/bin/python -m spade_trainer`; RunTrainer appends the
+// protocol flags.
 func DefaultCommand() []string { return []string{DefaultPython, "-m", trainer.Package} }
 
 // Sentinel errors of RunTrainer, for callers that branch (all wrapped with
@@ -163,20 +165,30 @@ type TrainerConfig struct {
 	LR float64 `json:"lr"`
 	// ClipEpsilon is the GRPO/PPO ratio clip: ratio in [1-eps, 1+eps].
 	ClipEpsilon float64 `json:"clip_epsilon"`
+	// ClipEpsilonHigh, when > 0, is the upper clip instead (ratio in
+	// [1-ClipEpsilon, 1+ClipEpsilonHigh]; DAPO's clip-higher, 0.28 in
+	// SPADE's public code); 0 means ClipEpsilon.
+	ClipEpsilonHigh float64 `json:"clip_epsilon_high"`
 	// KLBeta weights the k3 KL(policy || reference) term; 0 disables it.
 	KLBeta float64 `json:"kl_beta"`
 	// GradClip is the max global gradient L2 norm; 0 disables clipping.
 	GradClip float64 `json:"grad_clip"`
 	// InnerSteps is the number of optimiser steps on the batch per round.
 	InnerSteps int `json:"inner_steps"`
-	// MicroBatchSize is sequences per forward/backward (gradient
-	// accumulation over the batch; same gradient whatever the size).
+	// MicroBatchSize caps the samples packed into one forward/backward
+	// (gradient accumulation over the batch; same gradient whatever the
+	// size); default 1024.
 	MicroBatchSize int `json:"micro_batch_size"`
+	// MaxTokensPerMicroBatch is the token budget of one packed micro-batch
+	// (no padding; a longer sample gets one of its own); default 16384.
+	MaxTokensPerMicroBatch int `json:"max_tokens_per_micro_batch"`
 	// Seed is the torch seed (torch.manual_seed); the grpo stage derives
 	// it from the run seed and the round.
 	Seed int64 `json:"seed"`
-	// Dtype is the autocast dtype: auto (bf16 on CUDA, fp32 on CPU),
-	// float32, bfloat16, float16. Master weights stay fp32.
+	// Dtype is the compute dtype: auto (bf16 on CUDA, fp32 on CPU),
+	// float32, bfloat16, float16 (autocast with one process, FSDP2's
+	// parameter dtype under torchrun). Master weights, gradient reduction
+	// and AdamW state stay fp32.
 	Dtype string `json:"dtype"`
 	// Device is auto, cpu, cuda or cuda:N.
 	Device string `json:"device"`
@@ -199,32 +211,43 @@ type TrainerConfig struct {
 	// token remains), "drop", or "error". Counts come in the trainer's
 	// "encode" event.
 	Overlong string `json:"overlong"`
-	// SaveDtype is the saved weights' dtype: float32, bfloat16, float16.
+	// SaveDtype is the servable weights' dtype: float32, bfloat16 (the
+	// default), float16; the fp32 master weights go with the optimizer
+	// state.
 	SaveDtype string `json:"save_dtype"`
 	// ReferenceCheckpoint is the KL reference; "" = the input checkpoint.
 	ReferenceCheckpoint string `json:"reference_checkpoint"`
-	// Backend is auto, builtin or transformers.
-	Backend string `json:"backend"`
+	// AttnImplementation is transformers' attention implementation: ""
+	// (its default, SDPA), sdpa, eager, flash_attention_2,
+	// flash_attention_3 or flex_attention.
+	AttnImplementation string `json:"attn_implementation"`
 	// GradientCheckpointing recomputes each layer's activations in the
 	// backward pass (less memory, more compute); default false.
 	GradientCheckpointing bool `json:"gradient_checkpointing"`
+	// Offload puts parameters, gradients and optimizer state in CPU memory
+	// between uses (FSDP2 CPUOffloadPolicy; torchrun only); default false.
+	Offload bool `json:"offload"`
 	// Compile runs the model under torch.compile when this torch has it
 	// (torch >= 2); default false.
 	Compile bool `json:"compile"`
-	// ResumeOptimizer loads the AdamW moments saved with an input
-	// checkpoint directory (optimizer.safetensors); default true.
+	// ResumeOptimizer loads the fp32 master weights and AdamW state saved
+	// with an input checkpoint directory (optimizer/, written by
+	// torch.distributed.checkpoint); default true.
 	ResumeOptimizer bool `json:"resume_optimizer"`
+	// SaveOptimizer writes them with the new checkpoint; default true.
+	SaveOptimizer bool `json:"save_optimizer"`
 }
 
 // DefaultTrainerConfig returns the trainer's defaults (the Python
 // TrainConfig's): lr 1e-6, clip 0.2, no KL, grad clip 1.0, one inner step,
-// micro-batch 4, weight decay 0 (a zero-advantage batch has a zero
-// gradient).
+// packed micro-batches of up to 16,384 tokens, weight decay 0 (a
+// zero-advantage batch has a zero gradient), bf16 servable weights,
+// optimizer state saved and resumed.
 func DefaultTrainerConfig() TrainerConfig {
 	return TrainerConfig{
-		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 4,
+		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 1024, MaxTokensPerMicroBatch: 16384,
 		Dtype: "auto", Device: "auto", AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
-		MaxSeqLen: 8192, Overlong: "truncate_left", SaveDtype: "float32", Backend: "auto", ResumeOptimizer: true,
+		MaxSeqLen: 8192, Overlong: "truncate_left", SaveDtype: "bfloat16", ResumeOptimizer: true, SaveOptimizer: true,
 	}
 }
 
@@ -503,9 +526,9 @@ func checkSpec(spec TrainerSpec) error {
 		return errors.New("trainer spec: no samples")
 	case spec.Metrics != "" && spec.Metrics != MetricsFile && spec.Metrics != MetricsStdout:
 		return fmt.Errorf("trainer spec: metrics source %q: want file or stdout", spec.Metrics)
-	case spec.Config.InnerSteps < 1 || spec.Config.MicroBatchSize < 1 || spec.Config.MaxSeqLen < 1:
-		return fmt.Errorf("trainer spec: config inner_steps %d, micro_batch_size %d, max_seq_len %d must be >= 1 (start from DefaultTrainerConfig)",
-			spec.Config.InnerSteps, spec.Config.MicroBatchSize, spec.Config.MaxSeqLen)
+	case spec.Config.InnerSteps < 1 || spec.Config.MicroBatchSize < 1 || spec.Config.MaxSeqLen < 1 || spec.Config.MaxTokensPerMicroBatch < 1:
+		return fmt.Errorf("trainer spec: config inner_steps %d, micro_batch_size %d, max_tokens_per_micro_batch %d, max_seq_len %d must be >= 1 (start from DefaultTrainerConfig)",
+			spec.Config.InnerSteps, spec.Config.MicroBatchSize, spec.Config.MaxTokensPerMicroBatch, spec.Config.MaxSeqLen)
 	}
 	entries, err := os.ReadDir(spec.OutputDir)
 	if err == nil && len(entries) > 0 {
@@ -518,7 +541,9 @@ func checkSpec(spec TrainerSpec) error {
 }
 
 func trainerEnv(pythonPath string, extra []string) []string {
-	env := os.Environ()
+	// Nothing downloads at run time: transformers and huggingface_hub read
+	// checkpoints from local directories only (spec.Env may override).
+	env := append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
 	if pythonPath != "" {
 		pp := pythonPath
 		if old := os.Getenv("PYTHONPATH"); old != "" {

@@ -1,13 +1,18 @@
-"""Loading and saving policies as Hugging Face-format checkpoints.
+"""Loading and saving policies as Hugging Face checkpoints (transformers).
 
-A checkpoint directory holds ``config.json`` (Qwen3 keys),
-``model.safetensors`` (or shards + ``model.safetensors.index.json`` when it
-comes from the Hub), tokenizer files, and, when written by this trainer,
-``optimizer.safetensors`` (AdamW moments, so the next round resumes the
-optimiser instead of restarting it) and ``spade_checkpoint.json`` (lineage;
-written last, so its presence marks a complete checkpoint).
+A checkpoint directory holds what ``save_pretrained`` writes
+(``config.json``, ``model.safetensors`` or shards with
+``model.safetensors.index.json``, ``generation_config.json``), the
+tokenizer files and chat template copied from the input checkpoint, and,
+when written by this trainer, ``optimizer/`` (the fp32 master weights and
+AdamW state saved sharded by torch.distributed.checkpoint, so the next
+round resumes them exactly whatever the saved weights' dtype and whatever
+the number of processes) and ``spade_checkpoint.json`` (lineage; written
+last, so its presence marks a complete checkpoint).
 
-``tiny:SEED`` names the built-in tiny model initialised from SEED.
+``tiny:SEED`` names the tiny test model: transformers' Qwen3ForCausalLM in
+a 2-layer, hidden-64 shape with the byte tokenizer (tokenizer.py),
+weights drawn from a generator seeded SEED.
 """
 
 from __future__ import annotations
@@ -21,13 +26,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from . import safetensors_io as st
-from .model import Qwen3Config, Qwen3ForCausalLM, tiny_config
 from .tokenizer import SPADE_TOKENIZER_FILE, ByteTokenizer, HFChatEncoder
 
 CHECKPOINT_META = "spade_checkpoint.json"
-OPTIMIZER_FILE = "optimizer.safetensors"
-FORMAT_VERSION = 1
+OPTIMIZER_DIR = "optimizer"
+FORMAT_VERSION = 2
 TINY_VOCAB = 320  # byte tokenizer's 259 ids padded to a multiple of 64
 
 # Files copied verbatim from a Hugging Face checkpoint's tokenizer.
@@ -39,19 +42,36 @@ HF_TOKENIZER_FILES = (
     "merges.txt",
     "added_tokens.json",
     "chat_template.jinja",
+    "chat_template.json",
     "generation_config.json",
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def have_transformers() -> bool:
-    """True when transformers is importable (GPU images; not needed here)."""
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def tiny_hf_config(vocab_size: int = TINY_VOCAB) -> dict:
+    """config.json of the tiny test model: Qwen3, 2 layers, hidden 64, 4
+    query / 2 KV heads of dim 16, intermediate 128, tied embeddings."""
+    tok = ByteTokenizer()
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 16384,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "initializer_range": 0.02,
+        "bos_token_id": None,
+        "eos_token_id": tok.eos_id,
+        "pad_token_id": tok.pad_id,
+    }
 
 
 @dataclasses.dataclass
@@ -60,14 +80,18 @@ class Policy:
 
     model: torch.nn.Module
     encoder: object  # ByteTokenizer or HFChatEncoder
-    kind: str  # "builtin" or "transformers"
     source: str  # the checkpoint argument as given
     source_dir: Optional[str]  # None for tiny:SEED
     parent_step: int
+    optimizer_step: int = 0  # AdamW steps behind the saved optimizer state
 
-    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids)
-        return out if isinstance(out, torch.Tensor) else out.logits
+
+def model_logits(model: torch.nn.Module, ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Logits (B, N, V) of a transformers causal LM. With position_ids
+    restarting at 0 for each packed sample and no attention mask,
+    transformers keeps attention inside each sample (a block-diagonal
+    causal mask for SDPA/eager, varlen kernels for flash attention)."""
+    return model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
 
 
 def parse_tiny(spec: str) -> Optional[int]:
@@ -80,77 +104,63 @@ def parse_tiny(spec: str) -> Optional[int]:
     return int(s)
 
 
-def new_tiny(seed: int) -> Qwen3ForCausalLM:
-    """The tiny Qwen3 model, weights drawn from a generator seeded ``seed``."""
-    tok = ByteTokenizer()
-    cfg = tiny_config(TINY_VOCAB)
-    cfg.eos_token_id = tok.eos_id
-    model = Qwen3ForCausalLM(cfg)
+def new_tiny(seed: int) -> torch.nn.Module:
+    """The tiny model, weights drawn from a generator seeded ``seed``:
+    normal(0, 0.02) for matmul and embedding weights, ones for norms, in
+    named_parameters order (transformers' own init scheme, made
+    reproducible across machines)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = tiny_hf_config()
+    cfg = AutoConfig.for_model(d.pop("model_type"), **{k: v for k, v in d.items() if k != "architectures"})
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
-    model.init_weights(g)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * cfg.initializer_range)
     return model
 
 
-def read_weights(ckpt_dir: str) -> Dict[str, torch.Tensor]:
-    """All tensors of a checkpoint, single-file or sharded."""
-    single = os.path.join(ckpt_dir, "model.safetensors")
-    if os.path.exists(single):
-        return st.load_file(single)
-    index = os.path.join(ckpt_dir, "model.safetensors.index.json")
-    if not os.path.exists(index):
-        raise FileNotFoundError(f"checkpoint {ckpt_dir}: no model.safetensors or model.safetensors.index.json")
-    with open(index, encoding="utf-8") as f:
-        weight_map = json.load(f)["weight_map"]
-    out: Dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values())):
-        if os.path.basename(shard) != shard:
-            raise ValueError(f"{index}: shard name {shard!r} must be a plain file name")
-        out.update(st.load_file(os.path.join(ckpt_dir, shard)))
-    return out
+def read_meta(ckpt_dir: str) -> dict:
+    """spade_checkpoint.json of ckpt_dir, or {} when absent (a Hub
+    checkpoint). Raises ValueError for another format version."""
+    meta_path = os.path.join(ckpt_dir, CHECKPOINT_META)
+    if not os.path.exists(meta_path):
+        return {}
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{meta_path}: format_version {meta.get('format_version')!r}, this trainer reads {FORMAT_VERSION}")
+    return meta
 
 
-def load_policy(spec: str, backend: str = "auto") -> Policy:
-    """Load ``tiny:SEED`` or a checkpoint directory on CPU, float32.
-
-    Backend "auto" uses the built-in Qwen3 for model_type qwen3 and
-    transformers otherwise; the tokenizer is the byte tokenizer when the
-    checkpoint has spade_tokenizer.json, else the transformers one.
-    Raises ValueError / FileNotFoundError / ImportError with the path.
-    """
+def load_policy(spec: str, attn_implementation: Optional[str] = None) -> Policy:
+    """Load ``tiny:SEED`` or a checkpoint directory on CPU in float32 with
+    AutoModelForCausalLM (any architecture transformers has: Qwen3,
+    Qwen3-MoE, Llama, ...). The tokenizer is the byte tokenizer when the
+    checkpoint has spade_tokenizer.json, else AutoTokenizer's with the
+    checkpoint's chat template. Raises ValueError / FileNotFoundError /
+    OSError naming the path."""
     seed = parse_tiny(spec)
     if seed is not None:
-        return Policy(new_tiny(seed), ByteTokenizer(), "builtin", spec, None, 0)
+        return Policy(new_tiny(seed), ByteTokenizer(), spec, None, 0)
     if not os.path.isdir(spec):
         raise FileNotFoundError(f"checkpoint {spec!r}: not a directory and not tiny:SEED")
-    with open(os.path.join(spec, "config.json"), encoding="utf-8") as f:
-        hf_cfg = json.load(f)
-    parent_step = 0
-    meta_path = os.path.join(spec, CHECKPOINT_META)
-    if os.path.exists(meta_path):
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: format_version {meta.get('format_version')!r}, this trainer reads {FORMAT_VERSION}")
-        parent_step = int(meta["step"])
+    if not os.path.exists(os.path.join(spec, "config.json")):
+        raise FileNotFoundError(f"checkpoint {spec}: no config.json")
+    meta = read_meta(spec)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     if os.path.exists(os.path.join(spec, SPADE_TOKENIZER_FILE)):
         encoder: object = ByteTokenizer.load(spec)
     else:
-        if not have_transformers():
-            raise ImportError(f"checkpoint {spec}: has a Hugging Face tokenizer; install transformers to train it")
-        from transformers import AutoTokenizer
-
         encoder = HFChatEncoder(AutoTokenizer.from_pretrained(spec))
-    use_builtin = backend == "builtin" or (backend == "auto" and hf_cfg.get("model_type") == "qwen3")
-    if use_builtin:
-        model = Qwen3ForCausalLM(Qwen3Config.from_hf_dict(hf_cfg))
-        model.load_hf_state_dict(read_weights(spec))
-        return Policy(model, encoder, "builtin", spec, spec, parent_step)
-    if not have_transformers():
-        raise ImportError(f"checkpoint {spec}: model_type {hf_cfg.get('model_type')!r} needs transformers")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(spec, torch_dtype=torch.float32)
-    return Policy(model, encoder, "transformers", spec, spec, parent_step)
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32, **kw)
+    return Policy(model, encoder, spec, spec, int(meta.get("step", 0)), int(meta.get("optimizer_step", 0)))
 
 
 def _write_json(path: str, obj: object) -> None:
@@ -159,104 +169,52 @@ def _write_json(path: str, obj: object) -> None:
         f.write("\n")
 
 
-def save_policy(
-    policy: Policy,
-    out_dir: str,
-    save_dtype: str,
-    lineage: Dict[str, object],
-    optimizer_state: Optional[Dict[str, torch.Tensor]] = None,
-    optimizer_step: int = 0,
-) -> List[str]:
-    """Write the checkpoint into ``out_dir`` (created; must be empty).
-
-    Weights are cast to ``save_dtype``. ``lineage`` goes into
-    spade_checkpoint.json with format_version and step = parent_step + 1;
-    that file is written last. Returns the file names written, sorted.
-    """
+def save_weights(policy: Policy, state_dict: Dict[str, torch.Tensor], out_dir: str, save_dtype: str) -> None:
+    """Write the servable checkpoint: ``save_pretrained`` of the full
+    (consolidated) state dict cast to ``save_dtype`` as safetensors, and the
+    tokenizer files (the byte tokenizer's, or those of the input
+    checkpoint). transformers, vLLM and SGLang load the result."""
     os.makedirs(out_dir, exist_ok=True)
     dtype = DTYPES[save_dtype]
-    step = policy.parent_step + 1
-    if policy.kind == "builtin":
-        model: Qwen3ForCausalLM = policy.model  # type: ignore[assignment]
-        sd = {k: v.detach().to("cpu", dtype) for k, v in model.hf_state_dict().items()}
-        st.save_file(sd, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-        _write_json(os.path.join(out_dir, "config.json"), model.config.to_hf_dict(save_dtype))
-    else:
-        policy.model.to(dtype).save_pretrained(out_dir, safe_serialization=True)
-        policy.model.float()
+    sd = {k: v.detach().to("cpu", dtype) for k, v in state_dict.items()}
+    if getattr(policy.model.config, "tie_word_embeddings", False):
+        # The LM head is the embedding: saved once, as transformers does
+        # (FSDP's consolidated state dict lists both names).
+        sd.pop("lm_head.weight", None)
+    policy.model.config.dtype = save_dtype
+    policy.model.save_pretrained(out_dir, state_dict=sd, safe_serialization=True)
     if isinstance(policy.encoder, ByteTokenizer):
-        policy.encoder.save(out_dir, model_max_length=8192)
-        eos = policy.encoder.eos_id
-        _write_json(
-            os.path.join(out_dir, "generation_config.json"),
-            {"eos_token_id": eos, "pad_token_id": policy.encoder.pad_id, "transformers_version": "4.51.0"},
-        )
+        policy.encoder.save(out_dir, model_max_length=16384)
     elif policy.source_dir:
         for name in HF_TOKENIZER_FILES:
             src = os.path.join(policy.source_dir, name)
             if os.path.exists(src) and not os.path.exists(os.path.join(out_dir, name)):
                 shutil.copyfile(src, os.path.join(out_dir, name))
-    if optimizer_state is not None:
-        st.save_file(
-            optimizer_state,
-            os.path.join(out_dir, OPTIMIZER_FILE),
-            metadata={"format": "pt", "spade": "adamw-v1", "step": str(optimizer_step)},
-        )
+
+
+def write_meta(policy: Policy, out_dir: str, lineage: Dict[str, object], optimizer_step: int) -> None:
+    """spade_checkpoint.json, written last: format_version, step =
+    parent_step + 1, parent, optimizer_step and ``lineage``."""
     meta = dict(lineage)
-    meta.update({"format_version": FORMAT_VERSION, "step": step, "parent": policy.source, "parent_step": policy.parent_step})
+    meta.update(
+        {
+            "format_version": FORMAT_VERSION,
+            "step": policy.parent_step + 1,
+            "parent": policy.source,
+            "parent_step": policy.parent_step,
+            "optimizer_step": optimizer_step,
+        }
+    )
     _write_json(os.path.join(out_dir, CHECKPOINT_META), meta)
-    return sorted(os.listdir(out_dir))
 
 
-def optimizer_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Dict[str, torch.Tensor]:
-    """AdamW first/second moments keyed ``exp_avg/<param>`` and
-    ``exp_avg_sq/<param>`` (float32, CPU), for optimizer.safetensors."""
-    out: Dict[str, torch.Tensor] = {}
-    for name, p in model.named_parameters():
-        s = opt.state.get(p)
-        if not s:
-            continue
-        out["exp_avg/" + name] = s["exp_avg"].detach().float().cpu()
-        out["exp_avg_sq/" + name] = s["exp_avg_sq"].detach().float().cpu()
-    return out
-
-
-def restore_optimizer(model: torch.nn.Module, opt: torch.optim.Optimizer, ckpt_dir: str) -> int:
-    """Load optimizer.safetensors from ``ckpt_dir`` into ``opt`` if present.
-
-    Returns the restored AdamW step count (0 when there is no file). Uses
-    ``load_state_dict`` so torch places the state as its optimiser variant
-    (fused, foreach) expects.
-    """
-    path = os.path.join(ckpt_dir, OPTIMIZER_FILE)
-    if not os.path.exists(path):
-        return 0
-    meta = st.read_metadata(path)
-    if meta.get("spade") != "adamw-v1":
-        raise ValueError(f"{path}: not a spade AdamW state (metadata spade={meta.get('spade')!r})")
-    step = int(meta.get("step", "0"))
-    if step < 0:
-        raise ValueError(f"{path}: AdamW step {step} is negative")
-    tensors = st.load_file(path)
-    sd = opt.state_dict()
-    index = {}
-    i = 0
-    for group in opt.param_groups:
-        for p in group["params"]:
-            index[id(p)] = i
-            i += 1
-    state = {}
-    for name, p in model.named_parameters():
-        a, b = tensors.get("exp_avg/" + name), tensors.get("exp_avg_sq/" + name)
-        if a is None or b is None:
-            raise ValueError(f"{path}: no AdamW moments for parameter {name}")
-        for key, t in (("exp_avg", a), ("exp_avg_sq", b)):
-            if tuple(t.shape) != tuple(p.shape):
-                raise ValueError(f"{path}: {key}/{name} shape {tuple(t.shape)} != parameter {tuple(p.shape)}")
-        state[index[id(p)]] = {"step": torch.tensor(float(step)), "exp_avg": a.to(p.device), "exp_avg_sq": b.to(p.device)}
-    sd["state"] = state
-    opt.load_state_dict(sd)
-    return step
+def files_of(out_dir: str) -> List[str]:
+    """Every file under out_dir, relative and slash-separated, sorted."""
+    out = []
+    for root, _, names in os.walk(out_dir):
+        for n in names:
+            out.append(os.path.relpath(os.path.join(root, n), out_dir).replace(os.sep, "/"))
+    return sorted(out)
 
 
 def sha256_file(path: str) -> str:

@@ -5,7 +5,9 @@
 
 Metrics are JSON lines (one per inner optimiser step, then a final
 {"event": "done", ...} line) written to --metrics, or to stdout when it is
-absent. Exit status: 0 ok, 1 training/runtime failure, 2 bad input or usage.
+absent. Launched as one process, or by torchrun (one process per GPU, FSDP2;
+rank 0 writes the metrics and the servable weights, every rank its shard
+of the optimizer state). Exit status: 0 ok, 1 training/runtime failure, 2 bad input or usage.
 Errors go to stderr as one line "spade_trainer: error: ...".
 """
 
@@ -20,22 +22,15 @@ from typing import List, Optional
 import torch
 
 from . import checkpoint as ck
+from . import dist as D
 from .config import InputError, as_json, load_batch, load_config
 from .grpo import encode_batch, make_micro_batches, make_optimizer, train_round
 
-TRAINER_ID = "spade_trainer/1"
+TRAINER_ID = "spade_trainer/2"
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    d = torch.device(name)
-    if d.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"config device {name!r}: CUDA is not available")
-    return d
-
-
-def _amp_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
+def _compute_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
+    """None = float32 (no autocast, no FSDP parameter cast)."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
     if name == "float32":
@@ -43,13 +38,12 @@ def _amp_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
     return ck.DTYPES[name]
 
 
-def _load(spec: str, backend: str, what: str) -> ck.Policy:
+def _load(spec: str, what: str, attn: str) -> ck.Policy:
     """load_policy with a malformed or missing checkpoint (absent files,
     bad JSON, missing or mistyped config keys, corrupt safetensors) turned
-    into an InputError naming it; ImportError (no transformers) stays a
-    runtime failure."""
+    into an InputError naming it."""
     try:
-        return ck.load_policy(spec, backend)
+        return ck.load_policy(spec, attn or None)
     except ImportError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -65,14 +59,16 @@ def run(argv: List[str]) -> int:
     p.add_argument("--metrics", help="metrics JSONL path (default: stdout)")
     args = p.parse_args(argv)
 
+    lead = int(os.environ.get("RANK", "0")) == 0
     out_stream = sys.stdout
 
     def emit(m: dict) -> None:
-        out_stream.write(as_json(m) + "\n")
-        out_stream.flush()
+        if lead:
+            out_stream.write(as_json(m) + "\n")
+            out_stream.flush()
 
     try:
-        if args.metrics:
+        if args.metrics and lead:
             try:
                 out_stream = open(args.metrics, "w", encoding="utf-8")
             except OSError as e:
@@ -80,61 +76,80 @@ def run(argv: List[str]) -> int:
         cfg = load_config(args.config)
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise InputError(f"output {args.output}: exists and is not a directory")
-        if os.path.isdir(args.output) and os.listdir(args.output):
+        if lead and os.path.isdir(args.output) and os.listdir(args.output):
             raise InputError(f"output {args.output}: directory is not empty")
         samples = load_batch(args.batch)
+        try:
+            device = D.setup(cfg.device)
+        except ValueError as e:
+            raise InputError(str(e)) from None
         torch.manual_seed(cfg.seed)
-        device = _device(cfg.device)
-        amp = _amp_dtype(cfg.dtype, device)
-        policy = _load(args.checkpoint, cfg.backend, "checkpoint")
+        dtype = _compute_dtype(cfg.dtype, device)
+        policy = _load(args.checkpoint, "checkpoint", cfg.attn_implementation)
         enc_stats: dict = {}
         enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats)
         emit({"event": "encode", "samples": len(samples), "kept": len(enc), **enc_stats})
         if not enc:
             raise InputError(f"{args.batch}: every sample is longer than max_seq_len {cfg.max_seq_len} tokens")
-        model = policy.model.to(device)
-        model.train()
+        model = policy.model
+        model.config.use_cache = False
         if cfg.gradient_checkpointing:
-            if policy.kind == "builtin":
-                model.gradient_checkpointing = True
-            else:
-                model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        sharded = D.world() > 1
+        if sharded:
+            model.to(device)
+            D.shard(model, dtype, cfg.offload)
+        else:
+            model.to(device)
+        model.train()
         params = [q for q in model.parameters() if q.requires_grad]
         opt = make_optimizer(params, cfg, device)
         restored = 0
-        if cfg.resume_optimizer and policy.source_dir:
+        state_dir = os.path.join(policy.source_dir, ck.OPTIMIZER_DIR) if policy.source_dir else ""
+        if cfg.resume_optimizer and state_dir and os.path.isdir(state_dir):
             try:
-                restored = ck.restore_optimizer(model, opt, policy.source_dir)
-            except (OSError, ValueError, KeyError) as e:
-                raise InputError(f"checkpoint {policy.source_dir}: optimizer state: {type(e).__name__}: {e}") from None
-        logits_fn = policy.logits
-        if cfg.compile and hasattr(torch, "compile"):
-            compiled = torch.compile(model)
-            logits_fn = lambda ids: (lambda o: o if isinstance(o, torch.Tensor) else o.logits)(compiled(ids))  # noqa: E731
+                D.load_train_state(model, opt, state_dir)
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                raise InputError(f"checkpoint {policy.source_dir}: optimizer state {state_dir}: {type(e).__name__}: {e}") from None
+            restored = policy.optimizer_step
+        fwd = model
+        if cfg.compile:
+            fwd = torch.compile(model)
+        # Under FSDP the parameters are already in the compute dtype.
+        amp = None if sharded else dtype
+
+        def logits_fn(mb):
+            return ck.model_logits(fwd, mb.ids, mb.position_ids)
+
         ref_fn = None
         if cfg.reference_checkpoint and cfg.kl_beta > 0:
-            ref = _load(cfg.reference_checkpoint, cfg.backend, "reference_checkpoint")
+            ref = _load(cfg.reference_checkpoint, "reference_checkpoint", cfg.attn_implementation)
             ref.model.to(device).eval()
             for q in ref.model.parameters():
                 q.requires_grad_(False)
-            ref_fn = ref.logits
-        pad = getattr(policy.encoder, "pad_id", 0)
-        micro = make_micro_batches(enc, cfg.micro_batch_size, pad, device)
+            ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids)  # noqa: E731
+        micro = make_micro_batches(enc, cfg.max_tokens_per_micro_batch, device, cfg.micro_batch_size)
         metrics = train_round(logits_fn, params, opt, micro, cfg, device, amp, ref_fn, emit)
         with open(args.batch, "rb") as f:
             batch_sha = hashlib.sha256(f.read()).hexdigest()
         with open(args.config, "rb") as f:
             config_sha = hashlib.sha256(f.read()).hexdigest()
         opt_step = restored + cfg.inner_steps
-        files = ck.save_policy(
-            policy,
-            args.output,
-            cfg.save_dtype,
-            {"trainer": TRAINER_ID, "batch_sha256": batch_sha, "config_sha256": config_sha, "samples": len(samples)},
-            ck.optimizer_tensors(model, opt),
-            opt_step,
-        )
-        emit({"event": "done", "checkpoint_step": policy.parent_step + 1, "files": files, "samples": len(samples), "final_loss": metrics[-1]["loss"]})
+        full = D.full_state_dict(model)
+        if lead:
+            ck.save_weights(policy, full, args.output, cfg.save_dtype)
+        if cfg.save_optimizer:
+            D.save_train_state(model, opt, os.path.join(args.output, ck.OPTIMIZER_DIR))
+        if sharded:
+            torch.distributed.barrier()
+        if lead:
+            ck.write_meta(
+                policy,
+                args.output,
+                {"trainer": TRAINER_ID, "batch_sha256": batch_sha, "config_sha256": config_sha, "samples": len(samples), "world_size": D.world()},
+                opt_step if cfg.save_optimizer else 0,
+            )
+        emit({"event": "done", "checkpoint_step": policy.parent_step + 1, "files": ck.files_of(args.output) if lead else [], "samples": len(samples), "final_loss": metrics[-1]["loss"], "world_size": D.world()})
         return 0
     except InputError as e:
         print(f"spade_trainer: error: {e}", file=sys.stderr)
@@ -145,3 +160,4 @@ def run(argv: List[str]) -> int:
     finally:
         if out_stream is not sys.stdout:
             out_stream.close()
+        D.teardown()

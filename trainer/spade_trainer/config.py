@@ -36,34 +36,48 @@ def _no_duplicate_keys(pairs):
 class TrainConfig:
     """Training hyper-parameters; JSON keys are the field names.
 
-    lr: AdamW learning rate. clip_epsilon: PPO/GRPO ratio clip. kl_beta:
-    weight of the k3 KL(policy || reference) term (0 disables it).
-    grad_clip: max global grad L2 norm (0 disables clipping, the norm is
-    still reported). inner_steps: optimiser steps on the same batch (ratios
-    are against the pre-round policy). micro_batch_size: sequences per
-    forward/backward; gradients accumulate over the batch. seed: torch seed.
-    dtype: autocast dtype "auto" (bf16 on CUDA, none on CPU), "float32",
-    "bfloat16", "float16"; master weights and AdamW state stay float32.
-    device: "auto" (cuda if available), "cpu", "cuda", "cuda:N".
+    lr: AdamW learning rate. clip_epsilon: PPO/GRPO ratio clip below 1
+    (and above 1 unless clip_epsilon_high > 0: DAPO's asymmetric
+    clip-higher, 0.28 in SPADE's public code). kl_beta: weight of the k3
+    KL(policy || reference) term (0 disables it). grad_clip: max global
+    grad L2 norm (0 disables clipping, the norm is still reported).
+    inner_steps: optimiser steps on the same batch (ratios are against the
+    pre-round policy). max_tokens_per_micro_batch: samples are packed with
+    no padding into micro-batches of at most this many tokens (a longer
+    sample gets one of its own); micro_batch_size caps the samples per
+    micro-batch; gradients accumulate over the batch. seed: torch seed.
+    dtype: compute dtype "auto" (bf16 on CUDA, fp32 on CPU), "float32",
+    "bfloat16", "float16": autocast with one process, FSDP2's parameter
+    dtype under torchrun; master weights, gradient reduction and AdamW
+    state stay float32. device: "auto" (cuda if available), "cpu", "cuda",
+    "cuda:N" (under torchrun on CUDA each rank takes cuda:LOCAL_RANK).
     weight_decay: AdamW decoupled decay; 0 by default so a zero-advantage
     batch has a zero gradient (a fresh AdamW then leaves the weights
-    unchanged; resumed moments still move them by their momentum). max_seq_len: the longest sample in
-    tokens; overlong: what happens to a longer one: "truncate_left" (keep
-    its last max_seq_len tokens if any trained token remains, else drop
-    it; counted in the "encode" event), "drop", or "error". save_dtype: dtype of saved weights.
+    unchanged; resumed moments still move them by their momentum).
+    max_seq_len: the longest sample in tokens; overlong: what happens to a
+    longer one: "truncate_left" (keep its last max_seq_len tokens if any
+    trained token remains, else drop it; counted in the "encode" event),
+    "drop", or "error". save_dtype: dtype of the servable weights
+    (the fp32 master weights go with the optimizer state).
     reference_checkpoint: KL reference ("" = the input checkpoint, whose
     log-probs equal the pre-step policy's, so no extra forward is needed).
-    backend: "auto" | "builtin" | "transformers" model implementation.
-    gradient_checkpointing, compile (torch.compile, torch >= 2),
-    resume_optimizer (load AdamW moments saved with the input checkpoint).
+    attn_implementation: transformers' attention ("" = its default, SDPA;
+    "flash_attention_2", "eager"). gradient_checkpointing: activation
+    checkpointing of every decoder layer. offload: FSDP2 CPU offload of
+    parameters, gradients and optimizer state (torchrun only). compile:
+    torch.compile of the model. resume_optimizer: load the fp32 master
+    weights and AdamW state saved with an input checkpoint (optimizer/).
+    save_optimizer: write them with the new checkpoint.
     """
 
     lr: float = 1e-6
     clip_epsilon: float = 0.2
+    clip_epsilon_high: float = 0.0
     kl_beta: float = 0.0
     grad_clip: float = 1.0
     inner_steps: int = 1
-    micro_batch_size: int = 4
+    micro_batch_size: int = 1024
+    max_tokens_per_micro_batch: int = 16384
     seed: int = 0
     dtype: str = "auto"
     device: str = "auto"
@@ -73,32 +87,34 @@ class TrainConfig:
     adam_eps: float = 1e-8
     max_seq_len: int = 8192
     overlong: str = "truncate_left"
-    save_dtype: str = "float32"
+    save_dtype: str = "bfloat16"
     reference_checkpoint: str = ""
-    backend: str = "auto"
+    attn_implementation: str = ""
     gradient_checkpointing: bool = False
+    offload: bool = False
     compile: bool = False
     resume_optimizer: bool = True
+    save_optimizer: bool = True
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
             return InputError(f"{where}: field {field}: {why}")
 
-        for f in ("lr", "clip_epsilon", "kl_beta", "grad_clip", "weight_decay", "adam_eps"):
+        for f in ("lr", "clip_epsilon", "clip_epsilon_high", "kl_beta", "grad_clip", "weight_decay", "adam_eps"):
             v = getattr(self, f)
             if not math.isfinite(v) or v < 0:
                 raise bad(f, f"{v!r} must be a finite number >= 0")
         if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
             raise bad("adam_beta1/adam_beta2", "must be in [0, 1)")
-        for f in ("inner_steps", "micro_batch_size", "max_seq_len"):
+        for f in ("inner_steps", "micro_batch_size", "max_tokens_per_micro_batch", "max_seq_len"):
             if getattr(self, f) < 1:
                 raise bad(f, f"{getattr(self, f)!r} must be >= 1")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise bad("dtype", f"{self.dtype!r}: want auto, float32, bfloat16 or float16")
         if self.save_dtype not in ("float32", "bfloat16", "float16"):
             raise bad("save_dtype", f"{self.save_dtype!r}: want float32, bfloat16 or float16")
-        if self.backend not in ("auto", "builtin", "transformers"):
-            raise bad("backend", f"{self.backend!r}: want auto, builtin or transformers")
+        if self.attn_implementation not in ("", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"):
+            raise bad("attn_implementation", f"{self.attn_implementation!r}: want \"\" (transformers' default), sdpa, eager, flash_attention_2, flash_attention_3 or flex_attention")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise bad("device", f"{self.device!r}: want auto, cpu, cuda or cuda:N")
         if self.overlong not in ("error", "truncate_left", "drop"):

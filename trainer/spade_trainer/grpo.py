@@ -77,44 +77,88 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
 
 @dataclasses.dataclass
 class MicroBatch:
-    ids: torch.Tensor  # (B, L) int64, right-padded
-    mask: torch.Tensor  # (B, L-1) float32: target t+1 is trained
-    adv: torch.Tensor  # (B,) float32
-    weight: torch.Tensor  # (B,) float32
-    tokens: int  # real (non-pad) tokens
+    """Samples packed into one row with no padding: ``ids``, ``position_ids``
+    (restarting at 0 for each sample, which is how transformers tells packed
+    samples apart and keeps attention inside each one), ``targets`` (the
+    next token of the same sample; 0 where there is none) and ``mask`` (1
+    where that target is a trained token) are all (1, N), N the sum of the
+    samples' lengths; ``adv`` and ``weight`` are per token, (1, N), each
+    sample's value repeated over its tokens."""
+
+    ids: torch.Tensor  # (1, N) int64
+    position_ids: torch.Tensor  # (1, N) int64
+    targets: torch.Tensor  # (1, N) int64
+    mask: torch.Tensor  # (1, N) float32
+    adv: torch.Tensor  # (1, N) float32
+    weight: torch.Tensor  # (1, N) float32
+    tokens: int  # N: every token forwarded
+    samples: int
 
 
-def make_micro_batches(enc: Sequence[Encoded], size: int, pad_id: int, device: torch.device) -> List[MicroBatch]:
-    """Group samples by length (stable sort on (length, index), so the
-    result is deterministic) into micro-batches of ``size`` sequences,
-    right-padded to their longest member."""
-    order = sorted(range(len(enc)), key=lambda i: (len(enc[i].ids), i))
-    out = []
-    for c in range(0, len(order), size):
-        chunk = [enc[i] for i in order[c : c + size]]
-        L = max(len(e.ids) for e in chunk)
-        ids = torch.full((len(chunk), L), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), L), dtype=torch.float32)
-        for r, e in enumerate(chunk):
-            ids[r, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
-            mask[r, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.float32)
-        out.append(
-            MicroBatch(
-                ids=ids.to(device),
-                mask=mask[:, 1:].contiguous().to(device),
-                adv=torch.tensor([e.advantage for e in chunk], dtype=torch.float32, device=device),
-                weight=torch.tensor([e.weight for e in chunk], dtype=torch.float32, device=device),
-                tokens=sum(len(e.ids) for e in chunk),
-            )
-        )
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int, max_samples: int) -> List[List[int]]:
+    """Indices of the samples of each micro-batch: samples sorted by (length,
+    index) (deterministic), then filled greedily up to ``max_tokens`` tokens
+    and ``max_samples`` samples. A sample longer than ``max_tokens`` gets a
+    micro-batch of its own (nothing is cut here; max_seq_len bounds it)."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    out: List[List[int]] = []
+    cur: List[int] = []
+    n = 0
+    for i in order:
+        if cur and (n + lengths[i] > max_tokens or len(cur) >= max_samples):
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(i)
+        n += lengths[i]
+    if cur:
+        out.append(cur)
     return out
 
 
-def token_logps(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """log p(ids[:, t+1] | ids[:, :t+1]) as float32, shape (B, L-1)."""
-    lg = logits[:, :-1].float()
-    tgt = ids[:, 1:].unsqueeze(-1)
-    return lg.gather(-1, tgt).squeeze(-1) - torch.logsumexp(lg, dim=-1)
+def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
+    """One packed micro-batch of ``chunk`` (see MicroBatch)."""
+    ids: List[int] = []
+    pos: List[int] = []
+    tgt: List[int] = []
+    mask: List[float] = []
+    adv: List[float] = []
+    weight: List[float] = []
+    for e in chunk:
+        L = len(e.ids)
+        ids += e.ids
+        pos += range(L)
+        tgt += e.ids[1:] + [0]
+        mask += [float(m) for m in e.mask[1:]] + [0.0]
+        adv += [e.advantage] * L
+        weight += [e.weight] * L
+
+    def t(v, dtype):
+        return torch.tensor(v, dtype=dtype).unsqueeze(0).to(device)
+
+    return MicroBatch(
+        ids=t(ids, torch.long),
+        position_ids=t(pos, torch.long),
+        targets=t(tgt, torch.long),
+        mask=t(mask, torch.float32),
+        adv=t(adv, torch.float32),
+        weight=t(weight, torch.float32),
+        tokens=len(ids),
+        samples=len(chunk),
+    )
+
+
+def make_micro_batches(enc: Sequence[Encoded], max_tokens: int, device: torch.device, max_samples: int = 1 << 30) -> List[MicroBatch]:
+    """The batch as packed micro-batches of at most ``max_tokens`` tokens
+    (grpo.max_tokens_per_micro_batch) and ``max_samples`` samples."""
+    plan = plan_micro_batches([len(e.ids) for e in enc], max_tokens, max_samples)
+    return [pack([enc[i] for i in idx], device) for idx in plan]
+
+
+def token_logps(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(targets[:, t] | tokens up to t) as float32, shape of targets:
+    logits (B, N, V) at every position, targets (B, N)."""
+    lg = logits.float()
+    return lg.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(lg, dim=-1)
 
 
 def grpo_loss(
@@ -127,6 +171,7 @@ def grpo_loss(
     clip_eps: float,
     kl_beta: float,
     norm_tokens: float,
+    clip_eps_high: Optional[float] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """The module-level loss for one micro-batch, normalised by the whole
     batch's trained-token count ``norm_tokens``. Shapes: logp/old/ref/mask
@@ -135,12 +180,14 @@ def grpo_loss(
     (number of tokens where the clipped branch was active, i.e. the token
     gets no gradient: A > 0 and ratio > 1+eps, or A < 0 and ratio < 1-eps).
     """
-    a = adv[:, None]
+    hi = clip_eps_high if clip_eps_high else clip_eps
+    a = adv[:, None] if adv.dim() == 1 else adv
+    w = weight[:, None] if weight.dim() == 1 else weight
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * a
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + hi) * a
     surr = torch.min(unclipped, clipped)
-    pg = -(surr * weight[:, None] * mask).sum() / norm_tokens
+    pg = -(surr * w * mask).sum() / norm_tokens
     loss = pg
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and kl_beta > 0:
@@ -148,7 +195,7 @@ def grpo_loss(
         kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
         loss = loss + kl_beta * kl
     with torch.no_grad():
-        active = ((a > 0) & (ratio > 1.0 + clip_eps)) | ((a < 0) & (ratio < 1.0 - clip_eps))
+        active = ((a > 0) & (ratio > 1.0 + hi)) | ((a < 0) & (ratio < 1.0 - clip_eps))
         n_clipped = (active.float() * mask).sum()
     return loss, {"pg": pg.detach(), "kl": kl.detach(), "clipped": n_clipped}
 
@@ -173,17 +220,20 @@ def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.opti
 
 
 def train_round(
-    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    logits_fn: Callable[[MicroBatch], torch.Tensor],
     params: List[torch.nn.Parameter],
     opt: torch.optim.Optimizer,
     micro: Sequence[MicroBatch],
     cfg: TrainConfig,
     device: torch.device,
     amp_dtype: Optional[torch.dtype],
-    ref_logits_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    ref_logits_fn: Optional[Callable[[MicroBatch], torch.Tensor]] = None,
     emit: Callable[[dict], None] = lambda m: None,
 ) -> List[dict]:
     """Run cfg.inner_steps optimiser steps on the batch; return metrics.
+
+    Under torchrun each rank forwards its share of the micro-batches; the
+    metrics are sums over ranks, the same as one process's.
 
     On the first inner step logp_old is the step's own detached log-prob
     (ratio exactly 1) and is kept for later steps, so no separate forward
@@ -191,17 +241,29 @@ def train_round(
     input policy, i.e. logp_old. Raises RuntimeError on a non-finite loss or
     gradient norm (the checkpoint would be garbage).
     """
+    from . import dist as D
+
+    world, rank = D.world(), D.rank()
     norm_tokens = float(sum(float(mb.mask.sum()) for mb in micro))
     if norm_tokens == 0:
         raise InputError("batch has no trained tokens")
     total_tokens = sum(mb.tokens for mb in micro)
-    old: List[Optional[torch.Tensor]] = [None] * len(micro)
-    ref: List[Optional[torch.Tensor]] = [None] * len(micro)
+    # Rank r takes micro-batches r, r + world, ...; every rank runs the same
+    # number of forward/backward passes (FSDP's collectives must match), a
+    # rank short of one runs a one-token pass whose loss is multiplied by 0.
+    mine = list(range(rank, len(micro), world))
+    rounds = -(-len(micro) // world)
+    filler = micro[0]
+    # FSDP2 averages gradients over ranks; the loss is a sum over the
+    # batch's tokens, so each rank's share is scaled back up by world.
+    scale = float(world)
+    old: Dict[int, torch.Tensor] = {}
+    ref: Dict[int, torch.Tensor] = {}
     if ref_logits_fn is not None and cfg.kl_beta > 0:
         with torch.no_grad():
-            for j, mb in enumerate(micro):
+            for j in mine:
                 with _autocast(device, amp_dtype):
-                    ref[j] = token_logps(ref_logits_fn(mb.ids), mb.ids)
+                    ref[j] = token_logps(ref_logits_fn(micro[j]), micro[j].targets)
     metrics = []
     for step in range(1, cfg.inner_steps + 1):
         t0 = time.perf_counter()
@@ -209,23 +271,34 @@ def train_round(
         loss_sum = torch.zeros((), device=device)
         kl_sum = torch.zeros((), device=device)
         clipped = torch.zeros((), device=device)
-        for j, mb in enumerate(micro):
-            with _autocast(device, amp_dtype):
-                logits = logits_fn(mb.ids)
-            logp = token_logps(logits, mb.ids)
-            if old[j] is None:
-                old[j] = logp.detach()
-            r = ref[j] if ref[j] is not None else old[j]
-            loss, sums = grpo_loss(logp, old[j], r, mb.adv, mb.weight, mb.mask, cfg.clip_epsilon, cfg.kl_beta, norm_tokens)
-            loss.backward()
-            loss_sum += loss.detach()
-            kl_sum += sums["kl"]
-            clipped += sums["clipped"]
+        for k in range(rounds):
+            if k < len(mine):
+                j = mine[k]
+                mb = micro[j]
+                with _autocast(device, amp_dtype):
+                    logits = logits_fn(mb)
+                logp = token_logps(logits, mb.targets)
+                if j not in old:
+                    old[j] = logp.detach()
+                r = ref.get(j, old[j])
+                loss, sums = grpo_loss(logp, old[j], r, mb.adv, mb.weight, mb.mask, cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high)
+                (loss * scale).backward()
+                loss_sum += loss.detach()
+                kl_sum += sums["kl"]
+                clipped += sums["clipped"]
+            else:
+                with _autocast(device, amp_dtype):
+                    logits = logits_fn(filler)
+                (logits.float().sum() * 0.0).backward()
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
+        sums_t = D.all_sum(torch.stack([loss_sum, kl_sum, clipped]))
         # One host sync per optimiser step: the values are needed for the
         # finite checks and the metrics line anyway.
-        gn, lv, klv, clv = (float(x) for x in (grad_norm, loss_sum, kl_sum, clipped))
+        gn = float(grad_norm)
+        lv, klv, clv = (float(x) for x in sums_t)
         if not (math.isfinite(gn) and math.isfinite(lv)):
             raise RuntimeError(f"inner step {step}: non-finite loss {lv} or grad norm {gn}; refusing to write a checkpoint")
         opt.step()

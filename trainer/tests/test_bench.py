@@ -39,7 +39,8 @@ class BenchTest(unittest.TestCase):
 
     def test_default_config_and_flops(self):
         cfg = bench.bench_config(False)
-        self.assertEqual(cfg.num_parameters(), 596049920)
+        self.assertEqual(bench.num_parameters(cfg), 596049920)
+        self.assertEqual(sum(p.numel() for p in bench.build_model(bench.bench_config(True), "transformers", torch.device("cpu"), 0).parameters()), bench.num_parameters(bench.bench_config(True)))
         # 6 P T + 6 * layers * S * (heads * head_dim) * T
         T, S = 64 * 2048, 2048
         want = 6 * 596049920 * T + 6 * 28 * S * 16 * 128 * T

@@ -1,0 +1,203 @@
+"""Packed micro-batches, the CLI on the transformers tiny model, resume
+from the DCP optimizer state, torchrun with FSDP2 over gloo, a Qwen3-MoE
+step. Run: make test-python (the venv's interpreter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from spade_trainer import checkpoint as ck  # noqa: E402
+from spade_trainer.config import TrainConfig, parse_sample  # noqa: E402
+from spade_trainer.grpo import encode_batch, make_micro_batches, make_optimizer, train_round  # noqa: E402
+from spade_trainer.tokenizer import ByteTokenizer  # noqa: E402
+
+ROWS = [
+    {"sample_id": "a1", "role": "agent", "group": "e", "reward": 1, "advantage": 1.0, "weight": 1.0,
+     "messages": [{"role": "user", "content": "obs: a door"}, {"role": "assistant", "content": "open it"}, {"role": "user", "content": "a key"}, {"role": "assistant", "content": "take key"}]},
+    {"sample_id": "a2", "role": "agent", "group": "e", "reward": 0, "advantage": -1.0, "weight": 1.0,
+     "messages": [{"role": "user", "content": "obs: a door"}, {"role": "assistant", "content": "wait"}]},
+    {"sample_id": "d1", "role": "designer", "group": "s", "reward": 0.5, "advantage": 0.5, "weight": 2.0,
+     "messages": [{"role": "system", "content": "design"}, {"role": "user", "content": "one env"}, {"role": "assistant", "content": "class Env: pass"}]},
+    {"sample_id": "d2", "role": "designer", "group": "s", "reward": 0.0, "advantage": -0.5, "weight": 1.0,
+     "messages": [{"role": "user", "content": "another"}, {"role": "assistant", "content": "class E2:\n    x = 1"}]},
+]
+CPU = torch.device("cpu")
+
+
+def samples():
+    return [parse_sample(json.dumps(r), f"mem:{i}") for i, r in enumerate(ROWS, 1)]
+
+
+def logits_of(model):
+    return lambda mb: ck.model_logits(model, mb.ids, mb.position_ids)
+
+
+def step(model, cfg, max_tokens, max_samples=1 << 20):
+    enc = encode_batch(samples(), ByteTokenizer(), cfg.max_seq_len, "mem")
+    params = list(model.parameters())
+    mbs = make_micro_batches(enc, max_tokens, CPU, max_samples)
+    m = train_round(logits_of(model), params, make_optimizer(params, cfg, CPU), mbs, cfg, CPU, None)
+    return m, mbs
+
+
+class PackedTest(unittest.TestCase):
+    def test_packed_logits_equal_unpacked(self):
+        model = ck.new_tiny(1).eval()
+        enc = encode_batch(samples(), ByteTokenizer(), 8192, "mem")
+        (mb,) = make_micro_batches(enc, 1 << 20, CPU)
+        self.assertEqual(mb.tokens, sum(len(e.ids) for e in enc))
+        with torch.no_grad():
+            packed = ck.model_logits(model, mb.ids, mb.position_ids)[0]
+            order = sorted(range(len(enc)), key=lambda i: (len(enc[i].ids), i))
+            at = 0
+            for i in order:
+                one = model(torch.tensor([enc[i].ids])).logits[0]
+                self.assertLess(float((packed[at : at + len(enc[i].ids)] - one).abs().max()), 1e-5)
+                at += len(enc[i].ids)
+
+    def test_loss_and_update_identical_whatever_the_packing(self):
+        """One sample per micro-batch (unpacked), two, or all four packed
+        in one row: same loss, grad norm and updated weights."""
+        cfg = TrainConfig(lr=1e-3, inner_steps=2)
+        runs = []
+        for max_samples in (1, 2, 1 << 20):
+            model = ck.new_tiny(4)
+            m, mbs = step(model, cfg, 1 << 20, max_samples)
+            runs.append((m, model.state_dict(), len(mbs)))
+        self.assertEqual([r[2] for r in runs], [4, 2, 1])
+        for m, sd, _ in runs[1:]:
+            for a, b in zip(runs[0][0], m):
+                self.assertAlmostEqual(a["loss"], b["loss"], places=6)
+                self.assertAlmostEqual(a["grad_norm"], b["grad_norm"], places=5)
+            for k in sd:
+                # Adam divides by sqrt(v): float rounding of the summed gradients
+                # shows up at ~1e-6 of a 1e-3 step.
+                torch.testing.assert_close(sd[k], runs[0][1][k], rtol=1e-4, atol=1e-5)
+
+    def test_token_budget_plan(self):
+        from spade_trainer.grpo import plan_micro_batches
+
+        self.assertEqual(plan_micro_batches([5, 3, 9, 3], 8, 100), [[1, 3], [0], [2]])
+        self.assertEqual(plan_micro_batches([5, 3, 9, 3], 100, 2), [[1, 3], [0, 2]])
+
+    def test_clip_high(self):
+        from spade_trainer.grpo import grpo_loss
+
+        logp = torch.log(torch.tensor([[1.25]]))
+        z = torch.zeros((1, 1))
+        one = torch.ones(1)
+        sym, _ = grpo_loss(logp, z, None, one, one, torch.ones((1, 1)), 0.2, 0.0, 1.0)
+        hi, _ = grpo_loss(logp, z, None, one, one, torch.ones((1, 1)), 0.2, 0.0, 1.0, 0.28)
+        self.assertAlmostEqual(float(sym), -1.2, places=6)
+        self.assertAlmostEqual(float(hi), -1.25, places=6)
+
+
+def cli(args, nproc=0, timeout=600):
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    pre = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] if nproc else [sys.executable]
+    return subprocess.run(pre + ["-m", "spade_trainer", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class CLITest(unittest.TestCase):
+    def setUp(self):
+        self.d = tempfile.mkdtemp()
+        self.batch = os.path.join(self.d, "b.jsonl")
+        with open(self.batch, "w") as f:
+            for r in ROWS:
+                f.write(json.dumps(r) + "\n")
+
+    def run_round(self, ckpt, out, cfg, nproc=0):
+        p = os.path.join(self.d, out + ".json")
+        with open(p, "w") as f:
+            json.dump(cfg, f)
+        o = os.path.join(self.d, out)
+        r = cli(["--batch", self.batch, "--checkpoint", ckpt, "--output", o, "--config", p, "--metrics", o + ".metrics"], nproc)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(o + ".metrics") as f:
+            return o, [json.loads(line) for line in f]
+
+    def test_rounds_resume_and_torchrun(self):
+        cfg = {"lr": 1e-3, "inner_steps": 1, "device": "cpu", "seed": 1, "max_tokens_per_micro_batch": 64}
+        # Round 1 and 2 in one process; round 2 resumes the DCP state.
+        ck1, m1 = self.run_round("tiny:5", "ck1", cfg)
+        self.assertEqual(m1[-1]["event"], "done")
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "spade_checkpoint.json", "optimizer/.metadata"):
+            self.assertTrue(os.path.exists(os.path.join(ck1, name)), name)
+        w1 = load_file(os.path.join(ck1, "model.safetensors"))
+        self.assertTrue(all(v.dtype == torch.bfloat16 for v in w1.values()))
+        from transformers import AutoModelForCausalLM
+
+        self.assertEqual(type(AutoModelForCausalLM.from_pretrained(ck1)).__name__, "Qwen3ForCausalLM")
+        ck2, m2 = self.run_round(ck1, "ck2", cfg)
+        with open(os.path.join(ck2, "spade_checkpoint.json")) as f:
+            meta = json.load(f)
+        self.assertEqual((meta["step"], meta["optimizer_step"]), (2, 2))
+        # Uninterrupted: the same two batches in one process with one AdamW.
+        tcfg = TrainConfig(lr=1e-3, seed=1, max_tokens_per_micro_batch=64)
+        torch.manual_seed(1)
+        model = ck.new_tiny(5)
+        params = list(model.parameters())
+        opt = make_optimizer(params, tcfg, CPU)
+        enc = encode_batch(samples(), ByteTokenizer(), tcfg.max_seq_len, "mem")
+        for _ in range(2):
+            train_round(logits_of(model), params, opt, make_micro_batches(enc, 64, CPU), tcfg, CPU, None)
+        w2 = load_file(os.path.join(ck2, "model.safetensors"))
+        for k, v in model.state_dict().items():
+            if k in w2:
+                self.assertTrue(torch.equal(v.to(torch.bfloat16), w2[k]), k)
+        # torchrun, 2 processes, FSDP2 over gloo: same loss and weights as 1.
+        ck2p, m2p = self.run_round("tiny:5", "ck1p", dict(cfg, save_dtype="float32"), nproc=2)
+        ck1f, m1f = self.run_round("tiny:5", "ck1f", dict(cfg, save_dtype="float32"))
+        self.assertEqual(m2p[-1]["world_size"], 2)
+        self.assertAlmostEqual(m2p[1]["loss"], m1f[1]["loss"], places=6)
+        self.assertAlmostEqual(m2p[1]["grad_norm"], m1f[1]["grad_norm"], places=4)
+        a, b = load_file(os.path.join(ck2p, "model.safetensors")), load_file(os.path.join(ck1f, "model.safetensors"))
+        self.assertEqual(set(a), set(b))
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+class MoETest(unittest.TestCase):
+    def test_tiny_qwen3_moe_step(self):
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        tok = ByteTokenizer()
+        cfg = Qwen3MoeConfig(vocab_size=320, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                             decoder_sparse_step=1, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "moe")
+            Qwen3MoeForCausalLM(cfg).save_pretrained(src)
+            tok.save(src, 4096)
+            before = load_file(os.path.join(src, "model.safetensors"))
+            p = os.path.join(d, "c.json")
+            with open(p, "w") as f:
+                json.dump({"lr": 1e-3, "device": "cpu", "save_dtype": "float32"}, f)
+            b = os.path.join(d, "b.jsonl")
+            with open(b, "w") as f:
+                for r in ROWS:
+                    f.write(json.dumps(r) + "\n")
+            out = os.path.join(d, "out")
+            r = cli(["--batch", b, "--checkpoint", src, "--output", out, "--config", p])
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            after = load_file(os.path.join(out, "model.safetensors"))
+            moved = [k for k in after if "experts" in k and not torch.equal(after[k], before[k])]
+            self.assertTrue(moved, "no expert weight moved")
+
+
+if __name__ == "__main__":
+    unittest.main()
