@@ -212,7 +212,7 @@ func TestOps(t *testing.T) {
 		b, err := os.ReadFile(out)
 		require.NoError(t, err)
 		html := string(b)
-		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration.")
+		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
 		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8].")
 		require.NotContains(t, html, "[0.1, 0.8]")
 
@@ -226,7 +226,7 @@ func TestOps(t *testing.T) {
 		html = string(b)
 		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8] (round 1), [0.1, 0.8] (round 2).")
 		require.Contains(t, html, "share in band of its round")
-		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration.")
+		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
 	})
 
 	t.Run("diff", func(t *testing.T) {
