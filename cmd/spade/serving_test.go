@@ -205,10 +205,9 @@ func TestServingManagedKill(t *testing.T) {
 workers: 1
 sample: {slots: 1}
 design: {slots_per_part: 1}
-rollout: {group_size: 1, max_turns: 1}
+rollout: {group_size: 1, max_turns: 1, temperature: 0, max_tokens: 24}
 model:
   backend: openai
-  temperature: 0
   roles:
     designer: {backend: procedural}
     hint: {backend: procedural}
@@ -262,10 +261,9 @@ workers: 1
 regenerate_every: 2
 sample: {slots: 1}
 design: {slots_per_part: 1}
-rollout: {group_size: 2, max_turns: 1}
+rollout: {group_size: 2, max_turns: 1, temperature: 0, max_tokens: 24}
 model:
   backend: openai
-  temperature: 0
   roles:
     designer: {backend: procedural}
     hint: {backend: procedural}
