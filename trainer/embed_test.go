@@ -9,7 +9,7 @@ import (
 
 func TestFilesAndWriteTo(t *testing.T) {
 	files := Files()
-	for _, want := range []string{"spade_trainer/__main__.py", "spade_trainer/cli.py", "spade_trainer/grpo.py", "spade_trainer/model.py"} {
+	for _, want := range []string{"spade_trainer/__main__.py", "spade_trainer/cli.py", "spade_trainer/grpo.py", "spade_trainer/checkpoint.py", "spade_trainer/dist.py"} {
 		if !slices.Contains(files, want) {
 			t.Errorf("Files() lacks %s: %v", want, files)
 		}

@@ -198,14 +198,20 @@ func TestRoundNextAfterKill(t *testing.T) {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		require.NoError(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
 		for {
 			if _, err := os.Stat(lease); err == nil {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case err := <-exited:
+				t.Fatalf("round next exited (%v) before it took the lease: %s", err, out.String())
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
+		<-exited
 		require.FileExists(t, lease, "the killed holder left its lease: %s", out.String())
 	}
 

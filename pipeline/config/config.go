@@ -848,10 +848,10 @@ func setWhere(keys []string, src Source, lines map[string]int) string {
 // rather than the run, so Load leaves them alone: the store, run, config
 // file and log flags' defaults, SPADE_SHARD, the "i/n" shard the
 // generated Airflow DAG gives each mapped task (docs/operations.md), and
-// SPADE_VENV and SPADE_CACHE, the Python environment and model cache that
-// the Makefile exports to every recipe (make round included). Any other
-// SPADE_* variable must name a setting.
-var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD", "SPADE_VENV", "SPADE_CACHE"}
+// SPADE_VENV, SPADE_AIRFLOW_VENV and SPADE_CACHE, the Python environments
+// and model cache that the Makefile exports to every recipe (make round
+// included). Any other SPADE_* variable must name a setting.
+var CLIVars = []string{"SPADE_STORE", "SPADE_RUN", "SPADE_CONFIG", "SPADE_LOG_FORMAT", "SPADE_LOG_LEVEL", "SPADE_SHARD", "SPADE_VENV", "SPADE_AIRFLOW_VENV", "SPADE_CACHE"}
 
 func isConfigVar(name string) bool { return !slices.Contains(CLIVars, name) }
 

@@ -265,3 +265,25 @@ func TestMakefileVariables(t *testing.T) {
 		t.Fatalf("Load with the Makefile's variables: %v", err)
 	}
 }
+
+// TestMakefileExportsAreCLIVars guards the Makefile: every SPADE_* variable
+// it exports reaches every recipe (make round, make test), so Load must
+// not reject it as a setting it does not know.
+func TestMakefileExportsAreCLIVars(t *testing.T) {
+	data, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != "export" {
+			continue
+		}
+		for _, name := range fields[1:] {
+			if strings.HasPrefix(name, "SPADE_") {
+				found++
+				require.Contains(t, CLIVars, name, "the Makefile exports %s, which Load would reject", name)
+			}
+		}
+	}
+	require.Positive(t, found, "no SPADE_* export found in the Makefile")
+}
