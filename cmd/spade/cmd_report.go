@@ -126,6 +126,14 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	if cfg.Model.Replay != "" {
 		h.Model += fmt.Sprintf(", replaying the llm_calls of run %s", cfg.Model.Replay)
 	}
+	h.Serving = "none (no served model)"
+	if cfg.Model.Backend == "openai" {
+		h.Serving = cfg.Model.Serving
+		if h.Serving == "" {
+			h.Serving = "fixed"
+		}
+	}
+	h.Trains = cfg.GRPO.Trainer != "none"
 	switch t := cfg.GRPO; t.Trainer {
 	case "none":
 		h.Trainer = "none (train_batch written, no checkpoint trained: every round's policy is the base, " + t.BaseCheckpoint + ")"

@@ -80,6 +80,12 @@ type RoundSummary struct {
 	// PerSkillWinRate maps skill name to the mean win rate of its played
 	// environments; the report lists skills in sorted order.
 	PerSkillWinRate map[string]float64
+	// OffPolicy is true when some of the round's model calls were answered
+	// by a served model that was not the round's policy (metrics
+	// on_policy = 0 with policy_calls > 0: a fixed server, a stale policy;
+	// DESIGN.md "The policy of a round"). A round without such calls (the
+	// procedural model) is never off-policy.
+	OffPolicy bool
 	// Band is the learnable band the round was labelled with when it
 	// differs from the run's (a fork's rounds up to its fork round were
 	// labelled with its source run's config); nil means the run's band.
@@ -134,6 +140,11 @@ type Header struct {
 	// Serving is the serving mode (model.serving: managed, reload, fixed;
 	// DESIGN.md "The policy of a round"); "" when the config has none.
 	Serving string
+	// Trains is true when grpo.trainer trains checkpoints (not "none"):
+	// only then do off-policy rounds (RoundSummary.OffPolicy) get the
+	// warning at the top of the page, since with no trainer every round's
+	// policy is the base model whatever serves it.
+	Trains bool
 	// Recipe names the training recipe the run follows; "" when the config
 	// has none.
 	Recipe string
@@ -189,6 +200,9 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 		if r.Regeneration {
 			data.Regenerations++
 		}
+		if r.OffPolicy && h.Trains {
+			data.OffPolicy = append(data.OffPolicy, r.Round)
+		}
 	}
 	label := band.String()
 	if bands != label {
@@ -213,6 +227,7 @@ type pageData struct {
 	Band                string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
 	Rounds, First, Last int
 	Regenerations       int
+	OffPolicy           []int // rounds answered by another policy than theirs, when the run trains
 	Plots               []template.HTML
 	Skills              []string
 	Rows, SkillRows     [][]string

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -387,5 +388,43 @@ func TestRenderNamesTheRecipe(t *testing.T) {
 	}
 	if !strings.Contains(without.String(), `<dd id="hdr-recipe" class="unset">not in this run`) {
 		t.Error("a run without a recipe does not say so")
+	}
+}
+
+// TestRenderWarnsOffPolicy: a training run whose rounds were answered by
+// another policy than theirs (issue 21: fixed serving with a trainer)
+// says so at the top of the page, naming the rounds; the same rounds in a
+// run without a trainer, or a training run whose rounds are all on
+// policy, get no warning.
+func TestRenderWarnsOffPolicy(t *testing.T) {
+	render := func(h Header, rounds []RoundSummary) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := Render(&b, h, rounds); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	h := Header{Run: "r", Band: Band{0.2, 0.8}, Trains: true, Serving: "fixed"}
+	rounds := sampleRounds(3)
+	if page := render(h, rounds); strings.Contains(page, `id="off-policy"`) {
+		t.Error("an on-policy run is warned about")
+	}
+	rounds[0].OffPolicy, rounds[2].OffPolicy = true, true
+	page := render(h, rounds)
+	i := strings.Index(page, `<p class="warning" id="off-policy">`)
+	if i < 0 {
+		t.Fatal("no off-policy warning")
+	}
+	if j := strings.Index(page, `id="run-header"`); j < i {
+		t.Error("the warning is not at the top of the page")
+	}
+	want := fmt.Sprintf("2 of 3 rounds (rounds %d, %d)", rounds[0].Round, rounds[2].Round)
+	if !strings.Contains(page, want) {
+		t.Errorf("the warning does not name the rounds (%q): %s", want, page[i:i+300])
+	}
+	h.Trains = false
+	if page := render(h, rounds); strings.Contains(page, `id="off-policy"`) {
+		t.Error("a run without a trainer is warned about")
 	}
 }

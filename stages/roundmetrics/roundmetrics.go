@@ -308,6 +308,7 @@ func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
 		RegretMean: val(RegretMean), RegretP10: val(RegretP10), RegretP50: val(RegretP50), RegretP90: val(RegretP90),
 		VendiPerN: val(VendiPerN), DomainsCovered: int(get[DomainsCovered]), DomainCoverage: val(DomainCoverage),
 		RewardLevels: val(RewardLevels), PerSkillWinRate: per,
+		OffPolicy: get[PolicyCalls] > 0 && get[OnPolicy] == 0,
 	}
 }
 
