@@ -146,7 +146,7 @@ func TestBadInput(t *testing.T) {
 		{name: "round from the future", args: []string{"round", "5"}, code: 1,
 			want: []string{"round 5 needs round 4"}},
 		{name: "stage at a future round", args: []string{"stage", "validate", "--round", "7"}, code: 1,
-			want: []string{"round 7 needs round 6 of run default sealed, and it is not sealed", "spade commit --round 6 --stage metrics --seal"}},
+			want: []string{"round 7 needs round 6 of run default sealed, and it is not sealed", "round 2 is the run's last sealed round", "starting with `spade round 3`"}},
 		{name: "s3 bucket does not exist", args: []string{"--store", strings.Replace(s3url, "spade-test", "no-such-bucket", 1), "status"}, code: 1,
 			want: []string{`bucket "no-such-bucket"`, "does not exist"}},
 		{name: "wrong s3 credentials", env: []string{"AWS_SECRET_ACCESS_KEY=not-the-secret"}, args: []string{"--store", s3url, "status"}, code: 1,
