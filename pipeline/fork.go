@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"time"
 
 	"github.com/spade-pipeline/spade/pipeline/config"
@@ -58,6 +59,8 @@ type ForkResult struct {
 // (ErrIncompleteFork, CheckForkComplete). Fork is idempotent and
 // resumable: running it again with the same options completes what an
 // interrupted call left and changes nothing else.
+// Fork registers as a writer of Source while it works (RegisterWriter), so
+// a spade gc of Source never removes the fork round's checkpoint under it.
 // Errors: an invalid run name or round; ErrNotCommitted when Source or one
 // of its rounds 0..Round is not sealed; ErrConflict when Target exists and
 // is not this fork (another run, source, round or config); ErrIntegrity
@@ -81,6 +84,15 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 	if _, err := ReadRunFile(ctx, s, o.Source); err != nil {
 		return nil, fmt.Errorf("fork source: %w", err)
 	}
+	// A writer of the source while it forks: a spade gc of the source
+	// (which may remove old checkpoints, pipeline/gc) waits for the fork's
+	// run file, which protects the checkpoint of the fork round, or the
+	// fork waits for the gc to finish.
+	w, err := RegisterWriter(ctx, s, o.Source, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fork source: %w", err)
+	}
+	defer w.Release()
 	// Read every shared seal before writing anything, so a fork of a round
 	// that is not sealed leaves nothing behind.
 	seals := make([]*Seal, o.Round+1)
@@ -101,6 +113,21 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 			return nil, fmt.Errorf("fork %s at round %d: %w", o.Source, o.Round, err)
 		}
 		seals[r] = seal
+	}
+	if o.Config.GRPO.Trainer != "none" {
+		// The marker lies beside the round's checkpoints manifest, in the
+		// directory of the run that wrote the round.
+		marker := TableDir(o.Source, o.Round, "checkpoints") + "/_REMOVED.json"
+		if mk, ok := seals[o.Round].Manifests["checkpoints"]; ok {
+			marker = path.Dir(mk) + "/_REMOVED.json"
+		}
+		m, err := ReadRemoval(ctx, s, marker)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s at round %d: %w", o.Source, o.Round, err)
+		}
+		if m != nil {
+			return nil, fmt.Errorf("fork %s at round %d: the checkpoint %s of that round was %w (%s): a fork that trains (grpo.trainer %s) starts from it; fork at a round whose checkpoint is kept", o.Source, o.Round, m.CheckpointID, ErrRemovedByGC, marker, o.Config.GRPO.Trainer)
+		}
 	}
 	rf, runExisted, err := claimForkRun(ctx, s, o, now())
 	if err != nil {

@@ -248,6 +248,15 @@ model:
 // are answered by a server spade started over checkpoint 1; both rounds
 // are on-policy; and the same request at temperature 0 is answered
 // differently by checkpoint 0 and checkpoint 1.
+//
+// SmolLM2-135M earns no reward here (its replies run past max_tokens, so
+// every play ends agent_cut): every advantage is 0 and so is the policy
+// gradient. The step still moves the weights by AdamW's decoupled weight
+// decay, as every real step does; lr 0.05 x weight_decay 0.5 shrinks them
+// by 2.5%, far beyond bf16's resolution, so the checkpoint differs from
+// the base (checked) and the served answers show whether the new weights
+// reached the server. Every round regenerates, so round 2 plays new
+// environments whatever round 1 admitted.
 func TestSelfPlayLoop(t *testing.T) {
 	py := pyenv.Require(t, "torch", "transformers")
 	ckpt := pyenv.RequireModel(t, "smollm2-135m-instruct")
@@ -258,7 +267,7 @@ func TestSelfPlayLoop(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "cache")
 	cfg := writeConfig(t, dir, fmt.Sprintf(`seed: 5
 workers: 1
-regenerate_every: 2
+regenerate_every: 1
 sample: {slots: 1}
 design: {slots_per_part: 1}
 rollout: {group_size: 2, max_turns: 1, temperature: 0, max_tokens: 24}
@@ -268,7 +277,7 @@ model:
     designer: {backend: procedural}
     hint: {backend: procedural}
 %s
-grpo: {trainer: torch, python: %s, base_checkpoint: %s, max_seq_len: 512, lr: 0.001}
+grpo: {trainer: torch, python: %s, base_checkpoint: %s, max_seq_len: 512, lr: 0.05, weight_decay: 0.5}
 `, serveYAML(t, cache), py, ckpt))
 	for _, round := range []string{"1", "2"} {
 		r := spade(t, dir, nil, "--config", cfg, "round", round)
@@ -278,7 +287,23 @@ grpo: {trainer: torch, python: %s, base_checkpoint: %s, max_seq_len: 512, lr: 0.
 	require.Regexp(t, `^[0-9a-f]{16}$`, ck1, "round 1 trained a checkpoint")
 	require.Equal(t, ck1, sqlCSV(t, dir, cfg, "select string_agg(distinct checkpoint_id, ',') from rollout_calls where round = 2"))
 	require.Equal(t, "base:"+ckpt, sqlCSV(t, dir, cfg, "select string_agg(distinct checkpoint_id, ',') from rollout_calls where round = 1"))
-	require.Equal(t, "1,1", sqlCSV(t, dir, cfg, "select string_agg(value::varchar, ',' order by round) from metrics where name = 'on_policy'"))
+	require.Equal(t, "1;1", sqlCSV(t, dir, cfg, "select string_agg(value::int::varchar, ';' order by round) from metrics where name = 'on_policy'"))
+
+	require.Equal(t, "1", sqlCSV(t, dir, cfg, "select value::int from train_metrics where round = 1 and name = 'trained'"))
+	// Checkpoint 1 is not the base in the base's dtype: the trainer's step
+	// reached its weights.
+	cmp := exec.Command(py, "-c", `import sys, torch
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+assert a.keys() == b.keys(), "tensor names differ"
+print(sum(not torch.equal(a[k].to(b[k].dtype), b[k]) for k in a), len(a))`,
+		filepath.Join(ckpt, "model.safetensors"), filepath.Join(cache, ck1, "model.safetensors"))
+	out, err := cmp.CombinedOutput()
+	require.NoError(t, err, string(out))
+	var changed, total int
+	_, err = fmt.Sscan(string(out), &changed, &total)
+	require.NoError(t, err, string(out))
+	require.Greater(t, changed, total/2, "tensors of checkpoint 1 that differ from the base's")
 
 	// The weights reached the server: the same request at temperature 0.
 	answer := func(ckDir string) string {

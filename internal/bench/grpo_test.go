@@ -40,3 +40,33 @@ func BenchmarkGRPOSmoke(b *testing.B) {
 		rec.Add(s, fmt.Sprintf("--cpu-smoke step time (%d-parameter model, sanity check only)", res.Params), "s", res.StepS, Target{}, fmt.Sprintf("%.0f tokens/s; whole script %.1f s; GPU command: %s", res.TokensPerS, wall.Seconds(), GPUGRPOCommand))
 	}
 }
+
+// BenchmarkTrainerRound measures issue 24's target: the grpo stage of the
+// default round (24 environments, procedural model) with grpo.trainer
+// torch on the tiny model (tiny:0, transformers' Qwen3 in a 2-layer shape)
+// must take under 60 s of CPU, the trainer's processes included. Rounds 0
+// and 1 up to pool run first (not timed); `spade stage grpo` is then run
+// alone, three times in fresh copies of that store, so its CPU is the
+// trainer's. Needs the venv (make venv); skipped without it.
+func BenchmarkTrainerRound(b *testing.B) {
+	pyenv.Require(b, "torch", "transformers")
+	bin := spadeBinary(b)
+	env := []string{"SPADE_GRPO_TRAINER=torch", "SPADE_GRPO_BASE_CHECKPOINT=tiny:0"}
+	const s = "8. the trainer on the default round (CPU)"
+	for range b.N {
+		var wall, cpuS []float64
+		for range 3 {
+			store := b.TempDir()
+			runSpade(b, bin, store, env, "stage", "corpus", "--round", "0")
+			runSpade(b, bin, store, env, "commit", "--round", "0", "--stage", "corpus", "--seal")
+			for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool"} {
+				runSpade(b, bin, store, env, "stage", st, "--round", "1")
+			}
+			r := runSpade(b, bin, store, env, "stage", "grpo", "--round", "1")
+			wall = append(wall, r.wall.Seconds())
+			cpuS = append(cpuS, r.cpu.Seconds())
+		}
+		rec.Add(s, "24 environments, spade stage grpo with grpo.trainer torch (tiny:0): CPU incl. the trainer", "CPU-s", cpuS, AtMost(60), "")
+		rec.Add(s, "24 environments, spade stage grpo with grpo.trainer torch (tiny:0): wall clock", "s", wall, Target{}, "")
+	}
+}

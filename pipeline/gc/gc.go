@@ -95,6 +95,15 @@ type Options struct {
 	// Log receives the warnings of the leases (stale ones removed); nil
 	// means slog.Default().
 	Log *slog.Logger
+	// KeepCheckpoints, when set, removes the checkpoint weights of the
+	// rounds the rule does not keep (`spade gc --keep-checkpoints`); nil
+	// removes no weights. Optimizer state beyond each run's
+	// grpo.keep_optimizer_rounds is removed either way. Never removed: the
+	// checkpoints of a run's last sealed round and of later rounds, and of
+	// each round a fork forked at (checkpointGarbage). Each round's files
+	// are listed in its removal marker before any is deleted
+	// (pipeline.CheckpointRemoval).
+	KeepCheckpoints *KeepRule
 }
 
 // Object is one unreferenced object.
@@ -315,8 +324,12 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	recRefs := map[string]bool{}
 	var garbage []Object
 	var firstErr error
+	rf := readRunFiles(ctx, s, all)
 	for _, run := range sortedRuns(byRun) {
 		g, warns := st.garbage(ctx, s, run, byRun[run], temps[run], recRefs)
+		res.Warnings = append(res.Warnings, warns...)
+		cg, warns := checkpointGarbage(run, byRun[run], rf, opts)
+		g = append(g, cg...)
 		res.Warnings = append(res.Warnings, warns...)
 		markGrace(g, opts)
 		// A run with writer registrations is looked at under its lease
@@ -326,7 +339,7 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 			garbage = append(garbage, g...)
 			continue
 		}
-		g, warns, err := collectRun(ctx, s, st, run, opts, g, recRefs)
+		g, warns, err := collectRun(ctx, s, st, run, opts, g, recRefs, rf)
 		res.Warnings = append(res.Warnings, warns...)
 		garbage = append(garbage, g...)
 		if errors.Is(err, pipeline.ErrBusy) && opts.Run == "" {
@@ -383,7 +396,7 @@ func markGrace(g []Object, opts Options) {
 // garbage past the grace period. prelim is what the lease-free pass
 // found; it is returned, none of it deleted, when the lease cannot be
 // taken (an error wrapping pipeline.ErrBusy) or the run changed.
-func collectRun(ctx context.Context, s storage.Store, st *state, run string, opts Options, prelim []Object, recRefs map[string]bool) ([]Object, []string, error) {
+func collectRun(ctx context.Context, s storage.Store, st *state, run string, opts Options, prelim []Object, recRefs map[string]bool, rf runFiles) ([]Object, []string, error) {
 	lease, err := pipeline.TakeGCLease(ctx, s, run, opts.Log)
 	if err != nil {
 		return prelim, nil, fmt.Errorf("gc: run %s: %w", run, err)
@@ -406,6 +419,19 @@ func collectRun(ctx context.Context, s storage.Store, st *state, run string, opt
 		}
 	}
 	g, warns := st.garbage(ctx, s, run, listing, temps, recRefs)
+	// Checkpoint files are decided again only when the first pass found
+	// some, with every run file read again under the lease: a fork made
+	// since then protects its fork round.
+	if slices.ContainsFunc(prelim, func(o Object) bool { return o.Kind == KindWeights || o.Kind == KindOptimizer }) {
+		everything, err := s.List(ctx, "")
+		if err != nil {
+			return prelim, nil, fmt.Errorf("gc: list %s: %w", s.URL(), err)
+		}
+		rf = readRunFiles(ctx, s, everything)
+		cg, cwarns := checkpointGarbage(run, listing, rf, opts)
+		g = append(g, cg...)
+		warns = append(warns, cwarns...)
+	}
 	markGrace(g, opts)
 	again, err := s.List(ctx, run+"/")
 	if err != nil {
@@ -417,6 +443,15 @@ func collectRun(ctx context.Context, s storage.Store, st *state, run string, opt
 	}
 	if err := pipeline.CheckGC(ctx, s, run, lease, opts.Log); err != nil {
 		return g, warns, fmt.Errorf("gc: run %s: %w", run, err)
+	}
+	keepOpt := func(run string) string {
+		if f := rf.files[run]; f != nil {
+			return fmt.Sprintf("grpo.keep_optimizer_rounds = %d", f.Config.GRPO.KeepOptimizerRounds)
+		}
+		return "grpo.keep_optimizer_rounds"
+	}
+	if err := writeRemovalMarkers(ctx, s, g, opts, keepOpt); err != nil {
+		return g, warns, err
 	}
 	dp := pool.New().WithContext(ctx).WithMaxGoroutines(concurrency).WithCancelOnError().WithFirstError()
 	for i := range g {

@@ -576,7 +576,9 @@ func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
 	return tc
 }
 
-// fetchCheckpoint copies a stored checkpoint into dir, verifying sha256.
+// fetchCheckpoint copies a stored checkpoint into dir, verifying sha256
+// (pipeline.ReadCheckpointFile: a file `spade gc` removed by a retention
+// rule is an error wrapping pipeline.ErrRemovedByGC).
 // Each file goes to its Name (slash-separated, relative, as HashCheckpoint
 // records it) under dir, subdirectories included. It checks every name
 // before it writes anything: an empty, absolute or non-local name (one
@@ -604,7 +606,7 @@ func fetchCheckpoint(ctx context.Context, st storage.Store, ck schemas.Checkpoin
 		return err
 	}
 	for i, f := range ck.Files {
-		data, err := pipeline.ReadVerified(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
+		data, err := pipeline.ReadCheckpointFile(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", ck.CheckpointID, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -20,15 +21,26 @@ const completeFile = ".spade-checkpoint.json"
 
 // Materialize makes checkpoint ck (a checkpoints row with files in the
 // store) a local directory cache/<checkpoint_id> and returns its path.
-// Each file is read from the store and checked against the row's size
+// Only the servable files are copied: the optimizer state (optimizer/,
+// 12 bytes per parameter, 98 GB for an 8B model) is the trainer's and no
+// server reads it. Each file is read from the store and checked against the row's size
 // and sha256 (pipeline.ReadVerified), written into a temporary directory
 // beside it, fsynced, and the directory renamed into place, so a crash
 // leaves no half-written checkpoint under the id. A directory already
 // there is reused when its marker lists the row's files and digests and
 // every file has the listed size; otherwise it is replaced. Errors: an
 // unsafe file name or id (naming the checkpoint), the store's (wrapped by
-// ReadVerified: ErrIntegrity for a damaged file), and the file system's.
+// pipeline.ReadCheckpointFile: ErrIntegrity for a damaged file,
+// ErrRemovedByGC for weights `spade gc --keep-checkpoints` removed), and
+// the file system's.
 func Materialize(ctx context.Context, st storage.Store, ck schemas.Checkpoint, cache string) (string, error) {
+	var servable []schemas.CheckpointFile
+	for _, f := range ck.Files {
+		if !strings.HasPrefix(f.Name, "optimizer/") {
+			servable = append(servable, f)
+		}
+	}
+	ck.Files = servable
 	if len(ck.Files) == 0 {
 		return "", fmt.Errorf("checkpoint %s has no files in the store", ck.CheckpointID)
 	}
@@ -60,7 +72,7 @@ func Materialize(ctx context.Context, st storage.Store, ck schemas.Checkpoint, c
 	}
 	defer os.RemoveAll(tmp) // nothing left once renamed
 	for i, f := range ck.Files {
-		data, err := pipeline.ReadVerified(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
+		data, err := pipeline.ReadCheckpointFile(ctx, st, pipeline.FileEntry{Key: f.Key, SHA256: f.SHA256, Bytes: f.Bytes})
 		if err != nil {
 			return "", fmt.Errorf("checkpoint %s: %w", ck.CheckpointID, err)
 		}
