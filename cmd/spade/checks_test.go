@@ -291,3 +291,14 @@ func TestRoundNextLeaseLost(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "round 2 of run cron committed")
 }
+
+// TestGCKeepCheckpointsRule: a bad --keep-checkpoints rule is a usage
+// error (exit 2) naming the term, before gc reads the store.
+func TestGCKeepCheckpointsRule(t *testing.T) {
+	dir := t.TempDir()
+	for _, rule := range []string{"last:0", "keep:3", ""} {
+		r := spade(t, dir, nil, "gc", "--keep-checkpoints", rule)
+		require.Equal(t, 2, r.code, "rule %q: %s", rule, r.stderr)
+		require.Contains(t, r.stderr, "--keep-checkpoints", rule)
+	}
+}

@@ -23,9 +23,10 @@ func newGCCmd(g *globals) *cobra.Command {
 		dryRun  bool
 		allRuns bool
 		asJSON  bool
+		keep    string
 	)
 	cmd := &cobra.Command{
-		Use:   "gc [--grace 24h] [--dry-run] [--all-runs] [--json]",
+		Use:   "gc [--grace 24h] [--dry-run] [--all-runs] [--json] [--keep-checkpoints RULE]",
 		Short: "Delete part files and part records that no manifest of any run references, past a grace period",
 		Long: `Find the part files (<run>/round=N/<table>/part-*.parquet) that no
 committed manifest of any run in the store lists and no live part record
@@ -45,7 +46,18 @@ a gc holds it. A run being written is left alone: with --run, gc exits 4
 (busy) naming the writer; with --all-runs it is skipped with a warning.
 The grace period is kept for objects written by other tools or older
 builds; it need not exceed a stage's run time (docs/format.md, "Writers
-and gc").`,
+and gc").
+
+Checkpoints (docs/operations.md, "Checkpoint retention"): gc removes the
+optimizer state (optimizer/) of rounds older than the run's last
+grpo.keep_optimizer_rounds rounds with optimizer state, and with
+--keep-checkpoints RULE the weights of the rounds RULE does not keep:
+last:K (the K newest), every:M (multiples of M), all; comma-separated, e.g.
+last:2,every:10. Never removed: the checkpoint of the run's last sealed
+round and of later rounds (the next round's policy), and of each round a
+fork forked at. Each round's removal is recorded in
+<run>/round=N/checkpoints/_REMOVED.json before any file goes, and a later
+read of a removed file says "removed by spade gc" with the rule.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if grace < 0 {
@@ -58,6 +70,13 @@ and gc").`,
 			}
 			defer a.close()
 			opts := gc.Options{Run: g.runName, Grace: grace, DryRun: dryRun, Log: a.log}
+			if cmd.Flags().Changed("keep-checkpoints") {
+				rule, err := gc.ParseKeepRule(keep)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				opts.KeepCheckpoints = &rule
+			}
 			if allRuns {
 				opts.Run = ""
 			}
@@ -86,6 +105,7 @@ and gc").`,
 	f.BoolVar(&dryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	f.BoolVar(&allRuns, "all-runs", false, "collect every run in the store, not only --run")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&keep, "keep-checkpoints", "", "also remove checkpoint weights of rounds this rule does not keep: last:K, every:M, all (comma-separated)")
 	return cmd
 }
 
@@ -109,6 +129,6 @@ func printGC(res *gc.Result, dryRun bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", action, o.Kind, o.Bytes, o.ModTime.UTC().Format(time.RFC3339), termtext.Safe(o.Key), o.Why)
 	}
 	_ = tw.Flush()
-	fmt.Printf("%d manifests read, %d files referenced; %d unreferenced, %d deleted (%d bytes), %d within the grace period\n",
+	fmt.Printf("%d manifests read, %d files referenced; %d unreferenced or past retention, %d deleted (%d bytes), %d within the grace period\n",
 		res.Manifests, res.Referenced, len(res.Garbage), res.Deleted, res.DeletedBytes, kept)
 }

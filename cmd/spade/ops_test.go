@@ -307,12 +307,12 @@ func TestOps(t *testing.T) {
 
 		out = o.must(t, nil, "gc", "--all-runs", "--dry-run")
 		require.Contains(t, out, "would delete")
-		require.Contains(t, out, "3 unreferenced, 0 deleted")
+		require.Contains(t, out, "3 unreferenced or past retention, 0 deleted")
 		for _, p := range []string{orphan, stale, fresh} {
 			require.FileExists(t, p)
 		}
 		out = o.must(t, nil, "gc", "--run", "branch", "--grace", "24h")
-		require.Contains(t, out, "1 unreferenced, 0 deleted (0 bytes), 1 within the grace period")
+		require.Contains(t, out, "1 unreferenced or past retention, 0 deleted (0 bytes), 1 within the grace period")
 		out = o.must(t, nil, "gc", "--all-runs", "--grace", "24h", "--json")
 		var res struct {
 			Deleted int `json:"deleted"`

@@ -157,7 +157,8 @@ func (rf runFiles) forkRounds(run string) map[int]string {
 // let gc remove, from listing, and a warning when it removes none because
 // a run file could not be read. The files of the run's last sealed round,
 // of every later round and of each round a fork forked at are never
-// candidates.
+// candidates, nor the files those rounds' checkpoints name when they
+// carried an earlier round's (a round whose step did not train).
 func checkpointGarbage(run string, listing []storage.Info, rf runFiles, opts Options) ([]Object, []string) {
 	rounds := map[int]*ckRound{}
 	lastSealed := -1
@@ -199,8 +200,26 @@ func checkpointGarbage(run string, listing []storage.Info, rf runFiles, opts Opt
 	}
 	// Round r+1 trains from and is served checkpoint r, and a round not
 	// sealed may still write or read its own: the last sealed round's
-	// checkpoint and every later one stay.
-	from, forks := lastSealed, rf.forkRounds(run)
+	// checkpoint and every later one stay. A round that did not train
+	// carries its parent's checkpoint, whose files lie in the newest
+	// round at or before it that has files: that round is what stays.
+	holder := func(r int) int {
+		best := -1
+		for q := range rounds {
+			if q <= r && q > best {
+				best = q
+			}
+		}
+		return best
+	}
+	from := lastSealed
+	if h := holder(lastSealed); h >= 0 {
+		from = h
+	}
+	forks := map[int]string{}
+	for r, name := range rf.forkRounds(run) {
+		forks[holder(r)] = name
+	}
 	keepOpt := f.Config.GRPO.KeepOptimizerRounds
 	var order []int
 	for r := range rounds {

@@ -126,3 +126,31 @@ func TestCollectCheckpoints(t *testing.T) {
 	_, err = pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 3, Target: "replays", Config: fork.Config})
 	require.NoError(t, err)
 }
+
+// TestCollectKeepsACarriedCheckpoint: rounds 2 and 3 did not train, so
+// their checkpoint is round 1's, whose files lie in round 1's directory.
+// Neither the optimizer rule nor a weights rule that keeps no round
+// (every:10) removes them: they are the policy of round 4.
+func TestCollectKeepsACarriedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.SetClock(clk.now)
+	src := runner(s, "src", 3)
+	for r := 0; r <= 3; r++ {
+		_, err := src.RunRound(ctx, r)
+		require.NoError(t, err)
+	}
+	for _, name := range []string{"model.safetensors", "optimizer/__0_0.distcp"} {
+		require.NoError(t, storage.PutBytes(ctx, s, "src/round=000001/checkpoints/files/ck1/"+name, []byte(name)))
+	}
+	clk.set(clk.now().Add(48 * time.Hour))
+	rule, err := gc.ParseKeepRule("every:10")
+	require.NoError(t, err)
+	res, err := gc.Collect(ctx, s, gc.Options{Run: "src", Grace: time.Hour, Now: clk.now, KeepCheckpoints: &rule})
+	require.NoError(t, err)
+	for _, o := range res.Garbage {
+		require.NotContains(t, o.Key, "/checkpoints/", "the carried checkpoint is the next round's policy")
+	}
+}
