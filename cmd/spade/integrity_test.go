@@ -223,13 +223,13 @@ func envInt(t *testing.T, name string, def int) int {
 // no object of the other runs is touched. On the file store and on S3
 // (versitygw).
 //
-// SPADE_GC_RACE_KILLS sets the number of kills per store (default 2); the
-// heavy version, e.g. SPADE_GC_RACE_KILLS=20, is for a quiet machine.
+// GC_RACE_KILLS sets the number of kills per store (default 2); the
+// heavy version, e.g. GC_RACE_KILLS=20, is for a quiet machine.
 func TestGCRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs rounds in subprocesses")
 	}
-	kills := envInt(t, "SPADE_GC_RACE_KILLS", 2)
+	kills := envInt(t, "GC_RACE_KILLS", 2)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "race.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(raceConfig), 0o644))
