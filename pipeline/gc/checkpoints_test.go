@@ -41,15 +41,7 @@ func TestParseKeepRule(t *testing.T) {
 // refused.
 func TestCollectCheckpoints(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New(t.Name())
-	t.Cleanup(func() { memstore.Forget(t.Name()) })
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s.SetClock(clk.now)
-	src := runner(s, "src", 3)
-	for r := 0; r <= 5; r++ {
-		_, err := src.RunRound(ctx, r)
-		require.NoError(t, err)
-	}
+	s, clk := sealedSrc(t, 5)
 	fork := runner(s, "fork", 4)
 	_, err := pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 2, Target: "fork", Config: fork.Config})
 	require.NoError(t, err)
@@ -133,15 +125,7 @@ func TestCollectCheckpoints(t *testing.T) {
 // (every:10) removes them: they are the policy of round 4.
 func TestCollectKeepsACarriedCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New(t.Name())
-	t.Cleanup(func() { memstore.Forget(t.Name()) })
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s.SetClock(clk.now)
-	src := runner(s, "src", 3)
-	for r := 0; r <= 3; r++ {
-		_, err := src.RunRound(ctx, r)
-		require.NoError(t, err)
-	}
+	s, clk := sealedSrc(t, 3)
 	for _, name := range []string{"model.safetensors", "optimizer/__0_0.distcp"} {
 		require.NoError(t, storage.PutBytes(ctx, s, "src/round=000001/checkpoints/files/ck1/"+name, []byte(name)))
 	}
@@ -153,4 +137,20 @@ func TestCollectKeepsACarriedCheckpoint(t *testing.T) {
 	for _, o := range res.Garbage {
 		require.NotContains(t, o.Key, "/checkpoints/", "the carried checkpoint is the next round's policy")
 	}
+}
+
+// sealedSrc returns a memory store, on a settable clock, holding run src
+// with rounds 0..last sealed.
+func sealedSrc(t *testing.T, last int) (*memstore.Store, *clock) {
+	t.Helper()
+	s := memstore.New(t.Name())
+	t.Cleanup(func() { memstore.Forget(t.Name()) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.SetClock(clk.now)
+	src := runner(s, "src", 3)
+	for r := 0; r <= last; r++ {
+		_, err := src.RunRound(context.Background(), r)
+		require.NoError(t, err)
+	}
+	return s, clk
 }

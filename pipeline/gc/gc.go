@@ -324,7 +324,12 @@ func Collect(ctx context.Context, s storage.Store, opts Options) (*Result, error
 	recRefs := map[string]bool{}
 	var garbage []Object
 	var firstErr error
-	rf := readRunFiles(ctx, s, all)
+	// Run files (to find forks) are read only when some run has
+	// checkpoint files: a store of 1,000 runs without any costs no reads.
+	var rf runFiles
+	if slices.ContainsFunc(all, func(in storage.Info) bool { return checkpointFileRe.MatchString(in.Key) }) {
+		rf = readRunFiles(ctx, s, all)
+	}
 	for _, run := range sortedRuns(byRun) {
 		g, warns := st.garbage(ctx, s, run, byRun[run], temps[run], recRefs)
 		res.Warnings = append(res.Warnings, warns...)
