@@ -90,6 +90,7 @@ var transient = []modeltest.Fault{
 // their errors in the error columns.
 func TestModelServerFaults(t *testing.T) {
 	var injected [16]atomic.Int64
+	var eligible atomic.Int64
 	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
 	handler := func(req modeltest.Request) modeltest.Reply {
 		var text strings.Builder
@@ -116,11 +117,15 @@ func TestModelServerFaults(t *testing.T) {
 				return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: contextMsg}}
 			}
 		}
-		// Transient faults on every third call, cycling through the kinds
-		// so that each one occurs in a round of a few dozen calls.
+		// Transient faults on every third call that reaches here, cycling
+		// through the kinds so that each one occurs once 3*len(transient)
+		// such calls have arrived. The count is of these calls, not of the
+		// arrival index: with concurrent slots the deliberate failures
+		// above land on varying indices and would otherwise swallow a
+		// kind's only turn.
 		var f modeltest.Fault
-		if req.Index%3 == 1 {
-			f = transient[(req.Index/3)%len(transient)]
+		if n := int(eligible.Add(1)) - 1; n%3 == 1 {
+			f = transient[(n/3)%len(transient)]
 		}
 		reply := base(req)
 		if role == modeltest.RoleDesign {
