@@ -217,9 +217,11 @@ type TrainerConfig struct {
 	SaveDtype string `json:"save_dtype"`
 	// ReferenceCheckpoint is the KL reference; "" = the input checkpoint.
 	ReferenceCheckpoint string `json:"reference_checkpoint"`
-	// AttnImplementation is transformers' attention implementation: ""
-	// (its default, SDPA), sdpa, eager, flash_attention_2,
-	// flash_attention_3 or flex_attention.
+	// AttnImplementation is the trainer's attention over packed
+	// micro-batches: "" (flash_attention_2 on CUDA with flash_attn
+	// installed, else varlen_sdpa: SDPA per packed sample,
+	// trainer/spade_trainer/attention.py), varlen_sdpa, or transformers'
+	// sdpa, eager, flash_attention_2, flash_attention_3, flex_attention.
 	AttnImplementation string `json:"attn_implementation"`
 	// GradientCheckpointing recomputes each layer's activations in the
 	// backward pass (less memory, more compute); default false.

@@ -86,12 +86,18 @@ class Policy:
     optimizer_step: int = 0  # AdamW steps behind the saved optimizer state
 
 
-def model_logits(model: torch.nn.Module, ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+def model_logits(model: torch.nn.Module, ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None, cu_seq_lens: Optional[torch.Tensor] = None, max_len: int = 0) -> torch.Tensor:
     """Logits (B, N, V) of a transformers causal LM. With position_ids
     restarting at 0 for each packed sample and no attention mask,
-    transformers keeps attention inside each sample (a block-diagonal
-    causal mask for SDPA/eager, varlen kernels for flash attention)."""
-    return model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
+    transformers keeps attention inside each sample; ``cu_seq_lens`` (the
+    samples' cumulative lengths, attention.cu_seq_lens) and ``max_len``
+    are passed on as flash-attention's varlen arguments, which varlen_sdpa
+    and flash_attention_2 use directly (sdpa and eager build a block
+    diagonal mask from the position ids instead and ignore them)."""
+    kw = {}
+    if cu_seq_lens is not None:
+        kw = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
+    return model(input_ids=ids, position_ids=position_ids, use_cache=False, **kw).logits
 
 
 def parse_tiny(spec: str) -> Optional[int]:
@@ -139,6 +145,8 @@ def read_meta(ckpt_dir: str) -> dict:
 
 def load_policy(spec: str, attn_implementation: Optional[str] = None) -> Policy:
     """Load ``tiny:SEED`` or a checkpoint directory on CPU in float32 with
+    attention ``attn_implementation`` (None: transformers' default; a
+    custom name must be registered first, attention.register) and
     AutoModelForCausalLM (any architecture transformers has: Qwen3,
     Qwen3-MoE, Llama, ...). The tokenizer is the byte tokenizer when the
     checkpoint has spade_tokenizer.json, else AutoTokenizer's with the
@@ -146,7 +154,10 @@ def load_policy(spec: str, attn_implementation: Optional[str] = None) -> Policy:
     OSError naming the path."""
     seed = parse_tiny(spec)
     if seed is not None:
-        return Policy(new_tiny(seed), ByteTokenizer(), spec, None, 0)
+        model = new_tiny(seed)
+        if attn_implementation:
+            model.set_attn_implementation(attn_implementation)
+        return Policy(model, ByteTokenizer(), spec, None, 0)
     if not os.path.isdir(spec):
         raise FileNotFoundError(f"checkpoint {spec!r}: not a directory and not tiny:SEED")
     if not os.path.exists(os.path.join(spec, "config.json")):

@@ -23,6 +23,9 @@ import torch
 
 from . import checkpoint as ck
 from . import dist as D
+from .attention import NAME as ATTN_VARLEN
+from .attention import default_implementation as default_attention
+from .attention import register as register_attention
 from .config import InputError, as_json, load_batch, load_config
 from .grpo import encode_batch, make_micro_batches, make_optimizer, train_round
 
@@ -85,7 +88,10 @@ def run(argv: List[str]) -> int:
             raise InputError(str(e)) from None
         torch.manual_seed(cfg.seed)
         dtype = _compute_dtype(cfg.dtype, device)
-        policy = _load(args.checkpoint, "checkpoint", cfg.attn_implementation)
+        attn = cfg.attn_implementation or default_attention(device)
+        if attn == ATTN_VARLEN:
+            register_attention()
+        policy = _load(args.checkpoint, "checkpoint", attn)
         enc_stats: dict = {}
         enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats)
         emit({"event": "encode", "samples": len(samples), "kept": len(enc), **enc_stats})
@@ -119,15 +125,15 @@ def run(argv: List[str]) -> int:
         amp = None if sharded else dtype
 
         def logits_fn(mb):
-            return ck.model_logits(fwd, mb.ids, mb.position_ids)
+            return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
 
         ref_fn = None
         if cfg.reference_checkpoint and cfg.kl_beta > 0:
-            ref = _load(cfg.reference_checkpoint, "reference_checkpoint", cfg.attn_implementation)
+            ref = _load(cfg.reference_checkpoint, "reference_checkpoint", attn)
             ref.model.to(device).eval()
             for q in ref.model.parameters():
                 q.requires_grad_(False)
-            ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids)  # noqa: E731
+            ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)  # noqa: E731
         micro = make_micro_batches(enc, cfg.max_tokens_per_micro_batch, device, cfg.micro_batch_size)
         metrics = train_round(logits_fn, params, opt, micro, cfg, device, amp, ref_fn, emit)
         with open(args.batch, "rb") as f:

@@ -61,8 +61,9 @@ class TrainConfig:
     (the fp32 master weights go with the optimizer state).
     reference_checkpoint: KL reference ("" = the input checkpoint, whose
     log-probs equal the pre-step policy's, so no extra forward is needed).
-    attn_implementation: transformers' attention ("" = its default, SDPA;
-    "flash_attention_2", "eager"). gradient_checkpointing: activation
+    attn_implementation: transformers' attention ("" = flash_attention_2 on
+    CUDA when flash_attn imports, else varlen_sdpa: SDPA per packed sample,
+    attention.py; or any of transformers' own: sdpa, eager, ...). gradient_checkpointing: activation
     checkpointing of every decoder layer. offload: FSDP2 CPU offload of
     parameters, gradients and optimizer state (torchrun only). compile:
     torch.compile of the model. resume_optimizer: load the fp32 master
@@ -113,8 +114,8 @@ class TrainConfig:
             raise bad("dtype", f"{self.dtype!r}: want auto, float32, bfloat16 or float16")
         if self.save_dtype not in ("float32", "bfloat16", "float16"):
             raise bad("save_dtype", f"{self.save_dtype!r}: want float32, bfloat16 or float16")
-        if self.attn_implementation not in ("", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"):
-            raise bad("attn_implementation", f"{self.attn_implementation!r}: want \"\" (transformers' default), sdpa, eager, flash_attention_2, flash_attention_3 or flex_attention")
+        if self.attn_implementation not in ("", "varlen_sdpa", "sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention"):
+            raise bad("attn_implementation", f"{self.attn_implementation!r}: want \"\" (the trainer's default), varlen_sdpa, sdpa, eager, flash_attention_2, flash_attention_3 or flex_attention")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise bad("device", f"{self.device!r}: want auto, cpu, cuda or cuda:N")
         if self.overlong not in ("error", "truncate_left", "drop"):

@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .attention import cu_seq_lens
 from .config import InputError, Sample, TrainConfig
 
 
@@ -93,6 +94,8 @@ class MicroBatch:
     weight: torch.Tensor  # (1, N) float32
     tokens: int  # N: every token forwarded
     samples: int
+    cu_seq_lens: Optional[torch.Tensor] = None  # (samples + 1,) int32: sample boundaries, 0 .. N
+    max_len: int = 0  # the longest sample's length
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int, max_samples: int) -> List[List[int]]:
@@ -144,6 +147,8 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         weight=t(weight, torch.float32),
         tokens=len(ids),
         samples=len(chunk),
+        cu_seq_lens=cu_seq_lens([len(e.ids) for e in chunk], device),
+        max_len=max(len(e.ids) for e in chunk),
     )
 
 

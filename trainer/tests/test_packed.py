@@ -42,7 +42,7 @@ def samples():
 
 
 def logits_of(model):
-    return lambda mb: ck.model_logits(model, mb.ids, mb.position_ids)
+    return lambda mb: ck.model_logits(model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
 
 
 def step(model, cfg, max_tokens, max_samples=1 << 20):
@@ -70,11 +70,20 @@ class PackedTest(unittest.TestCase):
 
     def test_loss_and_update_identical_whatever_the_packing(self):
         """One sample per micro-batch (unpacked), two, or all four packed
-        in one row: same loss, grad norm and updated weights."""
+        in one row: same loss, grad norm and updated weights, with SDPA's
+        block-diagonal mask and with the trainer's varlen_sdpa."""
+        from spade_trainer import attention
+
+        for impl in ("sdpa", attention.register()):
+            with self.subTest(attention=impl):
+                self._packing_invariance(impl)
+
+    def _packing_invariance(self, impl):
         cfg = TrainConfig(lr=1e-3, inner_steps=2)
         runs = []
         for max_samples in (1, 2, 1 << 20):
             model = ck.new_tiny(4)
+            model.set_attn_implementation(impl)
             m, mbs = step(model, cfg, 1 << 20, max_samples)
             runs.append((m, model.state_dict(), len(mbs)))
         self.assertEqual([r[2] for r in runs], [4, 2, 1])
@@ -86,6 +95,54 @@ class PackedTest(unittest.TestCase):
                 # Adam divides by sqrt(v): float rounding of the summed gradients
                 # shows up at ~1e-6 of a 1e-3 step.
                 torch.testing.assert_close(sd[k], runs[0][1][k], rtol=1e-4, atol=1e-5)
+
+    def test_varlen_sdpa_equals_unpacked_sdpa(self):
+        """varlen_sdpa on a packed row (boundaries from cu_seq_lens, or from
+        the position ids when none are given) gives each sample the logits
+        transformers' own SDPA gives it alone, and gradients to match."""
+        from spade_trainer import attention
+
+        name = attention.register()
+        self.assertEqual(attention.default_implementation(CPU), name)
+        ref = ck.new_tiny(1)
+        var = ck.new_tiny(1)
+        var.set_attn_implementation(name)
+        enc = encode_batch(samples(), ByteTokenizer(), 8192, "mem")
+        (mb,) = make_micro_batches(enc, 1 << 20, CPU)
+        self.assertEqual(mb.cu_seq_lens.tolist()[-1], mb.tokens)
+        packed = ck.model_logits(var, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
+        with torch.no_grad():
+            by_pos = ck.model_logits(var, mb.ids, mb.position_ids)
+        torch.testing.assert_close(by_pos, packed.detach(), rtol=0, atol=0)
+        order = sorted(range(len(enc)), key=lambda i: (len(enc[i].ids), i))
+        at, total = 0, 0.0
+        for i in order:
+            n = len(enc[i].ids)
+            one = ref(torch.tensor([enc[i].ids])).logits[0]
+            self.assertLess(float((packed[0, at : at + n] - one).detach().abs().max()), 1e-5)
+            total = total + one.square().mean()
+            at += n
+        total.backward()
+        s = 0.0
+        for i, (a, b) in enumerate(zip(mb.cu_seq_lens.tolist(), mb.cu_seq_lens.tolist()[1:])):
+            s = s + packed[0, a:b].square().mean()
+        s.backward()
+        for (k, p), (_, q) in zip(ref.named_parameters(), var.named_parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=k)
+
+    def test_varlen_sdpa_refuses_what_it_does_not_compute(self):
+        from spade_trainer import attention
+
+        var = ck.new_tiny(1)
+        var.set_attn_implementation(attention.register())
+        ids = torch.tensor([[5, 6, 7, 8]])
+        with self.assertRaisesRegex(ValueError, "padded"):
+            var(input_ids=ids, attention_mask=torch.tensor([[1, 1, 1, 0]]))
+        q = torch.zeros(1, 4, 4, 16)
+        with self.assertRaisesRegex(ValueError, "sliding"):
+            attention.varlen_sdpa(var, q, q, q, None, sliding_window=2)
+        with self.assertRaisesRegex(ValueError, "do not cover"):
+            attention.varlen_sdpa(var, q, q, q, None, cu_seq_lens_q=attention.cu_seq_lens([1, 2], CPU))
 
     def test_token_budget_plan(self):
         from spade_trainer.grpo import plan_micro_batches
@@ -149,6 +206,9 @@ class CLITest(unittest.TestCase):
         tcfg = TrainConfig(lr=1e-3, seed=1, max_tokens_per_micro_batch=64)
         torch.manual_seed(1)
         model = ck.new_tiny(5)
+        from spade_trainer import attention
+
+        model.set_attn_implementation(attention.default_implementation(CPU))  # the CLI's
         params = list(model.parameters())
         opt = make_optimizer(params, tcfg, CPU)
         enc = encode_batch(samples(), ByteTokenizer(), tcfg.max_seq_len, "mem")
