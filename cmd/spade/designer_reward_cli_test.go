@@ -101,3 +101,24 @@ func TestBlendRoundsCLI(t *testing.T) {
 	require.Equal(t, 0, pinned.code, pinned.stderr)
 	require.Contains(t, pinned.stdout, `label.designer_reward = "blend"`, "the run pinned the reward")
 }
+
+// TestConfigShowRecipe: `spade config show` names the recipe a config
+// file follows (configs/<recipe>.yaml, docs/recipes.md) and says when a
+// config follows none; the recipe's designer reward is shown with the
+// file it came from.
+func TestConfigShowRecipe(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"games-4b", "tool-use-30b-a3b", "ablation-solve-rate"} {
+		f, err := filepath.Abs(filepath.Join("..", "..", "configs", name+".yaml"))
+		require.NoError(t, err)
+		show := spade(t, dir, nil, "--config", f, "config", "show")
+		require.Equal(t, 0, show.code, "%s: %s", name, show.stderr)
+		require.Contains(t, show.stdout, "# recipe = "+name+"\n", name)
+		require.Contains(t, show.stdout, "label.designer_reward = ", name)
+		require.Contains(t, show.stdout, "("+f+"; env SPADE_LABEL_DESIGNER_REWARD)", name)
+	}
+	show := spade(t, dir, nil, "config", "show")
+	require.Equal(t, 0, show.code, show.stderr)
+	require.Contains(t, show.stdout, "# recipe = (none: a config of your own")
+	require.Contains(t, show.stdout, `label.designer_reward = "regret"  (default;`)
+}
