@@ -1175,10 +1175,10 @@ func (c Config) problems() []problem {
 		add(fmt.Sprintf("label.designer_reward must be regret, blend, learning_potential or solve_rate (got %q)", c.Label.DesignerReward), "label.designer_reward")
 	}
 	if b := c.Label.Blend; !nonFinite["label.blend.plateau_low"] && !nonFinite["label.blend.plateau_high"] && !(b.PlateauLow >= 0 && b.PlateauLow <= b.PlateauHigh && b.PlateauHigh <= 1) {
-		add(fmt.Sprintf("label.blend plateau must satisfy 0 <= plateau_low <= plateau_high <= 1 (got %g, %g)", b.PlateauLow, b.PlateauHigh), "label.blend.plateau_low", "label.blend.plateau_high")
+		add(fmt.Sprintf("label.blend.plateau_low and label.blend.plateau_high must satisfy 0 <= plateau_low <= plateau_high <= 1 (got plateau_low %g, plateau_high %g)", b.PlateauLow, b.PlateauHigh), "label.blend.plateau_low", "label.blend.plateau_high")
 	}
 	if lp := c.Label.LearningPotential; !nonFinite["label.learning_potential.gamma_fast"] && !nonFinite["label.learning_potential.gamma_slow"] && !(lp.GammaSlow > 0 && lp.GammaSlow < lp.GammaFast && lp.GammaFast <= 1) {
-		add(fmt.Sprintf("label.learning_potential must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
+		add(fmt.Sprintf("label.learning_potential.gamma_fast and label.learning_potential.gamma_slow must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
 	}
 	errs = append(errs, c.observeProblems()...)
 	if !(c.Label.BandLow >= 0 && c.Label.BandLow <= c.Label.BandHigh && c.Label.BandHigh <= 1) {

@@ -148,6 +148,25 @@ func TestLoadErrors(t *testing.T) {
 		"tool choice":  {"model:\n  tool_choice: any\n", nil, "model.tool_choice must be auto, required or none"},
 		"reasoning":    {"grpo:\n  train_reasoning: all\n", nil, "grpo.train_reasoning must be generated or none"},
 		"old key":      {"model:\n  temperature: 0.6\n", nil, `unknown setting "model.temperature"`},
+		// The designer reward and its parameters (docs/regret.md "Other
+		// formulas"): each error names the setting and where it was set.
+		"reward kind":       {"label:\n  designer_reward: regret_blend\n", nil, `label.designer_reward must be regret, blend, learning_potential or solve_rate (got "regret_blend") (`},
+		"reward kind env":   {"", []string{"SPADE_LABEL_DESIGNER_REWARD=Blend"}, `label.designer_reward must be regret, blend, learning_potential or solve_rate (got "Blend") (SPADE_LABEL_DESIGNER_REWARD)`},
+		"reward kind empty": {"label:\n  designer_reward: \"\"\n", nil, `label.designer_reward must be regret, blend, learning_potential or solve_rate (got "")`},
+		"blend weight":      {"label:\n  blend:\n    plateau_weight: -0.6\n", nil, "label.blend.plateau_weight must be >= 0 (got -0.6) ("},
+		"blend weight line": {"label:\n  blend:\n    plateau_weight: -0.6\n", nil, "line 3)"},
+		"regret weight":     {"label:\n  blend:\n    regret_weight: -1\n", nil, "label.blend.regret_weight must be >= 0 (got -1)"},
+		"regret scale":      {"label:\n  blend:\n    regret_scale: 0\n", nil, "label.blend.regret_scale must be > 0 (got 0)"},
+		"regret scale nan":  {"label:\n  blend:\n    regret_scale: .nan\n", nil, "label.blend.regret_scale must be a finite number"},
+		"plateau ramp":      {"label:\n  blend:\n    plateau_ramp: 0\n", nil, "label.blend.plateau_ramp must be > 0 (got 0)"},
+		"plateau order":     {"label:\n  blend:\n    plateau_low: 0.7\n    plateau_high: 0.5\n", nil, "label.blend.plateau_low and label.blend.plateau_high must satisfy 0 <= plateau_low <= plateau_high <= 1 (got plateau_low 0.7, plateau_high 0.5)"},
+		"plateau over 1":    {"label:\n  blend:\n    plateau_high: 1.5\n", nil, "(got plateau_low 0.4, plateau_high 1.5)"},
+		"regret floor":      {"label:\n  blend:\n    regret_floor: yes please\n", nil, `label.blend.regret_floor wants true or false`},
+		"gamma order":       {"label:\n  learning_potential:\n    gamma_fast: 0.8\n    gamma_slow: 0.9\n", nil, "label.learning_potential.gamma_fast and label.learning_potential.gamma_slow must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast 0.8, gamma_slow 0.9)"},
+		"gamma zero":        {"", []string{"SPADE_LABEL_LEARNING_POTENTIAL_GAMMA_SLOW=0"}, "(got gamma_fast 0.98, gamma_slow 0) (SPADE_LABEL_LEARNING_POTENTIAL_GAMMA_SLOW)"},
+		"gamma over 1":      {"label:\n  learning_potential:\n    gamma_fast: 1.5\n", nil, "must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast 1.5, gamma_slow 0.85)"},
+		"reward section":    {"label:\n  blend: 0.6\n", nil, "label.blend is a section"},
+		"reward unknown":    {"label:\n  blend:\n    plateau_lo: 0.4\n", nil, `unknown setting "label.blend.plateau_lo" (did you mean "label.blend.plateau_low"?`},
 		// An anchor that includes itself overflowed the stack (a fatal
 		// error, not even a panic), and merges of merges expanded a few
 		// hundred bytes into gigabytes of settings and error text.
@@ -286,4 +305,41 @@ func TestMakefileExportsAreCLIVars(t *testing.T) {
 		}
 	}
 	require.Positive(t, found, "no SPADE_* export found in the Makefile")
+}
+
+// TestDesignerRewardSettings: every label.designer_reward kind loads with
+// its parameters; the default (regret, and the public recipes' blend and
+// learning-potential parameters) pins blank, so the digest of a default
+// config is the one it had before the settings existed, and a run file
+// without them reads them back as their defaults; any other value is
+// pinned and changes the digest.
+func TestDesignerRewardSettings(t *testing.T) {
+	def := Default()
+	b, err := json.Marshal(def.Pinned())
+	require.NoError(t, err)
+	for _, key := range []string{"designer_reward", "blend", "learning_potential", "designer_delay", "recipe", "ablation"} {
+		require.NotContains(t, string(b), `"`+key+`"`, "the default config pins %s", key)
+	}
+	require.Equal(t, def.Label, def.Pinned().WithDefaults().Label, "pinned and read back, the default reward is the default")
+	for _, kind := range []string{DesignerRewardRegret, DesignerRewardBlend, DesignerRewardLearningPotential, DesignerRewardSolveRate} {
+		c, _, err := Load(write(t, "label:\n  designer_reward: "+kind+"\n"), nil)
+		require.NoError(t, err, kind)
+		require.Equal(t, kind, c.Label.DesignerRewardKind())
+		if kind == DesignerRewardRegret {
+			require.Equal(t, def.Digest(), c.Digest(), "regret written out is the default")
+			continue
+		}
+		require.NotEqual(t, def.Digest(), c.Digest(), "%s must change the digest", kind)
+		require.Equal(t, c.Label, c.Pinned().WithDefaults().Label, "%s survives the run file", kind)
+	}
+	// Parameters: each one pins on its own; the public solve-rate launcher's
+	// blend (plateau weight 1, regret weight 0) loads.
+	c, _, err := Load(write(t, "label:\n  designer_reward: blend\n  blend: {plateau_weight: 1, regret_weight: 0, regret_floor: false}\n  learning_potential: {gamma_fast: 1, gamma_slow: 0.5}\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, Blend{PlateauWeight: 1, RegretWeight: 0, RegretScale: 0.15, RegretFloor: false, PlateauLow: 0.4, PlateauHigh: 0.6, PlateauRamp: 0.25}, c.Label.Blend)
+	require.Equal(t, LearningPotential{GammaFast: 1, GammaSlow: 0.5}, c.Label.LearningPotential)
+	require.Equal(t, c.Label, c.Pinned().WithDefaults().Label)
+	one := Default()
+	one.Label.Blend.RegretScale = 0.2
+	require.NotEqual(t, def.Digest(), one.Digest(), "a blend parameter other than the default changes the digest")
 }

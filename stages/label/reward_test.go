@@ -1,6 +1,7 @@
 package label
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,10 @@ func TestDesignerRewardFormulas(t *testing.T) {
 	with := func(kind string) config.Label { l := def; l.DesignerReward = kind; return l }
 	noFloor := with(config.DesignerRewardBlend)
 	noFloor.Blend.RegretFloor = false
+	evenNoFloor := noFloor
+	evenNoFloor.Blend.PlateauWeight, evenNoFloor.Blend.RegretWeight = 0.5, 0.5
+	solveBlend := with(config.DesignerRewardBlend)
+	solveBlend.Blend.PlateauWeight, solveBlend.Blend.RegretWeight = 1, 0
 	cases := []struct {
 		name string
 		cfg  config.Label
@@ -48,6 +53,29 @@ func TestDesignerRewardFormulas(t *testing.T) {
 		{"regret scaled", with("regret"), RewardInput{Valid: true, Regret: ptr(5), Width: 10, Unhinted: 8}, 0.5, true},
 		{"regret clipped", with("regret"), RewardInput{Valid: true, Regret: ptr(-3), Width: 1, Unhinted: 8}, -1, true},
 		{"empty kind is regret", with(""), RewardInput{Valid: true, Regret: ptr(0.25), Width: 0, Unhinted: 8}, 0.25, true},
+		// Without the floor the scaled regret is not clipped: 0.6 x 1 + 0.4 x 0.3/0.15 = 0.6 + 0.8
+		{"blend no floor, regret above the scale", noFloor, RewardInput{Valid: true, Regret: ptr(0.3), Width: 1, WinRate: 0.5, Unhinted: 8}, 1.4, true},
+		// 0.6 x 1 + 0.4 x (-0.075/0.15) = 0.6 - 0.2: the plateau outweighs a misleading hint
+		{"blend no floor, negative regret offset", noFloor, RewardInput{Valid: true, Regret: ptr(-0.075), Width: 1, WinRate: 0.5, Unhinted: 8}, 0.4, true},
+		// weights 0.5 / 0.5: 0.5 x 1 + 0.5 x (-0.15/0.15) = 0.5 - 0.5 = 0 (exact in
+		// binary): zero is kept, only < 0 is masked
+		{"blend no floor, exactly zero kept", evenNoFloor, RewardInput{Valid: true, Regret: ptr(-0.15), Width: 1, WinRate: 0.5, Unhinted: 8}, 0, true},
+		{"blend unmeasured without unhinted plays", with("blend"), RewardInput{Valid: true, Regret: ptr(0.1), Width: 1, Unhinted: 0}, 0, false},
+		// infinite width counts 1: 0.6 x 1 + 0.4 x 0.03/0.15 = 0.6 + 0.08
+		{"blend with an infinite width", with("blend"), RewardInput{Valid: true, Regret: ptr(0.03), Width: math.Inf(1), WinRate: 0.5, Unhinted: 8}, 0.68, true},
+		// plateau edge: 0.6 is on the top (inclusive): 0.6 x 1 + 0.4 x 0
+		{"blend at the plateau's upper edge", with("blend"), RewardInput{Valid: true, Regret: ptr(0), Width: 1, WinRate: 0.6, Unhinted: 5}, 0.6, true},
+		// the public solve-rate launcher's blend: weights 1 and 0, so 1 x (1 - 0.1/0.25) + 0 x 1 = 0.6
+		{"blend as the solve-rate launcher", solveBlend, RewardInput{Valid: true, Regret: ptr(0.5), Width: 1, WinRate: 0.3, Unhinted: 8}, 0.6, true},
+		// 1 - (0.4 - 0.15)/0.25 = 0: the ramp's foot
+		{"solve rate at the ramp's foot", with("solve_rate"), RewardInput{Valid: true, WinRate: 0.15, Unhinted: 8}, 0, true},
+		{"solve rate invalid", with("solve_rate"), RewardInput{Valid: false, WinRate: 0.5, Unhinted: 8}, -1, true},
+		// no earlier round: baseline 0, so |0.625 - 0|
+		{"learning potential without history", with("learning_potential"), RewardInput{Valid: true, WinRate: 0.625, Unhinted: 8}, 0.625, true},
+		{"learning potential needs plays", with("learning_potential"), RewardInput{Valid: true, Unhinted: 0, Baseline: 0.3}, 0, false},
+		// regret of a 0..1 environment equal to its width: clip(1, -1, 1)
+		{"regret at the clip", with("regret"), RewardInput{Valid: true, Regret: ptr(1), Width: 1, Unhinted: 8}, 1, true},
+		{"regret unmeasured without hint", with("regret"), RewardInput{Valid: true, Width: 1, Unhinted: 8}, 0, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
