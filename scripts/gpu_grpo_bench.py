@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
 """GPU benchmark of one SPADE GRPO optimiser step: tokens/s and MFU.
 
-Model (default): random-initialised Qwen3 architecture in Qwen3-0.6B's shape,
-transformers' Qwen3ForCausalLM (the trainer's model class since the
-hand-written one was removed), SDPA attention:
+It drives the trainer's own code path (trainer/spade_trainer): the batch is
+packed into micro-batches by token budget (grpo.make_micro_batches), the
+attention is the trainer's default (attention.default_implementation:
+flash_attention_2 when flash_attn imports, else varlen_sdpa), the step is
+grpo.train_round (forward, log-probs, clipped surrogate, backward per
+micro-batch, gradient clipping, AdamW), and on CUDA the model is sharded
+with FSDP2 (dist.shard: bf16 parameters, fp32 gradient reduction) in a
+one-process group, as under torchrun. Model: random-initialised
+transformers Qwen3ForCausalLM in one of two shapes (--shape):
 
-    hidden 1024, 28 layers, 16 query heads / 8 KV heads of dim 128,
-    SwiGLU intermediate 3072, vocab 151936, tied embeddings
-    = 596,049,920 parameters (440,467,456 outside the embedding).
+    0.6b: hidden 1024, 28 layers, 16 query heads / 8 KV heads of dim 128,
+          SwiGLU intermediate 3072, vocab 151936, tied embeddings
+          = 596,049,920 parameters
+    4b:   hidden 2560, 36 layers, 32 / 8 heads of dim 128, intermediate
+          9728, vocab 151936, tied embeddings = 4,022,468,096 parameters
 
-Batch (default): 64 sequences x 2,048 tokens, the first quarter of each
-sequence is prompt (not trained), micro-batches of 8 sequences with gradient
-accumulation, bf16 autocast over fp32 master weights, fused AdamW, SDPA
-(flash) attention, torch.compile of forward + log-prob + GRPO loss. One
-timed step = all micro-batches' forward/backward + clip + optimiser step.
-Warm-up steps (compilation, allocator growth) are excluded from timing; the
-only host synchronisation in the timed loop is one at the end of each step.
+Batch (default): 64 samples x 4,096 tokens, the first quarter of each is
+prompt (not trained), micro-batches of at most 16,384 tokens (4 samples;
+gradients accumulate), one advantage per sample. Warm-up steps (allocator
+growth, compilation with --compile) are excluded from timing; one timed
+step = one train_round call with one inner step, whose only host
+synchronisation is its one per optimiser step.
 
 MFU = model FLOPs / (seconds x peak dense bf16 FLOP/s), with
 
@@ -23,11 +30,13 @@ MFU = model FLOPs / (seconds x peak dense bf16 FLOP/s), with
 
 where P is the parameter count (every parameter is one matmul weight; the
 tied embedding is counted once, as the LM head matmul; norm weights are
-negligible), T the tokens in the step, S the sequence length. The second
+negligible), T the tokens in the step, S the sample length. The second
 term is causal attention: QK^T and AV are 2 x 2 x S x d FLOPs per token and
 layer over the full S x S square in the forward pass, halved for the causal
-mask, x 3 for forward + backward. Recomputation under activation
-checkpointing is not counted (MFU, not hardware FLOPs utilisation).
+mask, x 3 for forward + backward. Packed samples attend only inside
+themselves, so S is the sample length, not the micro-batch's.
+Recomputation under activation checkpointing is not counted (MFU, not
+hardware FLOPs utilisation).
 
 Peak dense bf16 FLOP/s by device name (vendor spec sheets, without
 sparsity): H200 / H100 SXM / GH200 989 TFLOP/s, H100 NVL 835, H100 PCIe
@@ -50,8 +59,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "trainer"))
 
 import torch  # noqa: E402
 
-from spade_trainer.grpo import grpo_loss, make_optimizer, token_logps  # noqa: E402
+from spade_trainer import attention  # noqa: E402
+from spade_trainer import checkpoint as ck  # noqa: E402
+from spade_trainer import dist as D  # noqa: E402
 from spade_trainer.config import TrainConfig  # noqa: E402
+from spade_trainer.grpo import Encoded, make_micro_batches, make_optimizer, train_round  # noqa: E402
 import transformers  # noqa: E402
 from transformers import Qwen3Config  # noqa: E402
 
@@ -78,13 +90,19 @@ def peak_tflops_for(name: str):
     return None
 
 
-def bench_config(smoke: bool) -> Qwen3Config:
+def bench_config(smoke: bool, shape: str = "0.6b") -> Qwen3Config:
+    """The model config: a tiny one for --cpu-smoke, else Qwen3-0.6B's or
+    Qwen3-4B's shape (module doc)."""
     if smoke:
         return Qwen3Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True,
         )
-    # Qwen3-0.6B shape, see module doc.
+    if shape == "4b":
+        return Qwen3Config(
+            vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+            num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+        )
     return Qwen3Config(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
         num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
@@ -107,24 +125,60 @@ def model_flops_per_step(cfg: Qwen3Config, tokens: int, seq_len: int) -> float:
     return dense + attn
 
 
-def build_model(cfg: Qwen3Config, impl: str, device: torch.device, seed: int) -> torch.nn.Module:
+def build_model(cfg: Qwen3Config, attn: str, device: torch.device, seed: int) -> torch.nn.Module:
+    """Random-initialised Qwen3ForCausalLM in float32 on ``device`` with
+    attention ``attn`` (registered first when it is the trainer's own)."""
+    if attn == attention.NAME:
+        attention.register()
     torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+    m.config.use_cache = False
     return m.to(device)
+
+
+def synthetic_batch(n: int, seq_len: int, vocab: int, seed: int):
+    """n samples of seq_len random tokens, the last three quarters trained,
+    one N(0, 1) advantage each, weight 1 (grpo.Encoded)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, vocab, (seq_len,), generator=g).tolist()
+        mask = [0] * (seq_len // 4) + [1] * (seq_len - seq_len // 4)
+        out.append(Encoded(ids, mask, float(torch.randn((), generator=g)), 1.0))
+    return out
+
+
+def one_rank_group(device: torch.device) -> None:
+    """A process group of one rank (as torchrun with --nproc_per_node 1
+    makes it), so that FSDP2 can shard over it."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu-smoke", action="store_true", help="tiny config on CPU (tests the script; no MFU unless --peak-tflops)")
-    p.add_argument("--impl", choices=["transformers"], default="transformers")
-    p.add_argument("--batch", type=int, help="sequences per step (default 64; smoke 4)")
-    p.add_argument("--seq-len", type=int, help="tokens per sequence (default 2048; smoke 64)")
-    p.add_argument("--micro-batch", type=int, help="sequences per forward/backward (default 8; smoke 2)")
+    p.add_argument("--shape", choices=["0.6b", "4b"], default="0.6b", help="model shape (default 0.6b)")
+    p.add_argument("--batch", type=int, help="samples per step (default 64; smoke 4)")
+    p.add_argument("--seq-len", type=int, help="tokens per sample (default 4096; smoke 64)")
+    p.add_argument("--max-tokens", type=int, help="token budget of one packed micro-batch (default 16384; smoke 128)")
+    p.add_argument("--attn", help="attention implementation (default: the trainer's, attention.default_implementation)")
+    p.add_argument("--fsdp", dest="fsdp", action="store_true", default=None, help="FSDP2 over a one-rank group (default on CUDA)")
+    p.add_argument("--no-fsdp", dest="fsdp", action="store_false")
     p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
-    p.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile (default on CUDA when available)")
-    p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing per layer")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (grpo.compile)")
+    p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing per layer (grpo.gradient_checkpointing)")
     p.add_argument("--peak-tflops", type=float, help="peak dense bf16 TFLOP/s (overrides the device table)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print only one JSON result line")
@@ -132,86 +186,57 @@ def main(argv=None) -> int:
 
     if a.cpu_smoke:
         device = torch.device("cpu")
-        amp = None
         a.batch = a.batch or 4
         a.seq_len = a.seq_len or 64
-        a.micro_batch = a.micro_batch or 2
+        a.max_tokens = a.max_tokens or 128
     else:
         if not torch.cuda.is_available():
             print("gpu_grpo_bench: CUDA is not available (use --cpu-smoke to test the script on CPU)", file=sys.stderr)
             return 2
         device = torch.device("cuda")
-        amp = torch.bfloat16
         a.batch = a.batch or 64
-        a.seq_len = a.seq_len or 2048
-        a.micro_batch = a.micro_batch or 8
-    if a.batch % a.micro_batch or min(a.batch, a.seq_len, a.micro_batch, a.steps) < 1 or a.warmup < 0:
-        print("gpu_grpo_bench: need batch a multiple of micro-batch and positive sizes", file=sys.stderr)
+        a.seq_len = a.seq_len or 4096
+        a.max_tokens = a.max_tokens or 16384
+    if min(a.batch, a.seq_len, a.max_tokens, a.steps) < 1 or a.seq_len < 4 or a.warmup < 0:
+        print("gpu_grpo_bench: need positive sizes (seq-len >= 4) and warmup >= 0", file=sys.stderr)
         return 2
-    use_compile = a.compile if a.compile is not None else (device.type == "cuda" and hasattr(torch, "compile"))
-    if use_compile and not hasattr(torch, "compile"):
-        print("gpu_grpo_bench: --compile needs torch >= 2.0", file=sys.stderr)
-        return 2
+    fsdp = a.fsdp if a.fsdp is not None else device.type == "cuda"
+    # bf16 compute: FSDP2's parameter dtype when sharded, else autocast.
+    dtype = torch.bfloat16 if device.type == "cuda" else None
 
-    cfg = bench_config(a.cpu_smoke)
+    cfg = bench_config(a.cpu_smoke, a.shape)
     torch.manual_seed(a.seed)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    model = build_model(cfg, a.impl, device, a.seed)
-    model.train()
+    attn = a.attn or attention.default_implementation(device)
+    model = build_model(cfg, attn, device, a.seed)
     if a.grad_ckpt:
-        model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if fsdp:
+        one_rank_group(device)
+        D.shard(model, dtype, False)
+    model.train()
     params = [q for q in model.parameters() if q.requires_grad]
     n_params = sum(q.numel() for q in params)
-    tcfg = TrainConfig(lr=1e-6, grad_clip=1.0)
+    tcfg = TrainConfig(lr=1e-6, grad_clip=1.0, max_tokens_per_micro_batch=a.max_tokens, compile=a.compile)
     opt = make_optimizer(params, tcfg, device)
-
-    # Synthetic GRPO batch: random tokens, trained tail (prompt = first
-    # quarter), one advantage per sequence, weights 1.
-    g = torch.Generator().manual_seed(a.seed)
-    n_micro = a.batch // a.micro_batch
-    ids = torch.randint(0, cfg.vocab_size, (n_micro, a.micro_batch, a.seq_len), generator=g).to(device)
-    mask = torch.zeros(n_micro, a.micro_batch, a.seq_len - 1)
-    mask[..., a.seq_len // 4 :] = 1.0
-    mask = mask.to(device)
-    adv = torch.randn(n_micro, a.micro_batch, generator=g).to(device)
-    weight = torch.ones(n_micro, a.micro_batch, device=device)
-    norm_tokens = float(mask.sum())
+    fwd = torch.compile(model) if a.compile else model
+    micro = make_micro_batches(synthetic_batch(a.batch, a.seq_len, cfg.vocab_size, a.seed), a.max_tokens, device)
     tokens_per_step = a.batch * a.seq_len
 
-    def logits_of(x):
-        return model(input_ids=x, use_cache=False).logits
-
-    def micro_loss(x, m, av, w):
-        if amp is not None:
-            with torch.autocast(device_type=device.type, dtype=amp):
-                logits = logits_of(x)
-        else:
-            logits = logits_of(x)
-        logp = token_logps(logits[:, :-1], x[:, 1:])
-        # First inner step of a round: logp_old is the detached logp itself.
-        loss, _ = grpo_loss(logp, logp.detach(), None, av, w, m, 0.2, 0.0, norm_tokens)
-        return loss
-
-    step_loss = torch.compile(micro_loss) if use_compile else micro_loss
+    def logits_fn(mb):
+        return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
 
     def one_step():
-        opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=device)
-        for j in range(n_micro):
-            loss = step_loss(ids[j], mask[j], adv[j], weight[j])
-            loss.backward()
-            total += loss.detach()
-        gn = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)
-        opt.step()
-        return total, gn
+        return train_round(logits_fn, params, opt, micro, tcfg, device, None if fsdp else dtype)[-1]
 
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if not a.json:
-        print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; torch {torch.__version__}; impl {a.impl}; compile {use_compile}; grad-ckpt {a.grad_ckpt}")
+        print(f"device: {name}; torch {torch.__version__}; transformers {transformers.__version__}; attention {attn}; fsdp {fsdp}; compile {a.compile}; grad-ckpt {a.grad_ckpt}")
         print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_attention_heads}/{cfg.num_key_value_heads}x{cfg.head_dim}, "
               f"intermediate {cfg.intermediate_size}, vocab {cfg.vocab_size}; parameters {n_params:,}")
-        print(f"batch: {a.batch} x {a.seq_len} tokens, micro-batch {a.micro_batch} ({n_micro} accumulation steps)")
+        print(f"batch: {a.batch} x {a.seq_len} tokens, {len(micro)} packed micro-batches of <= {a.max_tokens} tokens")
     try:
         t0 = time.perf_counter()
         for _ in range(a.warmup):
@@ -221,35 +246,39 @@ def main(argv=None) -> int:
             torch.cuda.reset_peak_memory_stats()
         warm_s = time.perf_counter() - t0
         times = []
+        last = {}
         for _ in range(a.steps):
             s = time.perf_counter()
-            loss, gn = one_step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            last = one_step()
             times.append(time.perf_counter() - s)
-        loss_v, gn_v = float(loss), float(gn)
     except OOM_ERROR as e:
-        print(f"gpu_grpo_bench: {type(e).__name__}: {e}; try a smaller --micro-batch or --grad-ckpt", file=sys.stderr)
+        print(f"gpu_grpo_bench: {type(e).__name__}: {e}; try a smaller --max-tokens or --grad-ckpt", file=sys.stderr)
         return 1
-    if not (loss_v == loss_v and gn_v == gn_v):
-        print(f"gpu_grpo_bench: non-finite loss {loss_v} / grad norm {gn_v}", file=sys.stderr)
+    except RuntimeError as e:
+        print(f"gpu_grpo_bench: {e}", file=sys.stderr)
         return 1
+    finally:
+        D.teardown()
+    loss_v, gn_v = last["loss"], last["grad_norm"]
     step_s = sorted(times)[len(times) // 2]  # median
     flops = model_flops_per_step(cfg, tokens_per_step, a.seq_len)
     peak = a.peak_tflops
     if peak is None and device.type == "cuda":
-        peak = peak_tflops_for(torch.cuda.get_device_name(device))
+        peak = peak_tflops_for(name)
     achieved = flops / step_s / 1e12
     mfu = achieved / peak if peak else None
     result = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "impl": a.impl,
-        "compile": bool(use_compile),
+        "device": name,
+        "shape": "smoke" if a.cpu_smoke else a.shape,
+        "attention": attn,
+        "fsdp": fsdp,
+        "compile": a.compile,
         "grad_ckpt": a.grad_ckpt,
         "parameters": n_params,
         "batch": a.batch,
         "seq_len": a.seq_len,
-        "micro_batch": a.micro_batch,
+        "max_tokens": a.max_tokens,
+        "micro_batches": len(micro),
         "tokens_per_step": tokens_per_step,
         "warmup_s": round(warm_s, 3),
         "step_s_median": step_s,
@@ -274,7 +303,6 @@ def main(argv=None) -> int:
             print(f"peak memory: {result['peak_memory_bytes'] / 2**30:.1f} GiB")
     print(json.dumps(result, sort_keys=True))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,9 +10,11 @@ import (
 	"github.com/spade-pipeline/spade/internal/pyenv"
 )
 
-// GPUGRPOCommand is the command that measures one GRPO optimiser step on a
-// GPU (tokens/s and MFU, Qwen3-0.6B shape, 64 x 2,048 tokens); it needs
-// CUDA and is not run by `make bench` (docs/benchmarks.md, section 6).
+// GPUGRPOCommand is the command that measures one GRPO optimiser step of
+// the trainer's own path (packed micro-batches, FSDP2 on one GPU) on a GPU:
+// tokens/s and MFU, Qwen3-0.6B shape (--shape 4b for Qwen3-4B's), 64 x
+// 4,096 tokens; it needs CUDA and is not run by `make bench`
+// (docs/benchmarks.md, section 6).
 const GPUGRPOCommand = "/opt/spade/venv/bin/python scripts/gpu_grpo_bench.py --json"
 
 // BenchmarkGRPOSmoke runs scripts/gpu_grpo_bench.py --cpu-smoke: a tiny

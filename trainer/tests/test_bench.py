@@ -30,6 +30,20 @@ class BenchTest(unittest.TestCase):
         self.assertGreater(res["tokens_per_s"], 0)
         self.assertAlmostEqual(res["mfu"], res["achieved_tflops"] / 1.0)
         self.assertTrue(res["loss"] == res["loss"])
+        self.assertEqual((res["attention"], res["micro_batches"], res["fsdp"]), ("varlen_sdpa", 2, False))
+
+    def test_cpu_smoke_fsdp_gives_the_same_step(self):
+        """--fsdp shards the model with the trainer's FSDP2 code over a
+        one-rank gloo group: the same loss and grad norm as without."""
+        out = []
+        for extra in ([], ["--fsdp"]):
+            r = subprocess.run([sys.executable, SCRIPT, "--cpu-smoke", "--steps", "1", "--warmup", "0", "--json", *extra],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        self.assertTrue(out[1]["fsdp"])
+        self.assertAlmostEqual(out[0]["loss"], out[1]["loss"], places=6)
+        self.assertAlmostEqual(out[0]["grad_norm"], out[1]["grad_norm"], places=5)
 
     @unittest.skipIf(torch.cuda.is_available(), "machine has CUDA")
     def test_without_cuda_exits_2(self):
@@ -40,7 +54,8 @@ class BenchTest(unittest.TestCase):
     def test_default_config_and_flops(self):
         cfg = bench.bench_config(False)
         self.assertEqual(bench.num_parameters(cfg), 596049920)
-        self.assertEqual(sum(p.numel() for p in bench.build_model(bench.bench_config(True), "transformers", torch.device("cpu"), 0).parameters()), bench.num_parameters(bench.bench_config(True)))
+        self.assertEqual(bench.num_parameters(bench.bench_config(False, "4b")), 4022468096)
+        self.assertEqual(sum(p.numel() for p in bench.build_model(bench.bench_config(True), "sdpa", torch.device("cpu"), 0).parameters()), bench.num_parameters(bench.bench_config(True)))
         # 6 P T + 6 * layers * S * (heads * head_dim) * T
         T, S = 64 * 2048, 2048
         want = 6 * 596049920 * T + 6 * 28 * S * 16 * 128 * T
