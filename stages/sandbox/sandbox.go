@@ -399,11 +399,15 @@ drain:
 			break drain
 		}
 	}
+	var idle []*worker
 	for _, slot := range free {
 		if w := s.idle[slot]; w != nil {
-			w.close()
+			idle = append(idle, w)
 			s.idle[slot] = nil
 		}
+	}
+	closeWorkers(idle)
+	for _, slot := range free {
 		s.slots <- slot
 	}
 	if err := os.RemoveAll(s.harnessDir); err != nil {
