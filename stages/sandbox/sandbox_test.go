@@ -473,6 +473,63 @@ class Shop(ToolUseEnv):
 	require.NoError(t, e.Close())
 }
 
+// TestToolStatusSignatures: a tool method that cannot take its schema's
+// arguments as keywords is a problem, with inspect's reason (the harness
+// asks inspect whenever its quick check of the code object cannot vouch
+// for the call); methods that can, decorated ones included, are not.
+func TestToolStatusSignatures(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, `
+import functools
+from spade_env import ToolUseEnv
+
+def logged(f):
+    @functools.wraps(f)
+    def inner(*args, **kwargs):
+        return f(*args, **kwargs)
+    return inner
+
+def tool(name, props, required):
+    return {"name": name, "description": "A tool.", "parameters": {"type": "object",
+            "properties": {p: {"type": "string"} for p in props}, "required": required}}
+
+class Desk(ToolUseEnv):
+    tools = [tool("plain", ["a", "b"], ["a"]), tool("extra", ["a", "z"], ["a"]), tool("needs", ["a"], []),
+             tool("wrapped", ["a"], ["a"]), tool("wrapped_bad", ["q"], ["q"]), tool("kw", ["a", "q"], [])]
+    def initial_state(self):
+        return {}
+    def instructions(self):
+        return [("Do.", lambda s: False)]
+    def tool_plain(self, a, b="x"):
+        return ""
+    def tool_extra(self, a):
+        return ""
+    def tool_needs(self, a, b):
+        return ""
+    @logged
+    def tool_wrapped(self, a):
+        return ""
+    @logged
+    def tool_wrapped_bad(self, a):
+        return ""
+    def tool_kw(self, **kwargs):
+        return ""
+`)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	defer e.Close()
+	st, err := e.ToolStatus(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"tool extra: tool_extra does not accept the schema's arguments (got an unexpected keyword argument 'z')",
+		"tool needs: tool_needs does not accept the schema's arguments (missing a required argument: 'b')",
+		"tool wrapped_bad: tool_wrapped_bad does not accept the schema's arguments (missing a required argument: 'a')",
+	}, st.Problems)
+}
+
 // TestSandboxReuseIsClean runs a program that litters its sandbox (files in
 // /tmp, an unwritable directory, /dev/shm, a setsid daemon flooding the
 // reply channel with forged frames) and then, in the same slot, a program

@@ -56,5 +56,108 @@ class Loads(unittest.TestCase):
             h.loads(b'"\xff"')
 
 
+class AcceptsKeywords(unittest.TestCase):
+    """accepts_keywords says True only where inspect's bind accepts the call."""
+
+    def cases(self):
+        import functools
+
+        def plain(a, b=1, *, c, d=2):
+            pass
+
+        def varkw(a, **kw):
+            pass
+
+        def varargs(*args, a=None):
+            pass
+
+        def posonly(a, /, b):
+            pass
+
+        def nothing():
+            pass
+
+        @functools.wraps(plain)
+        def wrapped(*args, **kwargs):
+            pass
+
+        class Env:
+            def tool_a(self, x, y=0):
+                pass
+
+            def tool_b(self, *, x):
+                pass
+
+            def tool_c(self, **kw):
+                pass
+
+            def tool_d(self, /, x):
+                pass
+
+            def tool_e():
+                pass
+
+            def tool_f(*args):
+                pass
+
+            def tool_g(self, x, /, y):
+                pass
+
+            @staticmethod
+            def tool_h(x, y):
+                pass
+
+            @classmethod
+            def tool_i(cls, x):
+                pass
+
+            tool_j = functools.partialmethod(tool_a, 1)
+            tool_k = functools.partial(plain, 1)
+
+            def __call__(self, x):
+                pass
+
+        e = Env()
+        fns = [plain, varkw, varargs, posonly, nothing, wrapped, lambda x, y=2: 0, e, print]
+        fns += [getattr(e, n) for n in dir(Env) if n.startswith("tool_")]
+        names = [[], ["a"], ["b"], ["c"], ["a", "c"], ["a", "b", "c", "d"], ["a", "c", "z"], ["x"], ["y"], ["x", "y"],
+                 ["self"], ["x", "self"], ["kw"], ["args"], ["cls", "x"], ["not-an-identifier"]]
+        return fns, names
+
+    def test_agrees_with_inspect(self):
+        import inspect
+
+        fns, names = self.cases()
+        quick = 0
+        for fn in fns:
+            for ns in names:
+                try:
+                    inspect.signature(fn).bind(**{n: None for n in ns})
+                    binds = True
+                except (TypeError, ValueError):
+                    binds = False
+                got = h.accepts_keywords(fn, ns)
+                if got:
+                    quick += 1
+                    self.assertTrue(binds, f"{fn} with {ns}: accepts_keywords says it binds, inspect does not")
+        self.assertGreater(quick, 10)
+
+    def test_common_tool_methods_need_no_inspect(self):
+        class Env:
+            def tool_move(self, direction, steps=1):
+                pass
+
+            def tool_look(self):
+                pass
+
+        e = Env()
+        self.assertTrue(h.accepts_keywords(e.tool_move, ["direction", "steps"]))
+        self.assertTrue(h.accepts_keywords(e.tool_move, ["direction"]))
+        self.assertFalse(h.accepts_keywords(e.tool_move, ["steps"]))
+        self.assertFalse(h.accepts_keywords(e.tool_move, ["direction", "speed"]))
+        self.assertTrue(h.accepts_keywords(e.tool_look, []))
+        self.assertFalse(h.accepts_keywords(e.tool_look, ["x"]))
+
+
 if __name__ == "__main__":
     unittest.main()
