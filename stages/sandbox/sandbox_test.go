@@ -530,6 +530,38 @@ class Desk(ToolUseEnv):
 	}, st.Problems)
 }
 
+// TestRunningSandboxesFirst: programs loaded one after another reuse the
+// running sandbox of a free slot instead of starting one in every slot in
+// turn (which cost a sandbox start per program until every slot had one).
+func TestRunningSandboxesFirst(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.Workers = 4 })
+	ctx := context.Background()
+	src := readTestdata(t, "counter.py")
+	for range 6 {
+		p, err := sb.Load(ctx, src)
+		require.NoError(t, err)
+		require.NoError(t, p.Close())
+	}
+	require.NotNil(t, sb.idle[0], "the probe's sandbox serves every program")
+	for slot := 1; slot < 4; slot++ {
+		assert.Nil(t, sb.idle[slot], "slot %d started a sandbox while slot 0's was idle", slot)
+	}
+	// Two at once: one more sandbox, not more.
+	p1, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	p2, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	require.NoError(t, p1.Close())
+	require.NoError(t, p2.Close())
+	started := 0
+	for _, w := range sb.idle {
+		if w != nil {
+			started++
+		}
+	}
+	assert.Equal(t, 2, started)
+}
+
 // TestSandboxReuseIsClean runs a program that litters its sandbox (files in
 // /tmp, an unwritable directory, /dev/shm, a setsid daemon flooding the
 // reply channel with forged frames) and then, in the same slot, a program
