@@ -474,9 +474,8 @@ class Shop(ToolUseEnv):
 }
 
 // TestToolStatusSignatures: a tool method that cannot take its schema's
-// arguments as keywords is a problem, with inspect's reason (the harness
-// asks inspect whenever its quick check of the code object cannot vouch
-// for the call); methods that can, decorated ones included, are not.
+// arguments as keywords is a problem, with inspect's reason; methods that
+// can, decorated ones and **kwargs included, are not.
 func TestToolStatusSignatures(t *testing.T) {
 	sb := newSandbox(t, nil)
 	ctx := context.Background()

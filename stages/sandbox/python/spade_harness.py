@@ -38,7 +38,6 @@ import resource
 import signal
 import struct
 import sys
-import types
 
 import _signal
 
@@ -389,6 +388,8 @@ def sanitize(v, depth=0):
 
 def tool_status(env):
     """Facts the validator needs for the tool-use reset gate and impossibility screening."""
+    import inspect
+
     import spade_env
 
     if not isinstance(env, spade_env.ToolUseEnv):
@@ -440,11 +441,6 @@ def tool_status(env):
         for r in required:
             if r not in props:
                 problems.append(f"tool {name}: required argument {r!r} is not in properties")
-        every, needed = list(props), [k for k in required if k in props]
-        if accepts_keywords(method, every) and accepts_keywords(method, needed):
-            continue
-        import inspect  # here, not in the zygote: there it cost every sandbox start ~7 ms of CPU
-
         try:
             sig = inspect.signature(method)
             sig.bind(**{k: None for k in props})
@@ -470,42 +466,6 @@ def tool_status(env):
         "problems": problems,
         "solution": sol,
     }
-
-
-def accepts_keywords(fn, names):
-    """True when calling fn with every name in names as a keyword argument
-    certainly binds, read from the code object of a plain function or a
-    bound method: what inspect.signature(fn).bind(**{n: None for n in
-    names}) accepts, without importing inspect (with ast, dis and tokenize
-    it is the costliest import of a sandbox start). False when the call
-    would not bind, and whenever this cannot tell for sure (decorated or
-    partial functions, positional-only parameters, callable objects): the
-    caller then asks inspect, which gives the verdict and its message."""
-    bound = type(fn) is types.MethodType
-    f = fn.__func__ if bound else fn
-    if type(f) is not types.FunctionType:
-        return False
-    attrs = f.__dict__
-    if "__wrapped__" in attrs or "__signature__" in attrs or "_partialmethod" in attrs:
-        return False  # inspect reads the signature from elsewhere
-    code = f.__code__
-    npos, nkw = code.co_argcount, code.co_kwonlyargcount
-    skip = 1 if bound else 0  # the bound instance fills the first positional parameter
-    if (bound and npos == 0) or code.co_posonlyargcount > skip:
-        return False
-    positional = code.co_varnames[skip:npos]
-    kwonly = code.co_varnames[npos : npos + nkw]
-    given = set(names)
-    required = npos - len(f.__defaults__ or ())  # positional parameters before the first default
-    if any(n not in given for i, n in enumerate(positional, skip) if i < required):
-        return False
-    kwdefaults = f.__kwdefaults__ or {}
-    if any(n not in given and n not in kwdefaults for n in kwonly):
-        return False
-    if code.co_flags & 0x08:  # CO_VARKEYWORDS: **kwargs takes any other name
-        return True
-    known = set(positional) | set(kwonly)
-    return all(n in known for n in given)
 
 
 class KeyProbe(dict):
@@ -1145,6 +1105,7 @@ def zygote_main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Import once here what every program process needs, so no program
     # process pays for it.
+    import inspect  # noqa: F401  (tool_status)
     import linecache  # noqa: F401  (op_load)
     import traceback  # noqa: F401  (tail_traceback)
 
