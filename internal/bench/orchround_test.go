@@ -232,6 +232,33 @@ func runStage(b *testing.B, bin, store string, env []string, poll bool, stage st
 	return run
 }
 
+// writeTrace writes the agent calls of one measured stage to dir/NAME.txt
+// (NAME with every run of characters other than letters, digits, '.' and
+// '-' as one '_'), one line per call: arrival and answer time in Unix
+// nanoseconds and the play's seed, for a look at calls in flight over
+// time (BENCH_ORCH_TRACE=dir; docs/benchmarks.md section 7).
+func writeTrace(b testing.TB, dir, name string, recs []traceRec) {
+	b.Helper()
+	var clean strings.Builder
+	under := false
+	for _, r := range name {
+		ok := r == '.' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if ok {
+			clean.WriteRune(r)
+		} else if !under {
+			clean.WriteByte('_')
+		}
+		under = !ok
+	}
+	var out bytes.Buffer
+	for _, t := range recs {
+		fmt.Fprintln(&out, t.Arrive, t.Depart, t.Seed)
+	}
+	if err := os.WriteFile(filepath.Join(dir, clean.String()+".txt"), out.Bytes(), 0o644); err != nil {
+		b.Fatalf("BENCH_ORCH_TRACE: %v", err)
+	}
+}
+
 // BenchmarkOrchestrationRound runs the default round (24 environments, 8 +
 // 8 plays, up to 15 turns) with model.backend openai against a loopback
 // server in its own process whose answers come after 300 ms, or after a
@@ -246,7 +273,8 @@ func runStage(b *testing.B, bin, store string, env []string, poll bool, stage st
 // server's); and at concurrency 256 the spade process's peak RSS and the
 // sandboxes' processes and memory at their peak. BENCH_BASELINE=REV also
 // runs the 300 ms case with the spade binary of git revision REV
-// (the old schedule), side by side in the same run.
+// (the old schedule), side by side in the same run. BENCH_ORCH_TRACE=DIR
+// writes each measured stage's agent calls there (writeTrace).
 func BenchmarkOrchestrationRound(b *testing.B) {
 	bin := spadeBinary(b)
 	type variant struct {
@@ -323,6 +351,9 @@ func BenchmarkOrchestrationRound(b *testing.B) {
 					}
 				}
 				ps := analyzePlays(agent, c.concurrency)
+				if dir := os.Getenv("BENCH_ORCH_TRACE"); dir != "" {
+					writeTrace(b, dir, fmt.Sprintf("%s-c%d-%s", v.name, c.concurrency, lat), agent)
+				}
 				name := fmt.Sprintf("%s, concurrency %d, %s", v.name, c.concurrency, lat)
 				note := fmt.Sprintf("%d plays, %d agent calls, longest play %d calls", ps.Plays, ps.Calls, ps.LongestPlay)
 				target := Target{}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -53,5 +55,19 @@ func TestLatencyDraw(t *testing.T) {
 		if _, err := parseLatencySpec(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// TestWriteTrace: one line per call (arrival, answer, seed), in a file
+// named after the case with its spaces and punctuation folded to '_'.
+func TestWriteTrace(t *testing.T) {
+	dir := t.TempDir()
+	writeTrace(t, dir, "baseline 375bab7-c128-log-normal 2s median, p99 10s", []traceRec{{Arrive: 1, Depart: 5, Seed: 7}, {Arrive: 2, Depart: 9, Seed: 8}})
+	b, err := os.ReadFile(filepath.Join(dir, "baseline_375bab7-c128-log-normal_2s_median_p99_10s.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), "1 5 7\n2 9 8\n"; got != want {
+		t.Fatalf("trace %q, want %q", got, want)
 	}
 }

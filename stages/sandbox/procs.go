@@ -140,13 +140,22 @@ func killUID(uid int) {
 	}
 }
 
-// sweepUID kills processes of uid until none remain or wait passes, and
-// reports whether the uid is clean. Killed processes linger until reaped, so
-// it polls.
-func sweepUID(uid int, wait time.Duration) bool {
+// sweepUIDs kills processes of the uids until none remain or wait passes,
+// and reports whether they are all clean. Killed processes linger until
+// reaped, so it polls; each round scans /proc once for all the uids.
+func sweepUIDs(uids []int, wait time.Duration) bool {
+	want := make(map[int]bool, len(uids))
+	for _, u := range uids {
+		want[u] = true
+	}
 	deadline := time.Now().Add(wait)
 	for {
-		pids := uidProcesses(uid)
+		var pids []int
+		for _, p := range liveProcesses() {
+			if want[p.uid] {
+				pids = append(pids, p.pid)
+			}
+		}
 		if len(pids) == 0 {
 			return true
 		}

@@ -189,7 +189,9 @@ type Sandbox struct {
 	uidBase    int    // -1: no uid switching
 	limitsArg  string
 	zygote     bool // bwrap workers are zygotes serving several programs
-	slots      chan int
+	// The free slots: warm those whose idle zygote runs, cold those
+	// without a sandbox (takeSlot prefers warm ones).
+	warm, cold chan int
 	// idle[slot] is the slot's running zygote while no program holds the
 	// slot; only the slot's holder touches it.
 	idle []*worker
@@ -214,9 +216,9 @@ var reapOnce, staleOnce sync.Once
 // ErrNoIsolation when Strict is set and bubblewrap is unusable.
 func New(cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
-	s := &Sandbox{cfg: cfg, uidBase: -1, slots: make(chan int, cfg.Workers), idle: make([]*worker, cfg.Workers)}
+	s := &Sandbox{cfg: cfg, uidBase: -1, warm: make(chan int, cfg.Workers), cold: make(chan int, cfg.Workers), idle: make([]*worker, cfg.Workers)}
 	for i := range cfg.Workers {
-		s.slots <- i
+		s.cold <- i
 	}
 	if fi, err := os.Stat(cfg.Python); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("sandbox: python interpreter %s is not an executable file (sandbox.python, Config.Python)", cfg.Python)
@@ -344,8 +346,8 @@ func (s *Sandbox) bwrapRuns() error {
 func (s *Sandbox) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LoadTimeout)
 	defer cancel()
-	slot := <-s.slots
-	defer func() { s.slots <- slot }()
+	slot := <-s.cold
+	defer func() { s.putSlot(slot) }()
 	w, err := s.startWorker(ctx, slot)
 	if err != nil {
 		return err
@@ -393,18 +395,24 @@ func (s *Sandbox) Close() error {
 drain:
 	for {
 		select {
-		case slot := <-s.slots:
+		case slot := <-s.warm:
+			free = append(free, slot)
+		case slot := <-s.cold:
 			free = append(free, slot)
 		default:
 			break drain
 		}
 	}
+	var idle []*worker
 	for _, slot := range free {
 		if w := s.idle[slot]; w != nil {
-			w.close()
+			idle = append(idle, w)
 			s.idle[slot] = nil
 		}
-		s.slots <- slot
+	}
+	closeWorkers(idle)
+	for _, slot := range free {
+		s.cold <- slot
 	}
 	if err := os.RemoveAll(s.harnessDir); err != nil {
 		return fmt.Errorf("sandbox: remove harness dir %s: %w", s.harnessDir, err)
@@ -620,15 +628,13 @@ func (s *Sandbox) LoadClass(ctx context.Context, source, class string) (*Program
 	if closed {
 		return nil, ErrClosed
 	}
-	var slot int
-	select {
-	case slot = <-s.slots:
-	case <-ctx.Done():
-		return nil, &Error{Kind: KindCanceled, Op: "load", Detail: "waiting for a sandbox slot", Err: ctx.Err()}
+	slot, err := s.takeSlot(ctx)
+	if err != nil {
+		return nil, &Error{Kind: KindCanceled, Op: "load", Detail: "waiting for a sandbox slot", Err: err}
 	}
 	w, err := s.slotWorker(ctx, slot)
 	if err != nil {
-		s.slots <- slot
+		s.putSlot(slot)
 		return nil, err
 	}
 	req := map[string]any{"op": "load", "source": source}
@@ -696,7 +702,7 @@ func (s *Sandbox) release(w *worker, slot int) (strays bool) {
 		s.mu.Lock()
 		if !s.closed {
 			s.idle[slot] = w
-			s.slots <- slot
+			s.putSlot(slot)
 			s.mu.Unlock()
 			return strays
 		}
@@ -705,8 +711,40 @@ func (s *Sandbox) release(w *worker, slot int) (strays bool) {
 	// Stopped before the slot is handed back: closing sweeps the slot's
 	// uid, which must not reach the next worker started in this slot.
 	w.close()
-	s.slots <- slot
+	s.putSlot(slot)
 	return strays
+}
+
+// takeSlot waits for a free slot, preferring one whose sandbox runs (its
+// zygote idle) to one that would have to start a sandbox first: a slot
+// starts its sandbox only when every running one is busy, so a stage
+// with fewer programs in flight than slots (validate with workers places
+// among model.concurrency slots) starts as many sandboxes as it keeps
+// busy, not one per program until every slot has one. Errors: ctx.Err().
+func (s *Sandbox) takeSlot(ctx context.Context) (int, error) {
+	select {
+	case slot := <-s.warm:
+		return slot, nil
+	default:
+	}
+	select {
+	case slot := <-s.warm:
+		return slot, nil
+	case slot := <-s.cold:
+		return slot, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// putSlot hands slot back: warm when its zygote is idle in it, else cold.
+// Only the slot's holder calls it.
+func (s *Sandbox) putSlot(slot int) {
+	if s.idle[slot] != nil {
+		s.warm <- slot
+	} else {
+		s.cold <- slot
+	}
 }
 
 // harnessError converts an error reply into an *Error.

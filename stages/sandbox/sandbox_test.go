@@ -473,6 +473,94 @@ class Shop(ToolUseEnv):
 	require.NoError(t, e.Close())
 }
 
+// TestToolStatusSignatures: a tool method that cannot take its schema's
+// arguments as keywords is a problem, with inspect's reason; methods that
+// can, decorated ones and **kwargs included, are not.
+func TestToolStatusSignatures(t *testing.T) {
+	sb := newSandbox(t, nil)
+	ctx := context.Background()
+	p, err := sb.Load(ctx, `
+import functools
+from spade_env import ToolUseEnv
+
+def logged(f):
+    @functools.wraps(f)
+    def inner(*args, **kwargs):
+        return f(*args, **kwargs)
+    return inner
+
+def tool(name, props, required):
+    return {"name": name, "description": "A tool.", "parameters": {"type": "object",
+            "properties": {p: {"type": "string"} for p in props}, "required": required}}
+
+class Desk(ToolUseEnv):
+    tools = [tool("plain", ["a", "b"], ["a"]), tool("extra", ["a", "z"], ["a"]), tool("needs", ["a"], []),
+             tool("wrapped", ["a"], ["a"]), tool("wrapped_bad", ["q"], ["q"]), tool("kw", ["a", "q"], [])]
+    def initial_state(self):
+        return {}
+    def instructions(self):
+        return [("Do.", lambda s: False)]
+    def tool_plain(self, a, b="x"):
+        return ""
+    def tool_extra(self, a):
+        return ""
+    def tool_needs(self, a, b):
+        return ""
+    @logged
+    def tool_wrapped(self, a):
+        return ""
+    @logged
+    def tool_wrapped_bad(self, a):
+        return ""
+    def tool_kw(self, **kwargs):
+        return ""
+`)
+	require.NoError(t, err)
+	defer p.Close()
+	e, err := p.Reset(ctx, 1)
+	require.NoError(t, err)
+	defer e.Close()
+	st, err := e.ToolStatus(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"tool extra: tool_extra does not accept the schema's arguments (got an unexpected keyword argument 'z')",
+		"tool needs: tool_needs does not accept the schema's arguments (missing a required argument: 'b')",
+		"tool wrapped_bad: tool_wrapped_bad does not accept the schema's arguments (missing a required argument: 'a')",
+	}, st.Problems)
+}
+
+// TestRunningSandboxesFirst: programs loaded one after another reuse the
+// running sandbox of a free slot instead of starting one in every slot in
+// turn (which cost a sandbox start per program until every slot had one).
+func TestRunningSandboxesFirst(t *testing.T) {
+	sb := newSandbox(t, func(c *Config) { c.Workers = 4 })
+	ctx := context.Background()
+	src := readTestdata(t, "counter.py")
+	for range 6 {
+		p, err := sb.Load(ctx, src)
+		require.NoError(t, err)
+		require.NoError(t, p.Close())
+	}
+	require.NotNil(t, sb.idle[0], "the probe's sandbox serves every program")
+	for slot := 1; slot < 4; slot++ {
+		assert.Nil(t, sb.idle[slot], "slot %d started a sandbox while slot 0's was idle", slot)
+	}
+	// Two at once: one more sandbox, not more.
+	p1, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	p2, err := sb.Load(ctx, src)
+	require.NoError(t, err)
+	require.NoError(t, p1.Close())
+	require.NoError(t, p2.Close())
+	started := 0
+	for _, w := range sb.idle {
+		if w != nil {
+			started++
+		}
+	}
+	assert.Equal(t, 2, started)
+}
+
 // TestSandboxReuseIsClean runs a program that litters its sandbox (files in
 // /tmp, an unwritable directory, /dev/shm, a setsid daemon flooding the
 // reply channel with forged frames) and then, in the same slot, a program
