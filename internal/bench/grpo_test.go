@@ -3,8 +3,10 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/spade-pipeline/spade/internal/pyenv"
@@ -47,28 +49,59 @@ func BenchmarkGRPOSmoke(b *testing.B) {
 // default round (24 environments, procedural model) with grpo.trainer
 // torch on the tiny model (tiny:0, transformers' Qwen3 in a 2-layer shape)
 // must take under 60 s of CPU, the trainer's processes included. Rounds 0
-// and 1 up to pool run first (not timed); `spade stage grpo` is then run
-// alone, three times in fresh copies of that store, so its CPU is the
-// trainer's. Needs the venv (make venv); skipped without it.
+// and 1 up to pool run once per variant (not timed); `spade stage grpo` then runs alone
+// in fresh copies of that store, so its CPU is the trainer's: per
+// repetition (BENCH_TRAINER_REPS, default 3) once with the trainer's
+// default attention (varlen_sdpa) and once with grpo.attn_implementation
+// sdpa, transformers' block-diagonal mask over each packed row (the
+// trainer's attention before varlen_sdpa), side by side. Needs the venv
+// (make venv); skipped without it.
 func BenchmarkTrainerRound(b *testing.B) {
 	pyenv.Require(b, "torch", "transformers")
 	bin := spadeBinary(b)
 	env := []string{"SPADE_GRPO_TRAINER=torch", "SPADE_GRPO_BASE_CHECKPOINT=tiny:0"}
+	reps := 3
+	if v, err := strconv.Atoi(os.Getenv("BENCH_TRAINER_REPS")); err == nil && v > 0 {
+		reps = v
+	}
 	const s = "8. the trainer on the default round (CPU)"
 	for range b.N {
-		var wall, cpuS []float64
-		for range 3 {
-			store := b.TempDir()
-			runSpade(b, bin, store, env, "stage", "corpus", "--round", "0")
-			runSpade(b, bin, store, env, "commit", "--round", "0", "--stage", "corpus", "--seal")
+		variants := []struct{ name, attn string }{{"varlen_sdpa (default)", ""}, {"sdpa (block-diagonal mask)", "sdpa"}}
+		// grpo.attn_implementation is pinned, so each variant's run is
+		// created with it: one prepared store per variant.
+		bases := make([]string, len(variants))
+		for i, v := range variants {
+			bases[i] = b.TempDir()
+			venv := append(env, "SPADE_GRPO_ATTN_IMPLEMENTATION="+v.attn)
+			runSpade(b, bin, bases[i], venv, "stage", "corpus", "--round", "0")
+			runSpade(b, bin, bases[i], venv, "commit", "--round", "0", "--stage", "corpus", "--seal")
 			for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool"} {
-				runSpade(b, bin, store, env, "stage", st, "--round", "1")
+				runSpade(b, bin, bases[i], venv, "stage", st, "--round", "1")
 			}
-			r := runSpade(b, bin, store, env, "stage", "grpo", "--round", "1")
-			wall = append(wall, r.wall.Seconds())
-			cpuS = append(cpuS, r.cpu.Seconds())
 		}
-		rec.Add(s, "24 environments, spade stage grpo with grpo.trainer torch (tiny:0): CPU incl. the trainer", "CPU-s", cpuS, AtMost(60), "")
-		rec.Add(s, "24 environments, spade stage grpo with grpo.trainer torch (tiny:0): wall clock", "s", wall, Target{}, "")
+		wall := make([][]float64, len(variants))
+		cpuS := make([][]float64, len(variants))
+		var ratio []float64
+		for range reps {
+			for i, v := range variants {
+				store := b.TempDir()
+				if err := os.CopyFS(store, os.DirFS(bases[i])); err != nil {
+					b.Fatal(err)
+				}
+				r := runSpade(b, bin, store, append(env, "SPADE_GRPO_ATTN_IMPLEMENTATION="+v.attn), "stage", "grpo", "--round", "1")
+				wall[i] = append(wall[i], r.wall.Seconds())
+				cpuS[i] = append(cpuS[i], r.cpu.Seconds())
+			}
+			ratio = append(ratio, cpuS[1][len(cpuS[1])-1]/cpuS[0][len(cpuS[0])-1])
+		}
+		for i, v := range variants {
+			target := Target{}
+			if i == 0 {
+				target = AtMost(60)
+			}
+			rec.Add(s, "24 environments, spade stage grpo, torch trainer (tiny:0), attention "+v.name+": CPU incl. the trainer", "CPU-s", cpuS[i], target, "")
+			rec.Add(s, "24 environments, spade stage grpo, torch trainer (tiny:0), attention "+v.name+": wall clock", "s", wall[i], Target{}, "")
+		}
+		rec.Add(s, "CPU of sdpa / CPU of varlen_sdpa, same repetition", "x", ratio, Target{}, "")
 	}
 }

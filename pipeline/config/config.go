@@ -596,6 +596,13 @@ type GRPO struct {
 	// GradientCheckpointing turns on activation checkpointing of every
 	// decoder layer (default false).
 	GradientCheckpointing bool `yaml:"gradient_checkpointing" json:"gradient_checkpointing"`
+	// AttnImplementation is the trainer's attention over packed
+	// micro-batches: "" (default: flash_attention_2 on CUDA when
+	// flash_attn imports, else varlen_sdpa, SDPA per packed sample), or
+	// varlen_sdpa, sdpa, eager, flash_attention_2, flash_attention_3,
+	// flex_attention (docs/training.md "Attention over packed samples").
+	// Pinned only when set, so default runs keep their digest.
+	AttnImplementation string `yaml:"attn_implementation" json:"attn_implementation,omitempty"`
 	// Offload keeps parameters, gradients and optimizer state in CPU
 	// memory between uses (FSDP2 CPU offload; launcher torchrun only).
 	Offload bool `yaml:"offload" json:"offload"`
@@ -618,6 +625,12 @@ type GRPO struct {
 	// a fresh AdamW from the bf16 weights).
 	KeepOptimizerRounds int `yaml:"keep_optimizer_rounds" json:"keep_optimizer_rounds"`
 }
+
+// AttnImplementations are the values grpo.attn_implementation takes
+// besides "" (space-separated): the trainer's varlen_sdpa and
+// transformers' attention implementations (trainer/spade_trainer/config.py
+// accepts the same).
+const AttnImplementations = "varlen_sdpa sdpa eager flash_attention_2 flash_attention_3 flex_attention"
 
 // Observe configures what is measured besides data.
 type Observe struct {
@@ -1078,6 +1091,9 @@ func (c Config) problems() []problem {
 		if !slices.Contains(strings.Fields(d.want), d.v) {
 			add(fmt.Sprintf("%s must be one of %s (got %q)", d.key, strings.ReplaceAll(d.want, " ", ", "), d.v), d.key)
 		}
+	}
+	if a := c.GRPO.AttnImplementation; a != "" && !slices.Contains(strings.Fields(AttnImplementations), a) {
+		add(fmt.Sprintf("grpo.attn_implementation must be empty (the trainer's default) or one of %s (got %q)", strings.ReplaceAll(AttnImplementations, " ", ", "), a), "grpo.attn_implementation")
 	}
 	pos("grpo.max_tokens_per_micro_batch", c.GRPO.MaxTokensPerMicroBatch)
 	pos("grpo.nproc_per_node", c.GRPO.NprocPerNode)

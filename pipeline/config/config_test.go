@@ -343,3 +343,20 @@ func TestDesignerRewardSettings(t *testing.T) {
 	one.Label.Blend.RegretScale = 0.2
 	require.NotEqual(t, def.Digest(), one.Digest(), "a blend parameter other than the default changes the digest")
 }
+
+// TestAttnImplementation: grpo.attn_implementation is pinned only when set
+// (the default keeps old digests), takes the trainer's values, and a bad
+// one is refused naming the key.
+func TestAttnImplementation(t *testing.T) {
+	b, err := json.Marshal(Default().Pinned())
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "attn_implementation")
+	for _, v := range strings.Fields(AttnImplementations) {
+		c, _, err := Load(write(t, "grpo:\n  attn_implementation: "+v+"\n"), nil)
+		require.NoError(t, err, v)
+		require.Equal(t, v, c.GRPO.AttnImplementation)
+		require.NotEqual(t, Default().Digest(), c.Digest(), "%s is pinned", v)
+	}
+	_, _, err = Load(write(t, "grpo:\n  attn_implementation: flash\n"), nil)
+	require.ErrorContains(t, err, "grpo.attn_implementation must be empty (the trainer's default) or one of varlen_sdpa, sdpa")
+}

@@ -553,7 +553,7 @@ func TorchCommand(g config.GRPO, rdzvID string) []string {
 // trainerConfig returns the trainer config of a round: the trainer's
 // defaults with grpo.lr, grpo.clip_eps, grpo.clip_eps_high, grpo.kl_beta,
 // grpo.max_seq_len, the AdamW settings, dtypes, token budget, activation
-// checkpointing and offload, optimizer state saved when
+// checkpointing, attention and offload, optimizer state saved when
 // grpo.keep_optimizer_rounds > 0,
 // the seed derived from the run seed and the round and, when grpo.kl_beta
 // > 0, grpo.base_checkpoint as the KL reference.
@@ -564,6 +564,7 @@ func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
 	tc.AdamBeta1, tc.AdamBeta2, tc.WeightDecay = g.AdamBeta1, g.AdamBeta2, g.WeightDecay
 	tc.Dtype, tc.SaveDtype, tc.MaxTokensPerMicroBatch = g.Dtype, g.SaveDtype, g.MaxTokensPerMicroBatch
 	tc.GradientCheckpointing, tc.Offload = g.GradientCheckpointing, g.Offload
+	tc.AttnImplementation = g.AttnImplementation
 	tc.SaveOptimizer = g.KeepOptimizerRounds > 0
 	tc.Seed = sample.Seed(ri.Seed, "grpo", ri.Round)
 	if g.KLBeta > 0 {
