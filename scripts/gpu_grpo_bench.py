@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     tokens_per_step = a.batch * a.seq_len
 
     def logits_fn(mb):
-        return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
+        return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len, mb.keep)
 
     def one_step():
         return train_round(logits_fn, params, opt, micro, tcfg, device, None if fsdp else dtype)[-1]

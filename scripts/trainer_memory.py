@@ -8,7 +8,10 @@ tokens, with full sharding over N ranks:
     gathered       = 2 x 2 x 2 B x one decoder layer's parameters (current + prefetched, params + grads, bf16)
     checkpoints    = L x T x hidden x 2 B (each layer's bf16 input, gradient checkpointing on)
     one layer      = T x (6 hidden + 2 (q + 2 kv) + 4 intermediate) x 2 B x 2 (recomputed, forward + grads)
-    logits         = T x V x 10 B (bf16 logits, fp32 copy in token_logps, fp32 gradient)
+    logits         = T x V x 10 B (bf16 logits, fp32 copy in token_logps, fp32 gradient);
+                     the trainer computes them for trained positions only
+                     (logits_to_keep), so this counts every token as trained:
+                     an upper bound
 
 With grpo.offload the sharded state lives in host memory. Not counted: the
 CUDA allocator's fragmentation, NCCL buffers, a KL reference model.

@@ -86,17 +86,29 @@ class Policy:
     optimizer_step: int = 0  # AdamW steps behind the saved optimizer state
 
 
-def model_logits(model: torch.nn.Module, ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None, cu_seq_lens: Optional[torch.Tensor] = None, max_len: int = 0) -> torch.Tensor:
-    """Logits (B, N, V) of a transformers causal LM. With position_ids
-    restarting at 0 for each packed sample and no attention mask,
-    transformers keeps attention inside each sample; ``cu_seq_lens`` (the
-    samples' cumulative lengths, attention.cu_seq_lens) and ``max_len``
-    are passed on as flash-attention's varlen arguments, which varlen_sdpa
-    and flash_attention_2 use directly (sdpa and eager build a block
-    diagonal mask from the position ids instead and ignore them)."""
-    kw = {}
+def model_logits(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    position_ids: Optional[torch.Tensor] = None,
+    cu_seq_lens: Optional[torch.Tensor] = None,
+    max_len: int = 0,
+    keep: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Logits of a transformers causal LM: (B, N, V) at every position, or
+    (B, K, V) at the positions ``keep`` (K,) names (transformers'
+    ``logits_to_keep``: the LM head runs on those hidden states only).
+    With position_ids restarting at 0 for each packed sample and no
+    attention mask, transformers keeps attention inside each sample;
+    ``cu_seq_lens`` (the samples' cumulative lengths,
+    attention.cu_seq_lens) and ``max_len`` are passed on as
+    flash-attention's varlen arguments, which varlen_sdpa and
+    flash_attention_2 use directly (sdpa and eager build a block diagonal
+    mask from the position ids instead and ignore them)."""
+    kw: dict = {}
     if cu_seq_lens is not None:
         kw = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
+    if keep is not None:
+        kw["logits_to_keep"] = keep
     return model(input_ids=ids, position_ids=position_ids, use_cache=False, **kw).logits
 
 

@@ -125,7 +125,7 @@ def run(argv: List[str]) -> int:
         amp = None if sharded else dtype
 
         def logits_fn(mb):
-            return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
+            return ck.model_logits(fwd, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len, mb.keep)
 
         ref_fn = None
         if cfg.reference_checkpoint and cfg.kl_beta > 0:
@@ -133,7 +133,7 @@ def run(argv: List[str]) -> int:
             ref.model.to(device).eval()
             for q in ref.model.parameters():
                 q.requires_grad_(False)
-            ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)  # noqa: E731
+            ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len, mb.keep)  # noqa: E731
         micro = make_micro_batches(enc, cfg.max_tokens_per_micro_batch, device, cfg.micro_batch_size)
         metrics = train_round(logits_fn, params, opt, micro, cfg, device, amp, ref_fn, emit)
         with open(args.batch, "rb") as f:

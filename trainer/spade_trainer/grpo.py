@@ -96,6 +96,15 @@ class MicroBatch:
     samples: int
     cu_seq_lens: Optional[torch.Tensor] = None  # (samples + 1,) int32: sample boundaries, 0 .. N
     max_len: int = 0  # the longest sample's length
+    # (K,) int64: the positions whose target is trained (mask 1), K <= N.
+    # Only their logits enter the loss, so the model is asked for those
+    # alone (transformers' logits_to_keep): the LM head and the logits'
+    # memory scale with the trained tokens, not with every token.
+    keep: Optional[torch.Tensor] = None
+
+    def kept(self, t: torch.Tensor) -> torch.Tensor:
+        """t (1, N, ...) at the kept positions: (1, K, ...)."""
+        return t if self.keep is None else t[:, self.keep]
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int, max_samples: int) -> List[List[int]]:
@@ -149,6 +158,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         samples=len(chunk),
         cu_seq_lens=cu_seq_lens([len(e.ids) for e in chunk], device),
         max_len=max(len(e.ids) for e in chunk),
+        keep=torch.tensor([i for i, m in enumerate(mask) if m], dtype=torch.long).to(device),
     )
 
 
@@ -264,11 +274,17 @@ def train_round(
     scale = float(world)
     old: Dict[int, torch.Tensor] = {}
     ref: Dict[int, torch.Tensor] = {}
+    def kept_logps(logits: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
+        # A logits_fn may return every position (N) or the kept ones (K).
+        if logits.shape[1] == mb.tokens:
+            logits = mb.kept(logits)
+        return token_logps(logits, mb.kept(mb.targets))
+
     if ref_logits_fn is not None and cfg.kl_beta > 0:
         with torch.no_grad():
             for j in mine:
                 with _autocast(device, amp_dtype):
-                    ref[j] = token_logps(ref_logits_fn(micro[j]), micro[j].targets)
+                    ref[j] = kept_logps(ref_logits_fn(micro[j]), micro[j])
     metrics = []
     for step in range(1, cfg.inner_steps + 1):
         t0 = time.perf_counter()
@@ -282,11 +298,11 @@ def train_round(
                 mb = micro[j]
                 with _autocast(device, amp_dtype):
                     logits = logits_fn(mb)
-                logp = token_logps(logits, mb.targets)
+                logp = kept_logps(logits, mb)
                 if j not in old:
                     old[j] = logp.detach()
                 r = ref.get(j, old[j])
-                loss, sums = grpo_loss(logp, old[j], r, mb.adv, mb.weight, mb.mask, cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high)
+                loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high)
                 (loss * scale).backward()
                 loss_sum += loss.detach()
                 kl_sum += sums["kl"]

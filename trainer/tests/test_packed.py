@@ -42,7 +42,7 @@ def samples():
 
 
 def logits_of(model):
-    return lambda mb: ck.model_logits(model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
+    return lambda mb: ck.model_logits(model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len, mb.keep)
 
 
 def step(model, cfg, max_tokens, max_samples=1 << 20):
@@ -130,6 +130,36 @@ class PackedTest(unittest.TestCase):
         for (k, p), (_, q) in zip(ref.named_parameters(), var.named_parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=k)
 
+    def test_logits_of_trained_positions_only(self):
+        """The trainer asks the model for the logits of trained positions
+        only (logits_to_keep = MicroBatch.keep): the same loss, grad norm
+        and update as from every position's logits."""
+        cfg = TrainConfig(lr=1e-3, inner_steps=2)
+        enc = encode_batch(samples(), ByteTokenizer(), cfg.max_seq_len, "mem")
+        runs = []
+        for fn in (lambda m: (lambda mb: ck.model_logits(m, mb.ids, mb.position_ids)), logits_of):
+            model = ck.new_tiny(6)
+            params = list(model.parameters())
+            mbs = make_micro_batches(enc, 48, CPU)
+            calls = []
+
+            def wrapped(mb, f=fn(model)):
+                out = f(mb)
+                calls.append(out.shape[1])
+                return out
+
+            m = train_round(wrapped, params, make_optimizer(params, cfg, CPU), mbs, cfg, CPU, None)
+            runs.append((m, model.state_dict(), calls, mbs))
+        (full, sd_full, calls_full, mbs), (kept, sd_kept, calls_kept, _) = runs
+        self.assertEqual(calls_full, [mb.tokens for mb in mbs] * 2)
+        self.assertEqual(calls_kept, [int(mb.mask.sum()) for mb in mbs] * 2)
+        self.assertLess(sum(calls_kept), sum(calls_full))
+        for a, b in zip(full, kept):
+            self.assertAlmostEqual(a["loss"], b["loss"], places=6)
+            self.assertAlmostEqual(a["grad_norm"], b["grad_norm"], places=5)
+        for k in sd_full:
+            torch.testing.assert_close(sd_kept[k], sd_full[k], rtol=1e-4, atol=1e-5)
+
     def test_varlen_sdpa_refuses_what_it_does_not_compute(self):
         from spade_trainer import attention
 
@@ -212,8 +242,15 @@ class CLITest(unittest.TestCase):
         params = list(model.parameters())
         opt = make_optimizer(params, tcfg, CPU)
         enc = encode_batch(samples(), ByteTokenizer(), tcfg.max_seq_len, "mem")
-        for _ in range(2):
-            train_round(logits_of(model), params, opt, make_micro_batches(enc, 64, CPU), tcfg, CPU, None)
+        # Bit for bit only at the CLI's thread count (cli(): OMP_NUM_THREADS=1):
+        # CPU kernels split their reductions by thread.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for _ in range(2):
+                train_round(logits_of(model), params, opt, make_micro_batches(enc, 64, CPU), tcfg, CPU, None)
+        finally:
+            torch.set_num_threads(threads)
         w2 = load_file(os.path.join(ck2, "model.safetensors"))
         for k, v in model.state_dict().items():
             if k in w2:
