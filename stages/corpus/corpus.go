@@ -37,10 +37,17 @@ func (Embedded) Parts(context.Context, *pipeline.Env) (int, error) { return 1, n
 // Run implements pipeline.Stage: it emits the embedded documents. Errors:
 // the embedded corpus does not decode (a build defect), wrapped as
 // "embedded corpus".
-func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
+func (Embedded) Run(_ context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	docs, err := datasets.Embedded()
 	if err != nil {
 		return fmt.Errorf("embedded corpus: %w", err)
+	}
+	if env != nil && env.Config != nil && env.Config.FixedPool() {
+		// No designer reads it: say so rather than suggest an import.
+		slog.Info("design.mode fixed_pool: round 0 holds the embedded corpus, which no stage of this run reads", "documents", len(docs))
+		pipeline.Emit(out, schemas.Corpus, "corpus", docs...)
+		out.Stat("documents", len(docs))
+		return nil
 	}
 	// Said out loud: a script whose `corpus import` failed would otherwise
 	// go on with the wrong corpus without a word.
