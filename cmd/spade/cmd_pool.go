@@ -103,7 +103,7 @@ Example:
 			eng := &engine.Engines{Config: &a.cfg, Store: a.store, Log: a.log}
 			defer eng.Close()
 			st := &pool.Import{Eng: eng, Entries: entries, Skill: opts.Skill}
-			r := &pipeline.Runner{Store: a.store, Run: g.runName, Config: a.cfg, Stages: []pipeline.Stage{corpus.Embedded{}, st}, Log: a.log}
+			r := &pipeline.Runner{Store: a.store, Run: g.runName, Config: a.cfg, Stages: []pipeline.Stage{corpus.Embedded{WithPool: true}, st}, Log: a.log}
 			res, err := r.RunRound(ctx, 0)
 			if err != nil {
 				return fail(err)

@@ -79,8 +79,9 @@ func manifestFiles(t *testing.T, runs, run, table string) []string {
 // and 2) plays 4 different ones. The same environments from a Parquet
 // file and a JSONL file get the same env_ids, the same import into
 // another store gives byte-identical Parquet, bad input fails naming the
-// file, row and field with nothing committed, and round 1 without an
-// import is refused.
+// file, row and field with nothing committed, and round 1 (or round 0
+// stage by stage) without an import is refused; the Airflow DAG of the
+// config has no generation task.
 func TestPoolImportFixedPoolCLI(t *testing.T) {
 	dir := t.TempDir()
 	root, valid := writeFixedPool(t, dir)
@@ -103,6 +104,20 @@ func TestPoolImportFixedPoolCLI(t *testing.T) {
 	require.Equal(t, 2, res.code, res.stderr)
 	require.Contains(t, res.stderr, "run fixed has design.mode fixed_pool and no imported pool")
 	require.NoDirExists(t, filepath.Join(dir, "runs", "fixed"))
+	// Nor can round 0 be committed stage by stage (an Airflow DAG's
+	// round-0 task) without the pool; the DAG has no generation task.
+	res = run(nil, "--run", "fixed", "stage", "corpus", "--round", "0")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stderr, "design.mode fixed_pool: round 0 is committed by `spade pool import PATH...`")
+	require.NoDirExists(t, filepath.Join(dir, "runs", "fixed"))
+	dag := filepath.Join(dir, "dag.py")
+	res = run(nil, "dag", "airflow", "--out", dag)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "7 stages, 1 sharded")
+	src, err := os.ReadFile(dag)
+	require.NoError(t, err)
+	require.Contains(t, string(src), "stage rollout --round")
+	require.NotContains(t, string(src), "stage design --round")
 
 	res = run(nil, "--run", "fixed", "pool", "import", "--json", root)
 	require.Equal(t, 0, res.code, res.stderr)
