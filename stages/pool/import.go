@@ -43,10 +43,19 @@ const (
 
 // The input formats of ImportOptions.Format.
 const (
-	FormatAuto    = "auto"
-	FormatDir     = "dir"
-	FormatPy      = "py"
-	FormatJSONL   = "jsonl"
+	// FormatAuto tells each path's format by its kind and name: a
+	// directory is FormatDir, then .py, .jsonl/.ndjson/.json (optionally
+	// .gz) and .parquet.
+	FormatAuto = "auto"
+	// FormatDir is a directory: every *.py file under it, in lexical path
+	// order.
+	FormatDir = "dir"
+	// FormatPy is one Python file, one environment.
+	FormatPy = "py"
+	// FormatJSONL is one JSON object per line (gzip when the name ends
+	// in .gz), one environment per non-blank line.
+	FormatJSONL = "jsonl"
+	// FormatParquet is a Parquet file, one environment per row.
 	FormatParquet = "parquet"
 )
 
@@ -88,10 +97,13 @@ type Entry struct {
 	Source string
 	// EnvID is prompt.EnvID(Source), the key every table uses.
 	EnvID string
-	// File and Row say where it was read (Row is 1-based, 0 for a .py
-	// file); they name it in errors and reports, not in any table.
+	// File is the path it was read from, as given (or under the given
+	// directory); it names the entry in errors and reports, not in any
+	// table.
 	File string
-	Row  int64
+	// Row is its 1-based row in File (the line of a JSONL file), or 0 for
+	// a .py file.
+	Row int64
 }
 
 // Where names the entry's origin: "FILE" or "FILE row N".
@@ -104,10 +116,11 @@ func (e Entry) Where() string {
 
 // ImportReport is what ReadImport read.
 type ImportReport struct {
-	// Files is the number of files read; Read the environments read from
-	// them (duplicates included).
+	// Files is the number of files read.
 	Files int `json:"files"`
-	Read  int `json:"read"`
+	// Read is the number of environments read from them, duplicates
+	// included.
+	Read int `json:"read"`
 	// Duplicates lists, for each environment whose normalised source is
 	// that of an earlier one (the same env_id), "WHERE: same source as ID";
 	// only the first is imported.
