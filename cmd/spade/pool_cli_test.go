@@ -81,7 +81,8 @@ func manifestFiles(t *testing.T, runs, run, table string) []string {
 // another store gives byte-identical Parquet, bad input fails naming the
 // file, row and field with nothing committed, and round 1 (or round 0
 // stage by stage) without an import is refused; the Airflow DAG of the
-// config has no generation task.
+// config has no generation task; spade diff against default.yaml names
+// exactly the recipe and design.mode.
 func TestPoolImportFixedPoolCLI(t *testing.T) {
 	dir := t.TempDir()
 	root, valid := writeFixedPool(t, dir)
@@ -183,6 +184,29 @@ func TestPoolImportFixedPoolCLI(t *testing.T) {
 	require.Equal(t, "0", sql("select count(*) from rollouts where hinted"))
 	require.Equal(t, "1,2\n2,2\n3,2\n4,2\n5,2", sql("select round, count(*) from labels group by round order by round"))
 	require.Equal(t, "0", sql("select count(*) from labels l where not exists (select 1 from rollouts r where r.round = l.round and r.env_id = l.env_id)"))
+
+	// spade diff against the default recipe, shrunk alike, names exactly
+	// the baseline's switches before the tables.
+	def, err := filepath.Abs("../../configs/default.yaml")
+	require.NoError(t, err)
+	res = spade(t, dir, shrink, "--config", def, "--run", "designed", "round", "1")
+	require.Equal(t, 0, res.code, res.stderr)
+	res = run(nil, "diff", "designed", "fixed", "--round", "1", "--table", "labels", "--json")
+	require.Equal(t, 1, res.code, res.stderr)
+	var d struct {
+		Config []struct {
+			Key string `json:"key"`
+		} `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &d), res.stdout)
+	var keys []string
+	for _, c := range d.Config {
+		keys = append(keys, c.Key)
+	}
+	require.Equal(t, []string{"recipe", "design.mode"}, keys, "spade diff designed fixed")
+	res = run(nil, "diff", "designed", "fixed", "--round", "1", "--table", "labels")
+	require.Equal(t, 1, res.code, res.stderr)
+	require.Contains(t, res.stdout, `config design.mode: "designer" -> "fixed_pool"`)
 
 	// The same environments from Parquet and JSONL rows: the same env_ids;
 	// the skill column is kept.
