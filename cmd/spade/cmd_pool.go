@@ -72,9 +72,10 @@ Example:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			opts.Paths = args
+			var rep pool.ImportReport // what was read, also in a failure's JSON
 			fail := func(err error) error {
 				if asJSON {
-					_ = json.NewEncoder(os.Stdout).Encode(poolImportJSON{Error: err.Error(), Invalid: []invalidJSON{}, ImportReport: &pool.ImportReport{}})
+					_ = json.NewEncoder(os.Stdout).Encode(poolImportJSON{Error: err.Error(), Invalid: []invalidJSON{}, ImportReport: &rep})
 				}
 				return err
 			}
@@ -92,7 +93,8 @@ Example:
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return fail(usageError{err})
 			}
-			entries, rep, err := pool.ReadImport(ctx, opts)
+			entries, read, err := pool.ReadImport(ctx, opts)
+			rep = read
 			var pe *pool.PathError
 			if errors.As(err, &pe) {
 				return fail(usageError{err})
