@@ -615,6 +615,9 @@ func (r *Runner) runsAt(s Stage, ri RoundInfo) error {
 		return nil
 	}
 	why := fmt.Sprintf("regeneration rounds are 1, 1+k, 1+2k, ... with k = %d", r.Config.RegenerateEvery)
+	if r.Config.FixedPool() {
+		why = "design.mode fixed_pool: no round regenerates"
+	}
 	if ri.Round == 0 {
 		why = "round 0 holds the corpus only"
 	} else if _, at0 := s.Plan(NewRoundInfo(r.Run, 0, &r.Config), &r.Config); at0 {

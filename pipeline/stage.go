@@ -23,21 +23,27 @@ type RoundInfo struct {
 	// each round >= 1 one GRPO step.
 	Round int
 	// Regeneration is true when the round generates new environments:
-	// (Round-1) % regenerate_every == 0 (SPADE.md step 8).
+	// (Round-1) % regenerate_every == 0 (SPADE.md step 8); never under
+	// design.mode fixed_pool.
 	Regeneration bool
-	// RegenRound is the round of the latest regeneration at or before Round.
+	// RegenRound is the round of the latest regeneration at or before
+	// Round; under design.mode fixed_pool, 0 (the round the imported pool
+	// was committed at).
 	RegenRound int
-	// RegenIndex numbers regenerations from 0.
+	// RegenIndex numbers regenerations from 0 (0 under design.mode
+	// fixed_pool).
 	RegenIndex int
 	// Seed is the run seed.
 	Seed int64
 }
 
 // NewRoundInfo computes the schedule of round r (r >= 1; round 0 is the
-// run's setup round holding the corpus).
+// run's setup round holding the corpus, and under design.mode fixed_pool
+// the imported pool). Under fixed_pool no round regenerates: every round
+// is a pool round, whose pool stage carries pool(r-1) forward.
 func NewRoundInfo(run string, r int, cfg *config.Config) RoundInfo {
 	ri := RoundInfo{Run: run, Round: r, Seed: cfg.Seed}
-	if r >= 1 {
+	if r >= 1 && !cfg.FixedPool() {
 		k := cfg.RegenerateEvery
 		ri.Regeneration = (r-1)%k == 0
 		ri.RegenRound = r - (r-1)%k

@@ -86,6 +86,11 @@ func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) (
 	}
 	for _, name := range sharded {
 		i, ok := index[name]
+		if !ok && cfg.FixedPool() && slices.ContainsFunc(stages, func(s pipeline.Stage) bool { return s.Name() == name }) {
+			// Under design.mode fixed_pool the generation stages run at no
+			// round and have no task to shard.
+			continue
+		}
 		if !ok {
 			names := make([]string, 0, len(stages))
 			for _, s := range stages {
@@ -300,7 +305,13 @@ and fall back to Airflow 2's.`,
 				fmt.Printf("wrote %s: the next round per schedule %s (spade round next)\n", out, o.Schedule)
 				return nil
 			}
-			fmt.Printf("wrote %s: %d stages, %d sharded\n", out, len(nodes), len(o.Sharded))
+			shardedTasks := 0
+			for _, n := range nodes {
+				if n.Sharded {
+					shardedTasks++
+				}
+			}
+			fmt.Printf("wrote %s: %d stages, %d sharded\n", out, len(nodes), shardedTasks)
 			return nil
 		},
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/stages/all"
 	"github.com/spade-pipeline/spade/stages/engine"
 )
@@ -183,6 +184,9 @@ func roundKind(run string, round int, cfg *config.Config) string {
 	if pipeline.NewRoundInfo(run, round, cfg).Regeneration {
 		return fmt.Sprintf("regeneration round (regenerate_every = %d)", cfg.RegenerateEvery)
 	}
+	if cfg.FixedPool() {
+		return "pool round (fixed pool: design.mode = fixed_pool, no regeneration)"
+	}
 	return fmt.Sprintf("pool round (no regeneration: regenerate_every = %d)", cfg.RegenerateEvery)
 }
 
@@ -197,8 +201,19 @@ func leaseLost(ctx context.Context, err error) error {
 }
 
 // runRounds runs round n; before round 1 it seals round 0 (the embedded
-// corpus) unless the run already has one.
+// corpus) unless the run already has one. Under design.mode fixed_pool,
+// round 1 is refused (a usage error naming the command) while round 0
+// holds no imported pool, before round 0 could be sealed without one.
 func runRounds(ctx context.Context, r *pipeline.Runner, n int) (*pipeline.RoundResult, error) {
+	if n == 1 && r.Config.FixedPool() {
+		_, err := pipeline.ReadManifest(ctx, r.Store, pipeline.ManifestKey(r.Run, 0, "pool"))
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil, usagef("run %s has design.mode fixed_pool and no imported pool: import one first (`spade --run %s pool import PATH...`, docs/recipes.md \"Fixed-pool baselines\")", r.Run, r.Run)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	if n == 1 {
 		if _, err := r.RunRound(ctx, 0); err != nil {
 			return nil, err

@@ -356,6 +356,16 @@ func (r Rollout) Sampling() Sampling { return Sampling{r.Temperature, r.TopP, r.
 
 // Design configures generation (SPADE.md step 3).
 type Design struct {
+	// Mode says where a run's environments come from: "designer" (the
+	// default: SPADE's self-play, the designer writes a fresh pool every
+	// regenerate_every rounds) or "fixed_pool" (the fixed-environment
+	// baselines of SPADE.md "Baselines and ablations": the pool that
+	// `spade pool import` commits at round 0 is played and trained on
+	// every round, no round regenerates, and the designer and the hint
+	// writer are never called; docs/recipes.md "Fixed-pool baselines").
+	// Pinned blank while "designer", so runs pinned before the setting
+	// existed keep their digest.
+	Mode string `yaml:"mode" json:"mode,omitempty"`
 	// MaxAttempts bounds generation attempts per slot (paper: 5).
 	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"`
 	// SlotsPerPart is the unit of sharded work.
@@ -495,6 +505,18 @@ type LearningPotential struct {
 func DefaultLearningPotential() LearningPotential {
 	return LearningPotential{GammaFast: 0.98, GammaSlow: 0.85}
 }
+
+// The values of design.mode.
+const (
+	// DesignModeDesigner is SPADE's self-play: a designer writes the pool.
+	DesignModeDesigner = "designer"
+	// DesignModeFixedPool plays and trains on an imported pool only.
+	DesignModeFixedPool = "fixed_pool"
+)
+
+// FixedPool reports whether design.mode is fixed_pool: no round
+// regenerates, and every round plays the pool imported at round 0.
+func (c *Config) FixedPool() bool { return c.Design.Mode == DesignModeFixedPool }
 
 // The designer reward formulas of label.designer_reward.
 const (
@@ -715,7 +737,7 @@ func Default() Config {
 		},
 		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32},
 		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256},
-		Design:  Design{MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096},
+		Design:  Design{Mode: DesignModeDesigner, MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096},
 		Hint:    Hint{Temperature: 1.0, MaxTokens: 512},
 		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: "valid_actions"},
 		Label:   Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()},
@@ -1185,6 +1207,9 @@ func (c Config) problems() []problem {
 	if c.GRPO.DesignerNorm != "none" && c.GRPO.DesignerNorm != "std" {
 		add(fmt.Sprintf("grpo.designer_norm must be none or std (got %q)", c.GRPO.DesignerNorm), "grpo.designer_norm")
 	}
+	if c.Design.Mode != DesignModeDesigner && c.Design.Mode != DesignModeFixedPool {
+		add(fmt.Sprintf("design.mode must be designer or fixed_pool (got %q)", c.Design.Mode), "design.mode")
+	}
 	switch c.Label.DesignerReward {
 	case DesignerRewardRegret, DesignerRewardBlend, DesignerRewardLearningPotential, DesignerRewardSolveRate:
 	default:
@@ -1251,6 +1276,9 @@ func (c Config) Pinned() Config {
 // them alone is the one it had before they existed (their JSON fields are
 // omitempty / omitzero). WithDefaults is the inverse.
 func (c Config) pinDefaults() Config {
+	if c.Design.Mode == DesignModeDesigner {
+		c.Design.Mode = ""
+	}
 	if c.Label.DesignerReward == DesignerRewardRegret {
 		c.Label.DesignerReward = ""
 	}
@@ -1269,6 +1297,9 @@ func (c Config) pinDefaults() Config {
 // its digest is unchanged (Digest pins them blank again).
 func (c Config) WithDefaults() Config {
 	d := Default()
+	if c.Design.Mode == "" {
+		c.Design.Mode = d.Design.Mode
+	}
 	if c.Label.DesignerReward == "" {
 		c.Label.DesignerReward = d.Label.DesignerReward
 	}

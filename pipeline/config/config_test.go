@@ -360,3 +360,32 @@ func TestAttnImplementation(t *testing.T) {
 	_, _, err = Load(write(t, "grpo:\n  attn_implementation: flash\n"), nil)
 	require.ErrorContains(t, err, "grpo.attn_implementation must be empty (the trainer's default) or one of varlen_sdpa, sdpa")
 }
+
+// TestDesignMode: design.mode designer (the default) pins blank, so a
+// default config keeps the digest it had before the setting existed and
+// a run file without it reads back as designer; fixed_pool loads (also
+// from SPADE_DESIGN_MODE), changes the digest and survives the run file;
+// another value is refused naming the key.
+func TestDesignMode(t *testing.T) {
+	def := Default()
+	require.False(t, def.FixedPool())
+	b, err := json.Marshal(def.Pinned())
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"mode"`, "the default config pins design.mode")
+	require.Equal(t, DesignModeDesigner, def.Pinned().WithDefaults().Design.Mode)
+	c, _, err := Load(write(t, "design:\n  mode: designer\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, def.Digest(), c.Digest(), "designer written out is the default")
+	for _, src := range []struct {
+		file string
+		env  []string
+	}{{"design:\n  mode: fixed_pool\n", nil}, {"", []string{"SPADE_DESIGN_MODE=fixed_pool"}}} {
+		c, _, err := Load(write(t, src.file), src.env)
+		require.NoError(t, err)
+		require.True(t, c.FixedPool())
+		require.NotEqual(t, def.Digest(), c.Digest())
+		require.Equal(t, c.Design, c.Pinned().WithDefaults().Design)
+	}
+	_, _, err = Load(write(t, "design:\n  mode: fixed\n"), nil)
+	require.ErrorContains(t, err, `design.mode must be designer or fixed_pool (got "fixed")`)
+}

@@ -4,6 +4,7 @@ package corpus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -15,7 +16,15 @@ import (
 
 // Embedded is the stage that commits the embedded default corpus at round
 // 0 when a run has no imported corpus.
-type Embedded struct{}
+type Embedded struct {
+	// WithPool is set by `spade pool import`, which commits the embedded
+	// corpus beside the imported pool at round 0 of a run under
+	// design.mode fixed_pool. Without it the stage refuses round 0 of such
+	// a run: sealed without a pool, the run could never get one (an
+	// Airflow DAG's round-0 tasks run before the import, for one). It is
+	// not part of the fingerprint: the corpus is the same either way.
+	WithPool bool
+}
 
 // Name implements pipeline.Stage.
 func (Embedded) Name() string { return "corpus" }
@@ -35,12 +44,24 @@ func (Embedded) ConfigSubset(*config.Config) any { return "embedded" }
 func (Embedded) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
 
 // Run implements pipeline.Stage: it emits the embedded documents. Errors:
-// the embedded corpus does not decode (a build defect), wrapped as
-// "embedded corpus".
-func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out) error {
+// under design.mode fixed_pool without WithPool, ErrNoPool (nothing is
+// emitted); the embedded corpus does not decode (a build defect), wrapped
+// as "embedded corpus".
+func (e Embedded) Run(_ context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	fixed := env != nil && env.Config != nil && env.Config.FixedPool()
+	if fixed && !e.WithPool {
+		return fmt.Errorf("run %s: %w", env.Round.Run, ErrNoPool)
+	}
 	docs, err := datasets.Embedded()
 	if err != nil {
 		return fmt.Errorf("embedded corpus: %w", err)
+	}
+	if fixed {
+		// No designer reads it: say so rather than suggest an import.
+		slog.Info("design.mode fixed_pool: round 0 holds the embedded corpus, which no stage of this run reads", "documents", len(docs))
+		pipeline.Emit(out, schemas.Corpus, "corpus", docs...)
+		out.Stat("documents", len(docs))
+		return nil
 	}
 	// Said out loud: a script whose `corpus import` failed would otherwise
 	// go on with the wrong corpus without a word.
@@ -50,6 +71,10 @@ func (Embedded) Run(_ context.Context, _ *pipeline.Env, _ int, out *pipeline.Out
 	out.Stat("documents", len(docs))
 	return nil
 }
+
+// ErrNoPool is the embedded corpus stage's error for round 0 of a run under
+// design.mode fixed_pool when `spade pool import` did not run it.
+var ErrNoPool = errors.New("design.mode fixed_pool: round 0 is committed by `spade pool import PATH...`, which imports the run's pool (docs/recipes.md \"Fixed-pool baselines\"); run it first")
 
 // Import is the stage `spade corpus import` runs: it commits the documents
 // the importer reads as the run's round-0 corpus. Its fingerprint covers

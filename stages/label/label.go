@@ -11,6 +11,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/metrics"
+	poolstage "github.com/spade-pipeline/spade/stages/pool"
 )
 
 // Stage is the label stage; it runs every round.
@@ -43,8 +44,18 @@ func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bo
 	return ins, true
 }
 
-// ConfigSubset implements pipeline.Stage.
-func (Stage) ConfigSubset(c *config.Config) any { return c.Label }
+// ConfigSubset implements pipeline.Stage: the label settings, and under
+// design.mode fixed_pool the round's draw from the pool (pool.DrawSize)
+// with them.
+func (Stage) ConfigSubset(c *config.Config) any {
+	if n := poolstage.DrawSize(c); n > 0 {
+		return struct {
+			Label config.Label
+			Draw  int
+		}{c.Label, n}
+	}
+	return c.Label
+}
 
 // Parts implements pipeline.Stage.Parts: the stage is one part, and its
 // error is always nil.
@@ -177,7 +188,7 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		if err != nil {
 			return err
 		}
-		for _, p := range pool {
+		for _, p := range poolstage.Draw(pool, ri, env.Config) {
 			cands = append(cands, Candidate{EnvID: p.EnvID, SlotID: p.SlotID, Skill: p.Skill, Valid: true, RewardLow: 0, RewardHigh: 1})
 		}
 	}

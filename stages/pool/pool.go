@@ -1,6 +1,10 @@
 // Package pool is the pool stage (SPADE.md step 8): the training pool is
 // replaced at each regeneration by the admitted environments (inside the
 // learnable band), and carried forward by reference between regenerations.
+// It also holds the fixed-pool baseline's pieces (design.mode fixed_pool,
+// docs/recipes.md "Fixed-pool baselines"): ReadImport and the Import stage
+// of `spade pool import`, which commit an imported pool at round 0, and
+// Draw, the environments of that pool a round plays.
 package pool
 
 import (

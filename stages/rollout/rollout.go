@@ -22,6 +22,7 @@ import (
 	"github.com/spade-pipeline/spade/stages/envcheck"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/procedural"
+	poolstage "github.com/spade-pipeline/spade/stages/pool"
 	"github.com/spade-pipeline/spade/stages/rollout/action"
 	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/stages/sandbox"
@@ -80,12 +81,15 @@ func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
 }
 
 // ConfigSubset implements pipeline.Stage.
+// Under design.mode fixed_pool the round's draw from the pool
+// (pool.DrawSize) is part of it; 0, and left out, otherwise.
 func (*Stage) ConfigSubset(c *config.Config) any {
 	return struct {
 		Rollout config.Rollout
 		Model   config.Model
 		Sandbox config.Sandbox
-	}{c.Rollout, c.Model, c.Sandbox}
+		Draw    int `json:",omitempty"`
+	}{c.Rollout, c.Model, c.Sandbox, poolstage.DrawSize(c)}
 }
 
 // Target is one environment to play.
@@ -157,7 +161,7 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range pool {
+	for _, p := range poolstage.Draw(pool, ri, env.Config) {
 		out = append(out, poolTarget(p))
 	}
 	return out, nil

@@ -105,51 +105,97 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 // designs and slots); engine.Engines.Sandbox's ("sandbox: ..."); and
 // ctx.Err() when ctx is cancelled during the checks.
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
-	cands, slots, err := candidates(ctx, env)
+	designs, slots, err := candidates(ctx, env)
 	if err != nil {
 		return err
 	}
-	cands = cands[min(len(cands), part*EnvsPerPart):min(len(cands), (part+1)*EnvsPerPart)]
-	sb, err := s.Eng.Sandbox()
+	designs = designs[min(len(designs), part*EnvsPerPart):min(len(designs), (part+1)*EnvsPerPart)]
+	cands := make([]Candidate, len(designs))
+	for i, d := range designs {
+		cands[i] = Candidate{EnvID: d.EnvID, SlotID: d.SlotID, Skill: d.Skill, Setting: d.Setting, Kind: d.Kind, DocIDs: slots[d.SlotID].DocIDs, Source: d.Source}
+	}
+	reports, err := Validate(ctx, s.Eng, env.Config, cands)
 	if err != nil {
 		return err
 	}
-	reports := make([]envcheck.Report, len(cands))
-	wp := pool.New().WithContext(ctx).WithMaxGoroutines(s.Eng.Workers())
-	for i, d := range cands {
-		wp.Go(func(ctx context.Context) error {
-			reports[i] = envcheck.Check(ctx, sb, d.Source, envcheck.Options{ActionsLine: env.Config.Rollout.ActionFormat == action.FormatValidActions})
-			return ctx.Err()
-		})
-	}
-	if err := wp.Wait(); err != nil {
-		return err
-	}
-	for i, d := range cands {
-		rep := reports[i]
-		for seq, c := range rep.Checks {
-			v := schemas.Validation{EnvID: d.EnvID, SlotID: d.SlotID, Seq: int64(seq), Check: c.Name, Passed: c.Passed, Skipped: c.Skipped, Detail: c.Detail, TracebackTail: c.TracebackTail}
-			if env.Config.Observe.Timings {
-				ms := c.Duration.Milliseconds()
-				v.MS = &ms
-			}
-			pipeline.Emit(out, schemas.Validations, "validations", v)
-		}
-		e := environmentRow(d, slots[d.SlotID], rep)
-		pipeline.Emit(out, schemas.Environments, "environments", e)
+	for i, c := range cands {
+		Emit(out, env.Config, c, reports[i])
 	}
 	return nil
 }
 
-// environmentRow is the environments row of candidate d validated as rep.
+// Candidate is one environment program to validate and the identity its
+// environments row carries: a designed environment's final attempt (the
+// validate stage) or an imported one (`spade pool import`, package pool).
+type Candidate struct {
+	// EnvID is the hash of the normalised source (prompt.EnvID).
+	EnvID string
+	// SlotID names where the source came from: the design slot, or the
+	// import's id of the file or row.
+	SlotID string
+	// Skill, Setting ("game" or "tool_use") and Kind (the prompt kind, or
+	// "imported") are copied to the environments row.
+	Skill, Setting, Kind string
+	// DocIDs are the grounding documents (corpus.doc_id), in order; nil
+	// for imported environments.
+	DocIDs []string
+	// Source is the Python program.
+	Source string
+}
+
+// Validate runs the full validation (envcheck.Check) of every candidate in
+// eng's shared sandbox, at most eng.Workers() at once, with the checks cfg
+// selects (rollout.action_format valid_actions adds actions_line), and
+// returns the reports in the order of cands. A candidate that fails a
+// check has a report with Valid false and its reason, not an error.
+// Errors: engine.Engines.Sandbox's ("sandbox: ..."), and ctx.Err() when
+// ctx is cancelled during the checks.
+func Validate(ctx context.Context, eng *engine.Engines, cfg *config.Config, cands []Candidate) ([]envcheck.Report, error) {
+	sb, err := eng.Sandbox()
+	if err != nil {
+		return nil, err
+	}
+	reports := make([]envcheck.Report, len(cands))
+	wp := pool.New().WithContext(ctx).WithMaxGoroutines(eng.Workers())
+	for i, c := range cands {
+		wp.Go(func(ctx context.Context) error {
+			reports[i] = envcheck.Check(ctx, sb, c.Source, envcheck.Options{ActionsLine: cfg.Rollout.ActionFormat == action.FormatValidActions})
+			return ctx.Err()
+		})
+	}
+	if err := wp.Wait(); err != nil {
+		return nil, err
+	}
+	return reports, nil
+}
+
+// Emit writes candidate c validated as rep to out: one validations row per
+// check (Seq numbering them in the report's order; ms only with
+// observe.timings) and its environments row, valid or not, which it also
+// returns. out must declare the tables "validations" and "environments".
+func Emit(out *pipeline.Out, cfg *config.Config, c Candidate, rep envcheck.Report) schemas.Environment {
+	for seq, ch := range rep.Checks {
+		v := schemas.Validation{EnvID: c.EnvID, SlotID: c.SlotID, Seq: int64(seq), Check: ch.Name, Passed: ch.Passed, Skipped: ch.Skipped, Detail: ch.Detail, TracebackTail: ch.TracebackTail}
+		if cfg.Observe.Timings {
+			ms := ch.Duration.Milliseconds()
+			v.MS = &ms
+		}
+		pipeline.Emit(out, schemas.Validations, "validations", v)
+	}
+	e := environmentRow(c, rep)
+	pipeline.Emit(out, schemas.Environments, "environments", e)
+	return e
+}
+
+// environmentRow is the environments row of candidate c validated as rep.
 // Tools is non-empty exactly when EnvKind is "tool_use": the compact JSON of
 // the class's tools attribute, or "null" when a tool-use class sets it to
 // None. The pool table carries tools but not env_kind, so the rollout stage
 // tells a tool-use environment by its tools, on every round.
-func environmentRow(d schemas.Design, slot schemas.Slot, rep envcheck.Report) schemas.Environment {
+func environmentRow(c Candidate, rep envcheck.Report) schemas.Environment {
 	e := schemas.Environment{
-		EnvID: d.EnvID, SlotID: d.SlotID, Skill: d.Skill, Setting: d.Setting, Kind: d.Kind,
-		DocIDs: slot.DocIDs, Source: d.Source, Valid: rep.Valid, Reason: rep.Reason, EnvKind: rep.Kind,
+		EnvID: c.EnvID, SlotID: c.SlotID, Skill: c.Skill, Setting: c.Setting, Kind: c.Kind,
+		DocIDs: c.DocIDs, Source: c.Source, Valid: rep.Valid, Reason: rep.Reason, EnvKind: rep.Kind,
 		RewardLow: 0, RewardHigh: 1,
 	}
 	if m := rep.Meta; m != nil {

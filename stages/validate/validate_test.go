@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/envcheck"
 	"github.com/spade-pipeline/spade/stages/sandbox"
 )
@@ -15,8 +14,7 @@ import (
 // when it plays pool environments: tools is non-empty exactly when
 // env_kind is "tool_use".
 func TestEnvironmentRowTools(t *testing.T) {
-	d := schemas.Design{EnvID: "e1", SlotID: "s1", Skill: "planning", Setting: "tool_use", Kind: "tooluse", Source: "class E: pass"}
-	slot := schemas.Slot{DocIDs: []string{"d1"}}
+	c := Candidate{EnvID: "e1", SlotID: "s1", Skill: "planning", Setting: "tool_use", Kind: "tooluse", DocIDs: []string{"d1"}, Source: "class E: pass"}
 	for _, tc := range []struct {
 		name string
 		rep  envcheck.Report
@@ -29,7 +27,7 @@ func TestEnvironmentRowTools(t *testing.T) {
 		{"no class", envcheck.Report{Reason: envcheck.CheckClass}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := environmentRow(d, slot, tc.rep)
+			e := environmentRow(c, tc.rep)
 			require.Equal(t, tc.kind, e.EnvKind)
 			require.Equal(t, tc.want, e.Tools)
 			require.Equal(t, e.EnvKind == "tool_use", e.Tools != "")
