@@ -204,8 +204,20 @@ def save_weights(policy: Policy, state_dict: Dict[str, torch.Tensor], out_dir: s
         # The LM head is the embedding: saved once, as transformers does
         # (FSDP's consolidated state dict lists both names).
         sd.pop("lm_head.weight", None)
-    policy.model.config.dtype = save_dtype
     policy.model.save_pretrained(out_dir, state_dict=sd, safe_serialization=True)
+    # save_pretrained writes the in-memory parameters' dtype (the fp32
+    # master copy) into config.json whatever the state dict holds; servers
+    # read it (vLLM's --dtype auto serves a float32 config in float16), so
+    # it must name the dtype of the saved weights.
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["dtype"] = save_dtype
+    if "torch_dtype" in cfg:
+        cfg["torch_dtype"] = save_dtype
+    with open(cfg_path, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
     if isinstance(policy.encoder, ByteTokenizer):
         policy.encoder.save(out_dir, model_max_length=16384)
     elif policy.source_dir:

@@ -225,6 +225,8 @@ class CLITest(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(ck1, name)), name)
         w1 = load_file(os.path.join(ck1, "model.safetensors"))
         self.assertTrue(all(v.dtype == torch.bfloat16 for v in w1.values()))
+        with open(os.path.join(ck1, "config.json")) as f:
+            self.assertEqual(json.load(f)["dtype"], "bfloat16", "config.json names the saved weights' dtype")
         from transformers import AutoModelForCausalLM
 
         self.assertEqual(type(AutoModelForCausalLM.from_pretrained(ck1)).__name__, "Qwen3ForCausalLM")
