@@ -43,16 +43,18 @@ func dirEntryOf(p string, d fs.DirEntry) dirEntry {
 		case err != nil:
 			return dirEntry{path: p, skip: "a symbolic link that cannot be followed: " + err.Error()}
 		case !fi.Mode().IsRegular():
-			return dirEntry{path: p, skip: fmt.Sprintf("a symbolic link to a %s, not a regular file", fileKind(fi.Mode()))}
+			return dirEntry{path: p, skip: fmt.Sprintf("a symbolic link to a %s, not a regular file", FileKind(fi.Mode()))}
 		}
 		return dirEntry{path: p}
 	default:
-		return dirEntry{path: p, skip: fmt.Sprintf("a %s, not a regular file", fileKind(t))}
+		return dirEntry{path: p, skip: fmt.Sprintf("a %s, not a regular file", FileKind(t))}
 	}
 }
 
-// fileKind names a file type in words.
-func fileKind(m fs.FileMode) string {
+// FileKind names a file type in words ("directory", "FIFO", "socket",
+// "device", else "special file"), for errors about inputs that are not
+// regular files (corpus and pool imports).
+func FileKind(m fs.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "directory"

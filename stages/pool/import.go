@@ -208,6 +208,9 @@ func ReadImport(ctx context.Context, opts ImportOptions) ([]Entry, ImportReport,
 		if err != nil {
 			return nil, rep, &PathError{fmt.Errorf("pool import: %w", err)}
 		}
+		if err := regular(p, fi.Mode()); err != nil {
+			return nil, rep, err
+		}
 		format, err := opts.formatOf(p, fi)
 		if err != nil {
 			return nil, rep, &PathError{err}
@@ -266,6 +269,17 @@ func entry(where, file string, row int64, id, skill, source string) (Entry, erro
 	return Entry{ID: id, Skill: skill, Source: source, EnvID: prompt.EnvID(source), File: file, Row: row}, nil
 }
 
+// regular refuses an input that is neither a regular file nor a
+// directory (a FIFO, a socket, a device; issue 27's corpus-import attack):
+// opening a FIFO with no writer blocks, out of reach of ctx. A
+// *PathError naming the path and its kind.
+func regular(p string, m fs.FileMode) error {
+	if m.IsDir() || m.IsRegular() {
+		return nil
+	}
+	return &PathError{fmt.Errorf("pool import: %s is a %s, not a regular file or a directory; write it to a file first", p, datasets.FileKind(m))}
+}
+
 func readPy(p, id string) (Entry, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -287,6 +301,17 @@ func readDir(ctx context.Context, root string, rep *ImportReport) ([]Entry, erro
 		}
 		if d.IsDir() || !strings.HasSuffix(d.Name(), ".py") {
 			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			fi, err := os.Stat(p)
+			if err != nil {
+				return &PathError{fmt.Errorf("pool import: %w", err)}
+			}
+			if err := regular(p, fi.Mode()); err != nil {
+				return err
+			}
+		} else if err := regular(p, d.Type()); err != nil {
+			return err
 		}
 		rel, err := filepath.Rel(root, p)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -86,4 +87,27 @@ func TestReadImport(t *testing.T) {
 	require.ErrorContains(t, err, `--format "csv": want auto, dir, py, jsonl or parquet`)
 	_, _, err = pool.ReadImport(ctx, pool.ImportOptions{Paths: []string{jl}, Format: pool.FormatDir})
 	require.ErrorContains(t, err, "--format dir does not fit a file")
+}
+
+// TestReadImportRefusesSpecialFiles: a FIFO given as an input, one named
+// *.py inside a directory, and a link to one are refused at once as path
+// errors naming the file and its kind, instead of blocking in open with
+// no writer (the corpus-import attack of issue 27).
+func TestReadImportRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe.jsonl")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	envs := filepath.Join(dir, "envs")
+	require.NoError(t, os.MkdirAll(envs, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(envs, "a.py"), []byte("class A: pass\n"), 0o644))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(envs, "b.py"), 0o600))
+	linked := filepath.Join(dir, "linked")
+	require.NoError(t, os.MkdirAll(linked, 0o755))
+	require.NoError(t, os.Symlink(fifo, filepath.Join(linked, "c.py")))
+	for _, c := range []struct{ path, named string }{{fifo, fifo}, {envs, filepath.Join(envs, "b.py")}, {linked, filepath.Join(linked, "c.py")}} {
+		_, _, err := pool.ReadImport(context.Background(), pool.ImportOptions{Paths: []string{c.path}, Format: pool.FormatAuto})
+		var pe *pool.PathError
+		require.True(t, errors.As(err, &pe), "%s: %v", c.path, err)
+		require.ErrorContains(t, err, c.named+" is a FIFO, not a regular file or a directory")
+	}
 }
