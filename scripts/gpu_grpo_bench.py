@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
     n_params = sum(q.numel() for q in params)
-    tcfg = TrainConfig(lr=1e-6, grad_clip=1.0, max_tokens_per_micro_batch=a.max_tokens, compile=a.compile)
+    tcfg = TrainConfig(lr=1e-6, grad_clip=1.0, max_tokens_per_micro_batch=a.max_tokens)
     opt = make_optimizer(params, tcfg, device)
     fwd = torch.compile(model) if a.compile else model
     micro = make_micro_batches(synthetic_batch(a.batch, a.seq_len, cfg.vocab_size, a.seed), a.max_tokens, device)
