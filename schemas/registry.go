@@ -90,7 +90,7 @@ func boolInt(b bool) int {
 var (
 	Corpus  = define("corpus", 1, []string{"doc_id"}, func(a, b *CorpusDoc) int { return strings.Compare(a.DocID, b.DocID) })
 	Slots   = define("slots", 1, []string{"slot_id"}, func(a, b *Slot) int { return strings.Compare(a.SlotID, b.SlotID) })
-	Designs = define("designs", 2, []string{"slot_id", "attempt"}, func(a, b *Design) int {
+	Designs = define("designs", 3, []string{"slot_id", "attempt"}, func(a, b *Design) int {
 		return cmp.Or(strings.Compare(a.SlotID, b.SlotID), cmp.Compare(a.Attempt, b.Attempt))
 	})
 	Validations = define("validations", 2, []string{"env_id", "seq"}, func(a, b *Validation) int {
@@ -98,13 +98,13 @@ var (
 	})
 	Environments = define("environments", 1, []string{"env_id"}, func(a, b *Environment) int { return strings.Compare(a.EnvID, b.EnvID) })
 	Hints        = define("hints", 2, []string{"env_id"}, func(a, b *Hint) int { return strings.Compare(a.EnvID, b.EnvID) })
-	Rollouts     = define("rollouts", 2, []string{"env_id", "hinted", "sample"}, func(a, b *Rollout) int {
+	Rollouts     = define("rollouts", 3, []string{"env_id", "hinted", "sample"}, func(a, b *Rollout) int {
 		return cmp.Or(strings.Compare(a.EnvID, b.EnvID), cmp.Compare(boolInt(a.Hinted), boolInt(b.Hinted)), cmp.Compare(a.Sample, b.Sample))
 	})
 	Labels       = define("labels", 1, []string{"env_id"}, func(a, b *Label) int { return strings.Compare(a.EnvID, b.EnvID) })
 	Memory       = define("memory", 1, []string{"seq"}, func(a, b *MemoryEntry) int { return cmp.Compare(a.Seq, b.Seq) })
 	Pool         = define("pool", 1, []string{"env_id"}, func(a, b *PoolEnv) int { return strings.Compare(a.EnvID, b.EnvID) })
-	TrainBatch   = define("train_batch", 2, []string{"sample_id"}, func(a, b *TrainSample) int { return strings.Compare(a.SampleID, b.SampleID) })
+	TrainBatch   = define("train_batch", 3, []string{"sample_id"}, func(a, b *TrainSample) int { return strings.Compare(a.SampleID, b.SampleID) })
 	TrainMetrics = define("train_metrics", 1, []string{"step", "name"}, func(a, b *TrainMetric) int {
 		return cmp.Or(cmp.Compare(a.Step, b.Step), strings.Compare(a.Name, b.Name))
 	})

@@ -83,6 +83,16 @@ type Design struct {
 	// reasoning_content and the <think> blocks of Response
 	// (model.ReplyParts); code is extracted from Response without them.
 	Reasoning string `parquet:"reasoning,zstd" json:"reasoning"`
+	// PromptTokenIDs are the server's rendering of the design prompt
+	// (its chat template, tokenized); empty when it reported none
+	// (docs/tables.md "Token ids").
+	PromptTokenIDs []int64 `parquet:"prompt_token_ids,list" json:"prompt_token_ids,omitempty"`
+	// CompletionTokenIDs are the token ids the server sampled for
+	// Response, in order; empty when it reported none.
+	CompletionTokenIDs []int64 `parquet:"completion_token_ids,list" json:"completion_token_ids,omitempty"`
+	// CompletionLogprobs are the sampler's log-probs of
+	// CompletionTokenIDs, parallel; empty when it reported none.
+	CompletionLogprobs []float64 `parquet:"completion_logprobs,list" json:"completion_logprobs,omitempty"`
 	// Error says why the attempt failed (model error, no code, quick check);
 	// "" when it passed the quick checks.
 	Error string `parquet:"error" json:"error"`
@@ -219,6 +229,27 @@ type Message struct {
 	// ToolCallID links a "tool" message to the call it answers ("" for
 	// other roles).
 	ToolCallID string `parquet:"tool_call_id" json:"tool_call_id,omitempty"`
+	// PromptTokens is the prompt length in tokens the server reported
+	// (usage.prompt_tokens) for the call that produced this assistant
+	// turn; 0 for other messages and where the server reported none.
+	PromptTokens int64 `parquet:"prompt_tokens" json:"prompt_tokens,omitempty"`
+	// PromptShared and PromptTokenIDs are the server's rendering of that
+	// call's prompt (its chat template, tokenized), delta-coded against
+	// the previous assistant turn of the same chat: the prompt is the
+	// first PromptShared tokens of (previous turn's prompt ++ its
+	// CompletionTokenIDs), then PromptTokenIDs. The first assistant turn
+	// has PromptShared 0 and its whole prompt in PromptTokenIDs. Both are
+	// empty when the server reported no prompt ids (docs/tables.md
+	// "Token ids", schemas.ExpandPrompts).
+	PromptShared int64 `parquet:"prompt_shared" json:"prompt_shared,omitempty"`
+	// PromptTokenIDs: see PromptShared.
+	PromptTokenIDs []int64 `parquet:"prompt_token_ids,list" json:"prompt_token_ids,omitempty"`
+	// CompletionTokenIDs are the token ids the server sampled for this
+	// assistant turn, in order (model.Tokens); empty when it reported none.
+	CompletionTokenIDs []int64 `parquet:"completion_token_ids,list" json:"completion_token_ids,omitempty"`
+	// CompletionLogprobs are the sampler's log-probs (natural log) of
+	// CompletionTokenIDs, parallel; empty when it reported none.
+	CompletionLogprobs []float64 `parquet:"completion_logprobs,list" json:"completion_logprobs,omitempty"`
 }
 
 // Rollout is one play of one environment (SPADE.md step 6).
@@ -250,6 +281,10 @@ type Rollout struct {
 	// FinishReasons are the finish_reason of each answered agent call,
 	// parallel to Replies.
 	FinishReasons []string `parquet:"finish_reasons,optional,list" json:"finish_reasons"`
+	// Tools is the JSON list of the tools the play declared to the model,
+	// in OpenAI's format ([{"type": "function", "function": {"name",
+	// "description", "parameters"}}]); "" for a play without tools.
+	Tools string `parquet:"tools" json:"tools"`
 	// Unextracted counts the stepped turns whose reply held no action in
 	// rollout.action_format (stepped as they were, so the environment gave
 	// its feedback).
@@ -399,6 +434,10 @@ type TrainSample struct {
 	// a play without an assistant message is not a sample), or the design
 	// prompt plus the response as an assistant message (designer).
 	Messages []Message `parquet:"messages,optional,list" json:"messages"`
+	// Tools is the play's rollouts.tools (agent samples of tool-use
+	// plays; "" otherwise): the trainer renders the chat with them
+	// declared, as the server did.
+	Tools string `parquet:"tools" json:"tools"`
 	// Reward is the play's return (agent); for a designer sample the
 	// label's designer reward for a slot's final attempt (-1 when no
 	// label names its slot), -1 for every earlier attempt.

@@ -175,6 +175,15 @@ type Model struct {
 	// ("auto", "required" or "none"); "" (default) sends none, so the
 	// server's default applies.
 	ToolChoice string `yaml:"tool_choice" json:"tool_choice,omitempty"`
+	// TokenIDs says whether the openai backend asks the server for each
+	// sample's token ids and per-token log-probs (vLLM and SGLang
+	// extensions, docs/models.md "Token ids and log-probs"): "on", "off",
+	// or "" / "auto" (default): on for the designer and agent roles when
+	// grpo.trainer is not none (the trainer then trains on the sampled
+	// tokens, docs/training.md "Training on the sampled tokens"), off
+	// otherwise. OpenAI's own API rejects the extensions: leave it off
+	// there.
+	TokenIDs string `yaml:"token_ids" json:"token_ids,omitempty"`
 	// Replay names a run whose recorded llm_calls answer every call.
 	Replay string `yaml:"replay" json:"replay"`
 
@@ -290,6 +299,20 @@ func (m Model) ForRole(role string) Model {
 		m.Serving = r.Serving
 	}
 	return m
+}
+
+// WantTokenIDs reports whether role's calls ask for token ids and
+// log-probs (model.token_ids): "on" always, "off" never, "" and "auto"
+// for the designer and agent roles when grpo.trainer is not none (their
+// samples are trained; hints are not).
+func (c *Config) WantTokenIDs(role string) bool {
+	switch c.Model.TokenIDs {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return (role == "designer" || role == "agent") && c.GRPO.Trainer != "" && c.GRPO.Trainer != "none"
 }
 
 // ExtraBodyFields decodes model.extra_body: nil for "", else the JSON
@@ -1063,6 +1086,11 @@ func (c Config) problems() []problem {
 	case "generated", "none":
 	default:
 		add(fmt.Sprintf("grpo.train_reasoning must be generated or none (got %q)", c.GRPO.TrainReasoning), "grpo.train_reasoning")
+	}
+	switch c.Model.TokenIDs {
+	case "", "auto", "on", "off":
+	default:
+		add(fmt.Sprintf("model.token_ids must be auto, on or off (got %q)", c.Model.TokenIDs), "model.token_ids")
 	}
 	switch c.Model.ToolChoice {
 	case "", "auto", "required", "none":

@@ -257,6 +257,9 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		ch := resp.Choices[0]
 		d.Response, d.FinishReason = ch.Message.Content, ch.FinishReason
 		d.PromptTokens, d.CompletionTokens = int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens)
+		if t := ch.Tokens; t != nil {
+			d.PromptTokenIDs, d.CompletionTokenIDs, d.CompletionLogprobs = t.PromptIDs, t.CompletionIDs, t.Logprobs
+		}
 		var answer string
 		d.Reasoning, answer = model.ReplyParts(ch.Message)
 		if ch.FinishReason == model.FinishLength {

@@ -177,19 +177,11 @@ func (e *Engines) BackendFor(role string) (model.Backend, error) {
 	case "procedural":
 		backend = procedural.New()
 	case "openai":
-		retries := c.MaxRetries
-		if retries == 0 {
-			retries = -1 // the config's 0 means none; openai.Config's 0 means its default
-		}
-		extra, err := c.ExtraBodyFields()
+		ocfg, err := e.openaiConfig(role)
 		if err != nil {
 			return nil, err
 		}
-		b, err := openai.New(openai.Config{
-			BaseURL: c.BaseURL, Model: c.Name, APIKeyEnv: c.APIKeyEnv, Concurrency: c.Concurrency,
-			Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: retries,
-			Logger: e.Log, ExtraBody: extra, ToolChoice: c.ToolChoice,
-		})
+		b, err := openai.New(ocfg)
 		if err != nil {
 			return nil, err
 		}
@@ -202,6 +194,30 @@ func (e *Engines) BackendFor(role string) (model.Backend, error) {
 	}
 	e.backends[role] = backend
 	return backend, nil
+}
+
+// openaiConfig is the openai backend configuration of role
+// (config.Model.ForRole): server, name, key variable, concurrency,
+// timeout, retries, model.extra_body, model.tool_choice and
+// model.token_ids (config.Config.WantTokenIDs). Every openai backend of a
+// role is built from it, the policy-serving ones of Serve included (which
+// then set the served base URL and model name). Errors: model.extra_body
+// that is not a JSON object.
+func (e *Engines) openaiConfig(role string) (openai.Config, error) {
+	c := e.Config.Model.ForRole(role)
+	retries := c.MaxRetries
+	if retries == 0 {
+		retries = -1 // the config's 0 means none; openai.Config's 0 means its default
+	}
+	extra, err := c.ExtraBodyFields()
+	if err != nil {
+		return openai.Config{}, err
+	}
+	return openai.Config{
+		BaseURL: c.BaseURL, Model: c.Name, APIKeyEnv: c.APIKeyEnv, Concurrency: c.Concurrency,
+		Timeout: time.Duration(c.TimeoutS * float64(time.Second)), MaxRetries: retries,
+		Logger: e.Log, ExtraBody: extra, ToolChoice: c.ToolChoice, ReturnTokens: e.Config.WantTokenIDs(role),
+	}, nil
 }
 
 // CallsTable returns the llm_calls table name of a stage.

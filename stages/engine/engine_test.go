@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/modeltest"
@@ -196,4 +197,30 @@ func TestCheckConfigWorkers(t *testing.T) {
 	require.NoError(t, CheckConfig(&cfg))
 	cfg.Workers = 0
 	require.LessOrEqual(t, (&Engines{Config: &cfg}).Workers(), sandbox.UIDStride)
+}
+
+// TestServeKeepsRequestSettings: the backend a served stage calls through
+// (Serve's session, here fixed serving) sends model.extra_body,
+// model.tool_choice and the token-id fields of model.token_ids, as the
+// unserved backend does; Serve once built it without them, so with any
+// model.serving the extra fields never reached the server.
+func TestServeKeepsRequestSettings(t *testing.T) {
+	srv := modeltest.Start(t)
+	cfg := config.Default()
+	cfg.Model.Backend, cfg.Model.BaseURL, cfg.Model.Name, cfg.Model.APIKeyEnv = "openai", srv.URL, "m", ""
+	cfg.Model.Serving, cfg.Model.ExtraBody, cfg.Model.ToolChoice, cfg.Model.TokenIDs = "fixed", `{"top_k": 20}`, "required", "on"
+	e := &Engines{Config: &cfg}
+	env := &pipeline.Env{Config: &cfg, Round: pipeline.RoundInfo{Run: "t", Round: 1, Seed: 7}}
+	stop, err := e.Serve(context.Background(), env, "rollout")
+	require.NoError(t, err)
+	defer stop()
+	sm, err := e.ForStage(context.Background(), "rollout", 1)
+	require.NoError(t, err)
+	_, err = sm.Chat(context.Background(), model.Request{Messages: []model.Message{{Role: "user", Content: "hi"}}, Tools: []model.Tool{{Name: "f"}}})
+	require.NoError(t, err)
+	reqs := srv.Requests()
+	require.Len(t, reqs, 1)
+	for _, k := range []string{"top_k", "tool_choice", "logprobs", "return_token_ids"} {
+		require.Contains(t, reqs[0].Keys, k)
+	}
 }

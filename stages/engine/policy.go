@@ -152,12 +152,10 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		e.setSession(stage, nil, id)
 		return nothing, nil
 	}
-	retries := c.Model.MaxRetries
-	if retries == 0 {
-		retries = -1
+	ocfg, err := e.openaiConfig(role)
+	if err != nil {
+		return nil, err
 	}
-	ocfg := openai.Config{BaseURL: m.BaseURL, Model: m.Name, APIKeyEnv: c.Model.APIKeyEnv, Concurrency: c.Model.Concurrency,
-		Timeout: time.Duration(c.Model.TimeoutS * float64(time.Second)), MaxRetries: retries, Logger: e.Log}
 	if m.Serving != "managed" && m.Serving != "reload" {
 		b, err := openai.New(ocfg)
 		if err != nil {

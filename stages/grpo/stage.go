@@ -160,7 +160,7 @@ func BuildBatch(cfg *config.Config, plays []schemas.Rollout, labels []schemas.La
 		}
 		agent = append(agent, schemas.TrainSample{
 			SampleID: fmt.Sprintf("agent-%s-%04d", p.EnvID, p.Sample), Role: "agent", Group: p.EnvID,
-			Messages: msgs, Reward: p.Return, Weight: 1, MaskSource: "assistant_turns",
+			Messages: msgs, Tools: p.Tools, Reward: p.Return, Weight: 1, MaskSource: "assistant_turns",
 		})
 	}
 	sort.Slice(agent, func(a, b int) bool { return agent[a].SampleID < agent[b].SampleID })
@@ -243,7 +243,8 @@ func DesignerSamples(cfg *config.Config, designs []schemas.Design, labels []sche
 			// after the server's own reasoning field.
 			answer = a
 		}
-		msgs = append(msgs, schemas.Message{Role: "assistant", Content: renderTurn(d.Reasoning, answer, cfg.GRPO.TrainReasoning)})
+		msgs = append(msgs, schemas.Message{Role: "assistant", Content: renderTurn(d.Reasoning, answer, cfg.GRPO.TrainReasoning),
+			PromptTokens: d.PromptTokens, PromptTokenIDs: d.PromptTokenIDs, CompletionTokenIDs: d.CompletionTokenIDs, CompletionLogprobs: d.CompletionLogprobs})
 		des = append(des, schemas.TrainSample{
 			SampleID: fmt.Sprintf("designer-%s-%d", d.SlotID, d.Attempt), Role: "designer", Group: d.Skill,
 			Messages: msgs, Reward: r, MaskSource: "last_assistant",
@@ -305,6 +306,42 @@ func renderTurn(reasoning, answer, mode string) string {
 		return answer
 	}
 	return model.ThinkOpen + "\n" + reasoning + "\n" + model.ThinkClose + "\n\n" + answer
+}
+
+// BatchSample is the trainer's batch line of a train_batch row: tool
+// calls in OpenAI's format, tools declared, and each assistant turn's
+// sampled token ids, sampler log-probs and whole prompt ids (decoded from
+// the stored delta coding, schemas.ExpandPrompts). Errors name the
+// sample and the field: stored tool calls or tools that are not JSON, a
+// prompt delta that does not decode.
+func BatchSample(b schemas.TrainSample) (Sample, error) {
+	prompts, err := schemas.ExpandPrompts(b.Messages)
+	if err != nil {
+		return Sample{}, fmt.Errorf("train_batch sample %s: %w", b.SampleID, err)
+	}
+	msgs := make([]Message, len(b.Messages))
+	for j, m := range b.Messages {
+		out := Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID,
+			CompletionTokenIDs: m.CompletionTokenIDs, CompletionLogprobs: m.CompletionLogprobs, PromptTokenIDs: prompts[j]}
+		if m.ToolCalls != "" {
+			var calls []model.ToolCall
+			if err := json.Unmarshal([]byte(m.ToolCalls), &calls); err != nil {
+				return Sample{}, fmt.Errorf("train_batch sample %s: messages[%d]: field tool_calls: %w", b.SampleID, j, err)
+			}
+			for _, c := range calls {
+				out.ToolCalls = append(out.ToolCalls, ToolCall{ID: c.ID, Type: "function", Function: ToolFunction{Name: c.Name, Arguments: c.Arguments}})
+			}
+		}
+		msgs[j] = out
+	}
+	smp := Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
+	if strings.TrimSpace(b.Tools) != "" {
+		if !json.Valid([]byte(b.Tools)) {
+			return Sample{}, fmt.Errorf("train_batch sample %s: field tools: not JSON", b.SampleID)
+		}
+		smp.Tools = json.RawMessage(b.Tools)
+	}
+	return smp, nil
 }
 
 // hasAssistant reports whether msgs has an assistant message, the tokens
@@ -466,18 +503,11 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	}
 	samples := make([]Sample, len(batch))
 	for i, b := range batch {
-		msgs := make([]Message, len(b.Messages))
-		for j, m := range b.Messages {
-			content := m.Content
-			if m.ToolCalls != "" {
-				// The agent's turn in a tool-use play is its tool call: the
-				// trainer sees it as the rollout stored it (spade's JSON
-				// list, not the model's own tool-call format; Message).
-				content = strings.TrimSpace(content + "\n" + m.ToolCalls)
-			}
-			msgs[j] = Message{Role: m.Role, Content: content}
+		smp, err := BatchSample(b)
+		if err != nil {
+			return schemas.Checkpoint{}, nil, err
 		}
-		samples[i] = Sample{SampleID: b.SampleID, Role: b.Role, Group: b.Group, Messages: msgs, Reward: b.Reward, Advantage: b.Advantage, Weight: b.Weight}
+		samples[i] = smp
 	}
 	tc := trainerConfig(env.Config, env.Round)
 	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}

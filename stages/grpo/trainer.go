@@ -56,11 +56,45 @@ var (
 type Message struct {
 	// Role is "system", "user", "assistant" or "tool".
 	Role string `json:"role"`
-	// Content is the message text; the grpo stage appends an agent turn's
-	// tool calls to it as the rollout stored them (spade's JSON list of
-	// {"id", "name", "arguments"}, not the model's own tool-call format;
-	// docs/training.md "Batch file").
+	// Content is the message text (for an assistant turn that called a
+	// tool, the text beside the call).
 	Content string `json:"content"`
+	// ToolCalls are an assistant turn's tool calls in OpenAI's format; the
+	// trainer renders them with the checkpoint's chat template
+	// (docs/training.md "Batch file").
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID links a "tool" message to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// CompletionTokenIDs are the token ids the server sampled for an
+	// assistant turn; when every trained turn of a sample has them, the
+	// trainer trains on exactly these ids (docs/training.md "Training on
+	// the sampled tokens").
+	CompletionTokenIDs []int64 `json:"completion_token_ids,omitempty"`
+	// CompletionLogprobs are the sampler's log-probs of CompletionTokenIDs
+	// (the mismatch report and truncated importance sampling).
+	CompletionLogprobs []float64 `json:"completion_logprobs,omitempty"`
+	// PromptTokenIDs is the turn's whole prompt as the server rendered it
+	// (schemas.ExpandPrompts of the stored delta coding).
+	PromptTokenIDs []int64 `json:"prompt_token_ids,omitempty"`
+}
+
+// ToolCall is one tool call of a batch message, in OpenAI's chat format.
+type ToolCall struct {
+	// ID is the call's id.
+	ID string `json:"id"`
+	// Type is "function".
+	Type string `json:"type"`
+	// Function names the function and carries its arguments.
+	Function ToolFunction `json:"function"`
+}
+
+// ToolFunction is a tool call's function: its name and its arguments as
+// the JSON text the model wrote.
+type ToolFunction struct {
+	// Name is the function name.
+	Name string `json:"name"`
+	// Arguments is the JSON text of the arguments.
+	Arguments string `json:"arguments"`
 }
 
 // Sample is one line of the trainer's batch file and one row of the
@@ -80,6 +114,9 @@ type Sample struct {
 	Group string `json:"group"`
 	// Messages is the chat to train on; it needs an assistant message.
 	Messages []Message `json:"messages"`
+	// Tools are the tools the chat declared, in OpenAI's format (a JSON
+	// list; nil when none): the trainer passes them to the chat template.
+	Tools json.RawMessage `json:"tools,omitempty"`
 	// Reward is the sample's reward (finite; not used by the loss).
 	Reward float64 `json:"reward"`
 	// Advantage is the sample's GRPO advantage (finite).

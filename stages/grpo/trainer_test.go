@@ -22,11 +22,11 @@ import (
 func testSamples() []Sample {
 	return []Sample{
 		{SampleID: "a1", Role: "agent", Group: "env1", Reward: 1, Advantage: 1, Weight: 1,
-			Messages: []Message{{"user", "obs: door"}, {"assistant", "open"}, {"user", "obs: key"}, {"assistant", "take key"}}},
+			Messages: []Message{{Role: "user", Content: "obs: door"}, {Role: "assistant", Content: "open"}, {Role: "user", Content: "obs: key"}, {Role: "assistant", Content: "take key"}}},
 		{SampleID: "a2", Role: "agent", Group: "env1", Reward: 0, Advantage: -1, Weight: 1,
-			Messages: []Message{{"user", "obs: door"}, {"assistant", "wait"}}},
+			Messages: []Message{{Role: "user", Content: "obs: door"}, {Role: "assistant", Content: "wait"}}},
 		{SampleID: "d1", Role: "designer", Group: "logic", Reward: 0.5, Advantage: 0.25, Weight: 4,
-			Messages: []Message{{"system", "You design environments."}, {"user", "Design one."}, {"assistant", "class Env: pass"}}},
+			Messages: []Message{{Role: "system", Content: "You design environments."}, {Role: "user", Content: "Design one."}, {Role: "assistant", Content: "class Env: pass"}}},
 	}
 }
 
@@ -346,7 +346,7 @@ func TestWriteBatch(t *testing.T) {
 		{"nan advantage", func(s []Sample) { s[1].Advantage = math.NaN() }, "sample 1 (a2): field advantage"},
 		{"inf reward", func(s []Sample) { s[0].Reward = math.Inf(1) }, "sample 0 (a1): field reward"},
 		{"negative weight", func(s []Sample) { s[2].Weight = -1 }, "field weight"},
-		{"no assistant", func(s []Sample) { s[1].Messages = []Message{{"user", "x"}} }, "no assistant"},
+		{"no assistant", func(s []Sample) { s[1].Messages = []Message{{Role: "user", Content: "x"}} }, "no assistant"},
 		{"bad message role", func(s []Sample) { s[0].Messages[0].Role = "narrator" }, "messages[0].role"},
 		{"duplicate id", func(s []Sample) { s[2].SampleID = "a1" }, "duplicates sample 0"},
 		{"empty group", func(s []Sample) { s[0].Group = "" }, "field group"},

@@ -90,6 +90,32 @@ type Choice struct {
 	Message Message `json:"message"`
 	// FinishReason is "stop", "length", "tool_calls" or the server's word.
 	FinishReason string `json:"finish_reason"`
+	// Tokens is what the server reported of the sample's tokens (vLLM's
+	// and SGLang's return_token_ids and logprobs, docs/models.md "Token
+	// ids and log-probs"); nil when it reported none (the procedural
+	// backend, a server without the extensions, or a backend that did not
+	// ask).
+	Tokens *Tokens `json:"tokens,omitempty"`
+}
+
+// Tokens is one sample as the server tokenized it: the prompt as it
+// rendered and tokenized the request (its chat template), and the
+// completion as sampled with the sampler's log-probs. Every field may be
+// empty on its own when the server reported only part of it.
+type Tokens struct {
+	// PromptIDs are the prompt's token ids as the server rendered and
+	// tokenized the request (vLLM's top-level prompt_token_ids, SGLang's
+	// per-choice one); nil when not reported.
+	PromptIDs []int64 `json:"prompt_ids,omitempty"`
+	// CompletionIDs are the sampled token ids in order (vLLM and SGLang
+	// token_ids, else the ids of logprobs.content when the server wrote
+	// its tokens as "token_id:N"), including the end-of-turn token when
+	// the server counts it; nil when not reported.
+	CompletionIDs []int64 `json:"completion_ids,omitempty"`
+	// Logprobs is the sampler's natural-log probability of each sampled
+	// token (logprobs.content[].logprob), parallel to CompletionIDs when
+	// both are present; nil when not reported.
+	Logprobs []float64 `json:"logprobs,omitempty"`
 }
 
 // Usage counts tokens as the server reports them.

@@ -368,8 +368,12 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 	if t.MaxTurns > 0 {
 		limit = min(limit, t.MaxTurns)
 	}
+	r.Tools = openAITools(tools)
 	var lastInfo json.RawMessage
-	defer func() { r.Messages = toRows(msgs) }()
+	// toks holds what the server reported of each assistant turn's
+	// tokens, by the turn's index in msgs.
+	toks := map[int]turnTokens{}
+	defer func() { r.Messages = toRows(msgs, toks) }()
 	samp := cfg.Rollout.Sampling()
 	obs := ep.Observation
 	cut := ""
@@ -388,6 +392,7 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		r.FinishReasons = append(r.FinishReasons, ch.FinishReason)
 		reasoning, answer := model.ReplyParts(msg)
 		turnMsg := model.Message{Role: model.RoleAssistant, Content: answer, Reasoning: reasoning, ToolCalls: msg.ToolCalls}
+		toks[len(msgs)] = turnTokens{promptTokens: int64(resp.Usage.PromptTokens), tokens: ch.Tokens}
 		if ch.FinishReason == model.FinishLength {
 			// A reply cut at its token budget is not an action, whatever
 			// it holds (half a thought, half a tool call): the play ends
@@ -523,15 +528,72 @@ func success(info json.RawMessage, ret float64, harnessCut bool) bool {
 	return !harnessCut && ret > 0
 }
 
-func toRows(msgs []model.Message) []schemas.Message {
+// turnTokens is what one agent call reported of its tokens: the prompt
+// length (usage) and the server's token ids and log-probs (nil when none).
+type turnTokens struct {
+	promptTokens int64
+	tokens       *model.Tokens
+}
+
+// toRows is the transcript as stored: each assistant turn with the
+// tokens its call reported (toks, by message index), the prompt ids
+// delta-coded against the previous assistant turn (schemas.SharePrompt;
+// decoded by schemas.ExpandPrompts).
+func toRows(msgs []model.Message, toks map[int]turnTokens) []schemas.Message {
 	out := make([]schemas.Message, 0, len(msgs))
-	for _, m := range msgs {
+	var prev []int64 // previous assistant turn's prompt ++ completion ids
+	for i, m := range msgs {
 		row := schemas.Message{Role: m.Role, Content: m.Content, Reasoning: m.Reasoning, ToolCallID: m.ToolCallID}
 		if len(m.ToolCalls) > 0 {
 			b, _ := json.Marshal(m.ToolCalls)
 			row.ToolCalls = string(b)
 		}
+		if tt, ok := toks[i]; ok && m.Role == model.RoleAssistant {
+			row.PromptTokens = tt.promptTokens
+			if t := tt.tokens; t != nil {
+				row.CompletionTokenIDs, row.CompletionLogprobs = t.CompletionIDs, t.Logprobs
+				if len(t.PromptIDs) > 0 {
+					row.PromptShared, row.PromptTokenIDs = schemas.SharePrompt(prev, t.PromptIDs)
+					prev = append(append(make([]int64, 0, len(t.PromptIDs)+len(t.CompletionIDs)), t.PromptIDs...), t.CompletionIDs...)
+				} else {
+					prev = nil
+				}
+			} else {
+				prev = nil
+			}
+		}
 		out = append(out, row)
 	}
 	return out
+}
+
+// openAITools is the JSON of tools in OpenAI's declaration format
+// ([{"type": "function", "function": {"name", "description",
+// "parameters"}}]), as the openai backend sends them; "" for none.
+func openAITools(tools []model.Tool) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	type fn struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	type decl struct {
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	out := make([]decl, 0, len(tools))
+	for _, t := range tools {
+		f := fn{Name: t.Name, Description: t.Description}
+		if p := strings.TrimSpace(t.Parameters); p != "" && json.Valid([]byte(p)) {
+			f.Parameters = json.RawMessage(p)
+		}
+		out = append(out, decl{Type: "function", Function: f})
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

@@ -61,6 +61,50 @@ type Behaviour struct {
 	// ({"object": "error", "message": ..., "type": ..., "code": 400})
 	// instead of OpenAI's {"error": {...}}.
 	VLLMErrors bool
+	// TokenIDs answers a request that asks for token ids
+	// (return_token_ids) as vLLM does: prompt_token_ids, token_ids and
+	// logprobs.content, from WordTokens, a deterministic word-level
+	// stand-in for a tokenizer and chat template whose rendering of a
+	// conversation extends the previous turn's prompt and completion.
+	TokenIDs bool
+}
+
+// Token ids of WordTokens' chat template: a role marker opens each
+// message, EndID closes it.
+const (
+	EndID       = 2
+	roleIDBase  = 3 // + index in system, user, assistant, tool
+	wordIDFirst = 16
+	wordIDSpan  = 50000
+)
+
+// WordTokens is the TokenIDs behaviour's tokenization of a call: the
+// prompt is, per message, its role id, its content's word ids and EndID,
+// then the assistant role id (the generation prompt); the completion is
+// the reply content's word ids and EndID. A word's id is a hash of the
+// word; its log-prob is a function of the id in [-1, 0).
+func WordTokens(msgs []model.Message, reply string) model.Tokens {
+	role := map[string]int64{model.RoleSystem: 0, model.RoleUser: 1, model.RoleAssistant: 2, model.RoleTool: 3}
+	var t model.Tokens
+	for _, m := range msgs {
+		t.PromptIDs = append(append(append(t.PromptIDs, roleIDBase+role[m.Role]), wordIDs(m.Content)...), EndID)
+	}
+	t.PromptIDs = append(t.PromptIDs, roleIDBase+2)
+	t.CompletionIDs = append(wordIDs(reply), EndID)
+	for _, id := range t.CompletionIDs {
+		t.Logprobs = append(t.Logprobs, -float64(id%1000+1)/1001)
+	}
+	return t
+}
+
+func wordIDs(s string) []int64 {
+	var out []int64
+	for _, w := range strings.Fields(s) {
+		h := fnv.New32a()
+		_, _ = io.WriteString(h, w)
+		out = append(out, wordIDFirst+int64(h.Sum32()%wordIDSpan))
+	}
+	return out
 }
 
 // BehavingHandler is DefaultHandler(envSource, hint) answering the way b
@@ -83,10 +127,24 @@ func BehavingHandler(envSource, hint string, b Behaviour) Handler {
 			default:
 				ch = b.agent(req.Chat, i)
 			}
+			if b.TokenIDs && asksTokens(req) {
+				t := WordTokens(req.Chat.Messages, ch.Message.Content)
+				ch.Tokens = &t
+			}
 			choices[i] = ch
 		}
 		return Reply{Choices: choices}
 	}
+}
+
+// asksTokens reports whether the request asked for token ids.
+func asksTokens(req Request) bool {
+	for _, k := range req.Keys {
+		if k == "return_token_ids" {
+			return true
+		}
+	}
+	return false
 }
 
 // think puts reasoning where b says: a <think> block before content, or

@@ -61,6 +61,15 @@ type wireChoice struct {
 	Message      wireOutMessage  `json:"message"`
 	Logprobs     json.RawMessage `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
+	// TokenIDs is vLLM's per-choice token_ids (return_token_ids).
+	TokenIDs []int64 `json:"token_ids,omitempty"`
+}
+
+type wireLogprob struct {
+	Token       string  `json:"token"`
+	Logprob     float64 `json:"logprob"`
+	Bytes       []int   `json:"bytes"`
+	TopLogprobs []any   `json:"top_logprobs"`
 }
 
 type wireOutMessage struct {
@@ -87,6 +96,8 @@ type wireCompletion struct {
 	Choices           []wireChoice `json:"choices"`
 	Usage             wireUsage    `json:"usage"`
 	SystemFingerprint string       `json:"system_fingerprint"`
+	// PromptTokenIDs is vLLM's top-level prompt_token_ids.
+	PromptTokenIDs []int64 `json:"prompt_token_ids,omitempty"`
 }
 
 // decodeRequest parses a chat-completions body into the model view; with
@@ -232,7 +243,27 @@ func encodeCompletion(id int64, modelName string, req model.Request, choices []m
 				finish = "tool_calls"
 			}
 		}
-		out.Choices = append(out.Choices, wireChoice{Index: i, Message: msg, Logprobs: json.RawMessage("null"), FinishReason: finish})
+		wc := wireChoice{Index: i, Message: msg, Logprobs: json.RawMessage("null"), FinishReason: finish}
+		if t := c.Tokens; t != nil {
+			// vLLM's shape: ids per choice, the prompt's at the top level,
+			// log-probs per token written "token_id:N".
+			wc.TokenIDs = t.CompletionIDs
+			if t.PromptIDs != nil {
+				out.PromptTokenIDs = t.PromptIDs
+			}
+			if len(t.Logprobs) > 0 {
+				lps := make([]wireLogprob, len(t.Logprobs))
+				for k, lp := range t.Logprobs {
+					tok := "?"
+					if k < len(t.CompletionIDs) {
+						tok = fmt.Sprintf("token_id:%d", t.CompletionIDs[k])
+					}
+					lps[k] = wireLogprob{Token: tok, Logprob: lp, Bytes: []int{}, TopLogprobs: []any{}}
+				}
+				wc.Logprobs, _ = json.Marshal(map[string]any{"content": lps})
+			}
+		}
+		out.Choices = append(out.Choices, wc)
 	}
 	if usage != nil {
 		out.Usage = wireUsage{PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens}

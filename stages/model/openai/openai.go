@@ -136,6 +136,16 @@ type Config struct {
 	// round's policy (managed and reload serving, docs/serving.md);
 	// off, as for OpenAI's API, which answers "gpt-4o" with a dated name.
 	CheckModel bool
+	// ReturnTokens asks the server for each sample's token ids and
+	// per-token log-probs (docs/models.md "Token ids and log-probs"):
+	// requests carry "logprobs": true and the vLLM and SGLang extensions
+	// "return_token_ids", "return_prompt_token_ids" and
+	// "return_tokens_as_token_ids", and Choice.Tokens holds what came
+	// back. A server that ignores the extensions answers as usual and
+	// Choice.Tokens is nil. Off for OpenAI's own API, which rejects
+	// unknown request fields. A key of ExtraBody replaces the field of
+	// the same name.
+	ReturnTokens bool
 }
 
 // Backend is a model.Backend talking to one OpenAI-compatible server. It is
@@ -153,6 +163,10 @@ type Backend struct {
 	// information, query or fragment, and with the key redacted.
 	endpoint string
 	outage   outage
+	// tokensRefused is set when the server refused the token fields of
+	// Config.ReturnTokens (a 400 or 422 naming them): later calls do not
+	// send them.
+	tokensRefused atomic.Bool
 }
 
 // outage tracks failed attempts for the warnings of Config.Logger. It
@@ -273,19 +287,27 @@ func (b *Backend) Name() string { return b.name }
 // model.ErrTimeout and the caller's ctx.Err()); an error wrapping
 // model.ErrBadRequest when req cannot be expressed on the wire.
 func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, error) {
-	params, err := toParams(b.cfg.Model, req)
+	params, err := b.params(req)
 	if err != nil {
-		return model.Response{}, fmt.Errorf("%s: %w", b.name, err)
-	}
-	if b.cfg.ToolChoice != "" && len(req.Tools) > 0 {
-		params.ToolChoice = oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: param.NewOpt(b.cfg.ToolChoice)}
-	}
-	if len(b.cfg.ExtraBody) > 0 {
-		params.SetExtraFields(b.cfg.ExtraBody)
+		return model.Response{}, err
 	}
 	jitterSeed := requestSeed(b.cfg.Model, req)
 	for attempt := 0; ; attempt++ {
 		resp, cerr := b.attempt(ctx, params, req.Tools)
+		if cerr != nil && b.askTokens() && refusesTokenFields(cerr) {
+			// The server does not take the token extensions (transformers
+			// serve answers 422 "Unexpected fields"): stop asking, and ask
+			// again without them; the samples are trained from their text.
+			if !b.tokensRefused.Swap(true) {
+				b.cfg.Logger.Warn("model server refused the token-id request fields; calls go on without them and training falls back to the text of the replies",
+					"backend", b.name, "endpoint", b.endpoint, "status", cerr.Status, "error", cerr.Message)
+			}
+			if params, err = b.params(req); err != nil {
+				return model.Response{}, err
+			}
+			attempt--
+			continue
+		}
 		if cerr == nil {
 			b.noteAnswer()
 			if b.cfg.CheckModel && !model.SameServedModel(resp.Model, b.cfg.Model) {
@@ -331,6 +353,78 @@ func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, 
 		case <-t.C:
 		}
 	}
+}
+
+// tokenFields are the request fields that ask vLLM and SGLang for token
+// ids: vLLM's return_token_ids (prompt_token_ids at the top level,
+// token_ids per choice; vLLM >= 0.10.2) and return_tokens_as_token_ids
+// (logprobs tokens written "token_id:N", older vLLM), SGLang's
+// return_token_ids and return_prompt_token_ids (both per choice).
+var tokenFields = map[string]any{
+	"return_token_ids":           true,
+	"return_prompt_token_ids":    true,
+	"return_tokens_as_token_ids": true,
+}
+
+// params is req on the wire: toParams, then tool_choice, the token
+// fields while askTokens holds, and Config.ExtraBody. Errors wrap
+// model.ErrBadRequest, prefixed with the backend's name.
+func (b *Backend) params(req model.Request) (oa.ChatCompletionNewParams, error) {
+	params, err := toParams(b.cfg.Model, req)
+	if err != nil {
+		return params, fmt.Errorf("%s: %w", b.name, err)
+	}
+	if b.cfg.ToolChoice != "" && len(req.Tools) > 0 {
+		params.ToolChoice = oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: param.NewOpt(b.cfg.ToolChoice)}
+	}
+	if b.askTokens() {
+		params.Logprobs = oa.Bool(true)
+	}
+	if extra := b.extraFields(); len(extra) > 0 {
+		params.SetExtraFields(extra)
+	}
+	return params, nil
+}
+
+// askTokens reports whether requests ask for token ids now:
+// Config.ReturnTokens, unless the server refused the fields.
+func (b *Backend) askTokens() bool { return b.cfg.ReturnTokens && !b.tokensRefused.Load() }
+
+// TokensRefused reports whether the server refused the token fields of
+// Config.ReturnTokens, so that calls no longer ask for token ids.
+func (b *Backend) TokensRefused() bool { return b.tokensRefused.Load() }
+
+// refusesTokenFields reports whether a failed attempt is a server's
+// refusal of the token fields: HTTP 400 or 422 whose message names one of
+// them or logprobs (vLLM and OpenAI answer 400 to unknown or unsupported
+// parameters, FastAPI-based servers 422).
+func refusesTokenFields(cerr *model.CallError) bool {
+	if cerr.Status != http.StatusBadRequest && cerr.Status != http.StatusUnprocessableEntity {
+		return false
+	}
+	m := strings.ToLower(cerr.Message)
+	for k := range tokenFields {
+		if strings.Contains(m, k) {
+			return true
+		}
+	}
+	return strings.Contains(m, "logprobs")
+}
+
+// extraFields is the request's extra top-level fields: tokenFields while
+// askTokens holds, then Config.ExtraBody over them.
+func (b *Backend) extraFields() map[string]any {
+	if !b.askTokens() {
+		return b.cfg.ExtraBody
+	}
+	out := make(map[string]any, len(tokenFields)+len(b.cfg.ExtraBody))
+	for k, v := range tokenFields {
+		out[k] = v
+	}
+	for k, v := range b.cfg.ExtraBody {
+		out[k] = v
+	}
+	return out
 }
 
 // noteFailure logs a retryable failed attempt (index attempt, from 0) at
@@ -913,9 +1007,94 @@ func fromCompletion(c *oa.ChatCompletion, tools []model.Tool) model.Response {
 				}
 			}
 		}
-		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: finish})
+		out.Choices = append(out.Choices, model.Choice{Message: msg, FinishReason: finish, Tokens: choiceTokens(c.RawJSON(), ch.RawJSON())})
 	}
 	return out
+}
+
+// maxTokenID bounds a token id a server reports: vocabularies are below
+// 2^24 entries; a larger or negative id is the server's error.
+const maxTokenID = 1 << 31
+
+// choiceTokens reads the token information of one choice from the raw
+// JSON of the response (top) and of the choice (raw): prompt ids from the
+// choice's prompt_token_ids (SGLang), else the response's (vLLM);
+// completion ids from the choice's token_ids, else from its
+// logprobs.content tokens when all are written "token_id:N" (vLLM's
+// return_tokens_as_token_ids); log-probs from logprobs.content. A field
+// that does not decode, or holds an id outside [0, 2^31) or a log-prob
+// that is positive beyond rounding, is dropped on its own: token
+// information is optional, and a sample without it is trained from its
+// text. nil when nothing usable was sent.
+func choiceTokens(top, raw string) *model.Tokens {
+	var ch struct {
+		PromptTokenIDs json.RawMessage `json:"prompt_token_ids"`
+		TokenIDs       json.RawMessage `json:"token_ids"`
+		Logprobs       struct {
+			Content []struct {
+				Token   string   `json:"token"`
+				Logprob *float64 `json:"logprob"`
+			} `json:"content"`
+		} `json:"logprobs"`
+	}
+	var resp struct {
+		PromptTokenIDs json.RawMessage `json:"prompt_token_ids"`
+	}
+	if json.Unmarshal([]byte(raw), &ch) != nil {
+		return nil
+	}
+	_ = json.Unmarshal([]byte(top), &resp)
+	var t model.Tokens
+	t.PromptIDs = tokenIDs(ch.PromptTokenIDs)
+	if t.PromptIDs == nil {
+		t.PromptIDs = tokenIDs(resp.PromptTokenIDs)
+	}
+	t.CompletionIDs = tokenIDs(ch.TokenIDs)
+	if content := ch.Logprobs.Content; len(content) > 0 {
+		lps := make([]float64, 0, len(content))
+		for _, c := range content {
+			if c.Logprob == nil || *c.Logprob > 1e-6 || math.IsNaN(*c.Logprob) {
+				lps = nil
+				break
+			}
+			lps = append(lps, min(*c.Logprob, 0))
+		}
+		t.Logprobs = lps
+		if t.CompletionIDs == nil {
+			ids := make([]int64, 0, len(content))
+			for _, c := range content {
+				n, err := strconv.ParseInt(strings.TrimPrefix(c.Token, "token_id:"), 10, 64)
+				if !strings.HasPrefix(c.Token, "token_id:") || err != nil || n < 0 || n >= maxTokenID {
+					ids = nil
+					break
+				}
+				ids = append(ids, n)
+			}
+			t.CompletionIDs = ids
+		}
+	}
+	if t.PromptIDs == nil && t.CompletionIDs == nil && t.Logprobs == nil {
+		return nil
+	}
+	return &t
+}
+
+// tokenIDs decodes a JSON list of token ids; nil when raw is absent, null,
+// empty, not a list of integers, or holds an id outside [0, 2^31).
+func tokenIDs(raw json.RawMessage) []int64 {
+	if len(raw) == 0 {
+		return nil
+	}
+	var ids []int64
+	if json.Unmarshal(raw, &ids) != nil || len(ids) == 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if id < 0 || id >= maxTokenID {
+			return nil
+		}
+	}
+	return ids
 }
 
 // reasoningField reads the reasoning text of a raw message object:
