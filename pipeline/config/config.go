@@ -669,6 +669,18 @@ type GRPO struct {
 	// optimizer state (default 1); 0 stores none (each round then starts
 	// a fresh AdamW from the bf16 weights).
 	KeepOptimizerRounds int `yaml:"keep_optimizer_rounds" json:"keep_optimizer_rounds"`
+	// TISCap, when > 0, turns on truncated importance sampling: each
+	// trained token with a sampler log-prob (model.token_ids) has its
+	// policy-gradient term weighted by min(exp(logp_trainer -
+	// logp_sampler), TISCap), detached (the public code's --use-tis, cap
+	// 2.0; docs/training.md "Loss"). Default 0: off. >= 0.
+	TISCap float64 `yaml:"tis_cap" json:"tis_cap,omitempty"`
+	// MismatchWarn is the mean |logp_trainer - logp_sampler| (nats) over
+	// the sampled tokens above which the grpo stage warns that the
+	// server's policy is not the trainer's (docs/training.md "Training on
+	// the sampled tokens"); default 0.1 (DefaultMismatchWarn, also what 0
+	// means), >= 0. Operational.
+	MismatchWarn float64 `yaml:"mismatch_warn" json:"mismatch_warn,omitempty"`
 }
 
 // AttnImplementations are the values grpo.attn_implementation takes
@@ -769,9 +781,14 @@ func Default() Config {
 		Metrics: Metrics{Embeddings: []string{EmbeddingsTFIDF}, Python: DefaultVenvPython},
 		GRPO: GRPO{Trainer: "none", Python: DefaultTrainerPython, BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated",
 			AdamBeta1: 0.9, AdamBeta2: 0.999, Dtype: "auto", SaveDtype: "bfloat16", MaxTokensPerMicroBatch: 16384,
-			Launcher: "local", NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1},
+			Launcher: "local", NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1, MismatchWarn: DefaultMismatchWarn},
 	}
 }
+
+// DefaultMismatchWarn is grpo.mismatch_warn's default, in nats: 0.1.
+// Same weights served in bf16 and trained in fp32 differ by about 0.01
+// nats per token; a server on another checkpoint differs by more.
+const DefaultMismatchWarn = 0.1
 
 // Source says where each setting's value came from: "default", the file
 // path, or the environment variable name.
@@ -1125,6 +1142,8 @@ func (c Config) problems() []problem {
 	floatAtLeast("label.blend.plateau_ramp", c.Label.Blend.PlateauRamp, 0, true)
 	floatAtLeast("grpo.clip_eps_high", c.GRPO.ClipEpsHigh, 0, false)
 	floatAtLeast("grpo.weight_decay", c.GRPO.WeightDecay, 0, false)
+	floatAtLeast("grpo.tis_cap", c.GRPO.TISCap, 0, false)
+	floatAtLeast("grpo.mismatch_warn", c.GRPO.MismatchWarn, 0, false)
 	for _, b := range []struct {
 		key string
 		v   float64
@@ -1279,7 +1298,7 @@ func ParseWeightRule(s string) (kind string, fixed float64, err error) {
 // Operational lists the settings that change how a run executes but not
 // what it computes; they are left out of Digest, so a run can be resumed
 // with more workers or a longer timeout (docs/config.md).
-var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "model.serve_port", "model.serve_ready_timeout_s", "model.checkpoint_cache", "grpo.timeout_s", "sandbox.programs_per_sandbox",
+var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "model.serve_port", "model.serve_ready_timeout_s", "model.checkpoint_cache", "grpo.timeout_s", "grpo.mismatch_warn", "sandbox.programs_per_sandbox",
 	"observe.trackers", "observe.python", "observe.experiment", "observe.mlflow_tracking_uri", "observe.wandb_mode", "observe.wandb_dir", "observe.tensorboard_dir", "metrics.python"}
 
 // Pinned returns c with the Operational settings zeroed.
@@ -1287,7 +1306,7 @@ func (c Config) Pinned() Config {
 	c.Workers = 0
 	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.UnavailableAfter, c.Model.APIKeyEnv = 0, 0, 0, 0, ""
 	c.Model.ServePort, c.Model.ServeReadyTimeoutS, c.Model.CheckpointCache = 0, 0, ""
-	c.GRPO.TimeoutS = 0
+	c.GRPO.TimeoutS, c.GRPO.MismatchWarn = 0, 0
 	c.Sandbox.ProgramsPerSandbox = 0
 	c.Observe = Observe{Timings: c.Observe.Timings}
 	c.Metrics.Python = ""

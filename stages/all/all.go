@@ -42,7 +42,7 @@ func Stages(eng *engine.Engines) []pipeline.Stage {
 		label.Stage{},
 		memory.Stage{},
 		pool.Stage{},
-		&grpo.Stage{},
+		&grpo.Stage{Log: eng.Log},
 		roundmetrics.Stage{},
 	}
 }

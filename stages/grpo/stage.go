@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,6 +32,9 @@ import (
 type Stage struct {
 	// WorkDir holds trainer scratch files; default os.TempDir().
 	WorkDir string
+	// Log receives the stage's warnings (a policy mismatch between the
+	// server and the trainer); nil means slog.Default().
+	Log *slog.Logger
 }
 
 // Name implements pipeline.Stage.
@@ -415,6 +419,13 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 		stats["designer_samples"] = float64(len(des))
 		batch = append(batch, des...)
 	}
+	tokenIDs := 0
+	for _, b := range batch {
+		if TokenIDSample(b) {
+			tokenIDs++
+		}
+	}
+	stats["token_id_samples"], stats["text_samples"] = float64(tokenIDs), float64(len(batch)-tokenIDs)
 	pipeline.Emit(out, schemas.TrainBatch, "train_batch", batch...)
 	parents, err := pipeline.ReadAll(ctx, env, schemas.Checkpoints, "checkpoints", ri.Round-1)
 	if err != nil {
@@ -448,6 +459,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 		return err
 	}
 	metric("trained", 1)
+	if len(steps) > 0 {
+		s.warnMismatch(env, steps[0])
+	}
 	for _, st := range steps {
 		pipeline.Emit(out, schemas.TrainMetrics, "train_metrics", stepMetricRows(st, env.Config.Observe.Timings)...)
 		out.Stat(fmt.Sprintf("step%d_tokens_per_s", st.Step), st.TokensPerS)
@@ -455,6 +469,46 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	}
 	pipeline.Emit(out, schemas.Checkpoints, "checkpoints", ck)
 	return nil
+}
+
+// warnMismatch logs a warning when the first step's mean |logp_trainer -
+// logp_sampler| is above grpo.mismatch_warn: the server that sampled the
+// batch did not hold the trainer's input weights (a stale or other
+// checkpoint, another dtype or quantization), so the update is
+// off-policy by that much.
+func (s *Stage) warnMismatch(env *pipeline.Env, st StepMetrics) {
+	warn := env.Config.GRPO.MismatchWarn
+	if warn <= 0 {
+		warn = config.DefaultMismatchWarn
+	}
+	if st.SamplerLogprobTokens == 0 || st.LogprobMismatchMean <= warn {
+		return
+	}
+	log := s.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("the server's log-probs differ from the trainer's: the sampled tokens came from another policy than the trainer's input checkpoint (see docs/training.md \"Training on the sampled tokens\"; grpo.tis_cap corrects for it)",
+		"round", env.Round.Round, "logprob_mismatch_mean", st.LogprobMismatchMean, "logprob_mismatch_max", st.LogprobMismatchMax,
+		"tokens", st.SamplerLogprobTokens, "grpo.mismatch_warn", warn)
+}
+
+// TokenIDSample reports whether every trained assistant turn of s (every
+// assistant turn of an agent sample, the last assistant message of a
+// designer sample) carries the server's sampled token ids, so that the
+// trainer trains on those ids rather than on the text.
+func TokenIDSample(s schemas.TrainSample) bool {
+	last := -1
+	for i, m := range s.Messages {
+		if m.Role != "assistant" {
+			continue
+		}
+		last = i
+		if s.Role == "agent" && len(m.CompletionTokenIDs) == 0 {
+			return false
+		}
+	}
+	return last >= 0 && len(s.Messages[last].CompletionTokenIDs) > 0
 }
 
 // stepMetricRows returns the train_metrics rows of one optimiser step, in
@@ -468,7 +522,9 @@ func stepMetricRows(st StepMetrics, timings bool) []schemas.TrainMetric {
 	vals := map[string]float64{
 		"loss": st.Loss, "kl": st.KL, "clip_fraction": st.ClipFraction, "grad_norm": st.GradNorm,
 		"tokens": float64(st.Tokens), "trained_tokens": float64(st.TrainedTokens), "lr": st.LR,
-		"micro_batches": float64(st.MicroBatches),
+		"micro_batches":         float64(st.MicroBatches),
+		"logprob_mismatch_mean": st.LogprobMismatchMean, "logprob_mismatch_max": st.LogprobMismatchMax,
+		"sampler_logprob_tokens": float64(st.SamplerLogprobTokens), "tis_clip_fraction": st.TISClipFraction,
 	}
 	if timings {
 		vals["tokens_per_s"], vals["seconds"], vals["peak_memory_bytes"] = st.TokensPerS, st.Seconds, float64(st.PeakMemoryBytes)
@@ -595,6 +651,10 @@ func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
 	tc.Dtype, tc.SaveDtype, tc.MaxTokensPerMicroBatch = g.Dtype, g.SaveDtype, g.MaxTokensPerMicroBatch
 	tc.GradientCheckpointing, tc.Offload = g.GradientCheckpointing, g.Offload
 	tc.AttnImplementation = g.AttnImplementation
+	tc.TISCap = g.TISCap
+	if g.MismatchWarn > 0 {
+		tc.MismatchWarn = g.MismatchWarn
+	}
 	tc.SaveOptimizer = g.KeepOptimizerRounds > 0
 	tc.Seed = sample.Seed(ri.Seed, "grpo", ri.Round)
 	if g.KLBeta > 0 {

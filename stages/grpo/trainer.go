@@ -275,6 +275,14 @@ type TrainerConfig struct {
 	ResumeOptimizer bool `json:"resume_optimizer"`
 	// SaveOptimizer writes them with the new checkpoint; default true.
 	SaveOptimizer bool `json:"save_optimizer"`
+	// TISCap, when > 0, weights each trained token that has a sampler
+	// log-prob by min(exp(logp_old - logp_sampler), TISCap), detached
+	// (truncated importance sampling; the public code's --use-tis, cap
+	// 2.0); 0 (default) is off.
+	TISCap float64 `json:"tis_cap"`
+	// MismatchWarn is the mean |logp_trainer - logp_sampler| (nats) above
+	// which the trainer warns on stderr (default 0.1).
+	MismatchWarn float64 `json:"mismatch_warn"`
 }
 
 // DefaultTrainerConfig returns the trainer's defaults (the Python
@@ -287,6 +295,7 @@ func DefaultTrainerConfig() TrainerConfig {
 		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 1024, MaxTokensPerMicroBatch: 16384,
 		Dtype: "auto", Device: "auto", AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
 		MaxSeqLen: 8192, Overlong: "truncate_left", SaveDtype: "bfloat16", ResumeOptimizer: true, SaveOptimizer: true,
+		MismatchWarn: config.DefaultMismatchWarn,
 	}
 }
 
@@ -371,6 +380,18 @@ type StepMetrics struct {
 	// MicroBatches is the number of forward/backward passes the step's
 	// gradient was accumulated over.
 	MicroBatches int64 `json:"micro_batches"`
+	// LogprobMismatchMean and LogprobMismatchMax are the mean and largest
+	// |logp_trainer - logp_sampler| (nats) over the trained tokens that
+	// carry a sampler log-prob, measured on the first inner step (0 when
+	// none does; docs/training.md "Training on the sampled tokens").
+	LogprobMismatchMean float64 `json:"logprob_mismatch_mean"`
+	// LogprobMismatchMax: see LogprobMismatchMean.
+	LogprobMismatchMax float64 `json:"logprob_mismatch_max"`
+	// SamplerLogprobTokens counts the tokens compared.
+	SamplerLogprobTokens int64 `json:"sampler_logprob_tokens"`
+	// TISClipFraction is the share of those tokens whose importance
+	// weight the tis_cap bound (0 with tis_cap 0).
+	TISClipFraction float64 `json:"tis_clip_fraction"`
 	// Raw is the metrics line as read, including keys StepMetrics has no
 	// field for; the grpo stage stores only the fields above in
 	// train_metrics, so such keys are not stored.
