@@ -327,18 +327,19 @@ class HFChatEncoder:
         def texts(m: dict) -> list:
             return [m.get("content")] + [c["function"]["arguments"] for c in m.get("tool_calls") or []]
 
-        if self._special_re is None or not any(has_special(texts(m)) for m in messages):
+        if self._special_re is None or not (any(has_special(texts(m)) for m in messages) or has_special(tools or [])):
             text = self._render(messages, gen, tools)
             return list(self.tok(text, add_special_tokens=False)["input_ids"])
         nonce = secrets.token_hex(8)
-        while any(nonce in json.dumps(texts(m), ensure_ascii=False) for m in messages):
+        while any(nonce in json.dumps(texts(m), ensure_ascii=False) for m in messages) or nonce in json.dumps(tools or [], ensure_ascii=False):
             nonce = secrets.token_hex(8)
         index = {t: k for k, t in enumerate(self.specials)}
 
         def defang(v):
-            # Every string of a content or a tool call's arguments (parsed
+            # Every string of a content, of a tool call's arguments (parsed
             # JSON: its strings; the template prints them with tojson,
-            # which keeps non-ASCII characters as they are).
+            # which keeps non-ASCII characters as they are) and of the tool
+            # declarations (an environment's description is LLM-written).
             if isinstance(v, str):
                 return self._special_re.sub(lambda mo: f"\ue000{nonce}:{index[mo.group(0)]}\ue001", v)
             if isinstance(v, dict):
@@ -355,7 +356,7 @@ class HFChatEncoder:
             if m.get("tool_calls"):
                 m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=defang(c["function"]["arguments"]))) for c in m["tool_calls"]]
             masked.append(m)
-        text = self._render(masked, gen, tools)
+        text = self._render(masked, gen, defang(tools) if tools else tools)
         pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", text)
         ids: List[int] = []
         for j, piece in enumerate(pieces):

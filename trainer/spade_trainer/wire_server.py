@@ -176,9 +176,12 @@ class Engine:
     def complete(self, req: Any) -> Tuple[int, dict]:
         """(HTTP status, JSON body) for a /v1/chat/completions request."""
         try:
-            return 200, self._complete(req)
+            with self.lock:
+                return 200, self._complete(req)
         except RequestError as e:
             return e.status, e.body
+        except (TypeError, ValueError, KeyError, AttributeError) as e:  # a malformed field
+            return 400, {"error": {"message": f"bad request: {type(e).__name__}: {e}", "type": "BadRequestError", "param": None, "code": 400}}
 
     def _complete(self, req: Any) -> dict:
         if not isinstance(req, dict):
@@ -197,21 +200,22 @@ class Engine:
         messages = template_messages(req.get("messages"))
         temperature = float(req.get("temperature") if req.get("temperature") is not None else 1.0)
         top_p = float(req.get("top_p") if req.get("top_p") is not None else 1.0)
-        max_tokens = req.get("max_completion_tokens") or req.get("max_tokens") or 512
+        max_tokens = req.get("max_completion_tokens", req.get("max_tokens"))
+        if max_tokens is None:
+            max_tokens = 512
         seed = int(req.get("seed") if req.get("seed") is not None else 0)
         stop = req.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
         want_lp = bool(req.get("logprobs"))
         top_n = int(req.get("top_logprobs") or 0)
         as_ids = bool(req.get("return_tokens_as_token_ids"))
-        if not (temperature >= 0 and 0 < top_p <= 1 and isinstance(max_tokens, int) and max_tokens >= 1):
+        if not (temperature >= 0 and 0 < top_p <= 1 and isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
             raise _bad("temperature >= 0, 0 < top_p <= 1 and max_tokens >= 1 are required")
         try:
             prompt = self.render(messages, tools)
         except Exception as e:  # a template error (jinja raise_exception)
             raise _bad(f"chat template: {type(e).__name__}: {e}") from None
-        with self.lock:
-            ids, lps, tops, finish = self._sample(prompt, temperature, top_p, max_tokens, seed, stop, top_n)
+        ids, lps, tops, finish = self._sample(prompt, temperature, top_p, max_tokens, seed, stop, top_n)
         body_ids = [t for t in ids if t not in self.end_ids]
         text = self.tok.decode(body_ids, skip_special_tokens=True)
         if finish == "stop" and stop:
