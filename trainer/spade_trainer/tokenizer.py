@@ -84,13 +84,18 @@ def spade_tool_calls_json(calls: Sequence[dict]) -> str:
 
 
 def _arguments(text: str):
-    """A tool call's arguments for the template: the JSON value the text
-    holds (templates such as Qwen2.5's apply ``tojson`` to it), or the
-    text itself when it is not JSON (Qwen3's prints a string as is)."""
+    """A tool call's arguments for the template: the JSON object the text
+    holds (templates such as Qwen2.5's apply ``tojson`` to it; vLLM hands
+    templates the parsed object too, and {} for empty arguments), or the
+    text itself when it is not a JSON object (Qwen3's template prints a
+    string as it is)."""
+    if not text.strip():
+        return {}
     try:
-        return json.loads(text)
+        v = json.loads(text)
     except ValueError:
         return text
+    return v if isinstance(v, dict) else text
 
 
 def template_messages(messages: Sequence[dict], structured: bool) -> List[dict]:

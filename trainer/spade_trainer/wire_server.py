@@ -102,11 +102,14 @@ def template_messages(messages: Any) -> List[dict]:
         calls = []
         for c in m.get("tool_calls") or []:
             fn = dict(c.get("function") or {})
-            if isinstance(fn.get("arguments"), str):
+            # As vLLM's chat_utils: empty arguments are {}, others parsed.
+            if not fn.get("arguments"):
+                fn["arguments"] = {}
+            elif not isinstance(fn["arguments"], dict):
                 try:
                     fn["arguments"] = json.loads(fn["arguments"])
-                except ValueError:
-                    pass
+                except ValueError as e:
+                    raise _bad(f"tool call arguments are not JSON: {e}", param="messages") from None
             calls.append(dict(c, function=fn))
         if calls:
             t["tool_calls"] = calls

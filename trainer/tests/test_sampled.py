@@ -600,6 +600,37 @@ class WireServerTest(unittest.TestCase):
         self.assertIsNone(content)
         self.assertEqual(len(calls), 1)
 
+    def test_tool_use_request_and_answer(self):
+        """A tool conversation on the Qwen2.5-style checkpoint: the prompt
+        the server renders (tools declared, the earlier call structured,
+        the tool result) is the context the trainer renders for that turn;
+        an answer holding a Hermes block comes back as tool_calls with
+        finish_reason "tool_calls", as vLLM answers."""
+        path = qwen_dir("qwen25")
+        eng = Engine(path, "q", model=engine().model)
+        history = [{k: v for k, v in m.items()} for m in TOOL_MSGS[:4]]
+        req = {"messages": history, "tools": TOOLS, "max_tokens": 3, "seed": 1, "return_token_ids": True}
+        st, body = eng.complete(req)
+        self.assertEqual(st, 200, body)
+        s = parse([row("t", "agent", TOOL_MSGS, tools=TOOLS)])[0]
+        from spade_trainer.tokenizer import prepare_messages
+
+        msgs, as_text = prepare_messages(encoder(path), s.messages, s.tools)
+        self.assertFalse(as_text)
+        self.assertEqual(body["prompt_token_ids"], encoder(path).context_ids(msgs[:4], TOOLS))
+        call_ids = eng.tok('<tool_call>\n{"name": "move", "arguments": {"dir": "north"}}\n</tool_call>', add_special_tokens=False)["input_ids"]
+        end = eng.tok.convert_tokens_to_ids("<|im_end|>")
+        fake = copy.copy(eng)
+        fake._sample = lambda *a: (call_ids + [end], [-0.1] * (len(call_ids) + 1), [[]] * (len(call_ids) + 1), "stop")
+        st, body = fake.complete(dict(req, logprobs=True))
+        ch = body["choices"][0]
+        self.assertEqual(ch["finish_reason"], "tool_calls")
+        self.assertIsNone(ch["message"]["content"])
+        self.assertEqual([c["function"] for c in ch["message"]["tool_calls"]], [{"name": "move", "arguments": '{"dir": "north"}'}])
+        self.assertEqual(ch["token_ids"], call_ids + [end])
+        st, body = fake.complete(dict(req, tools=None))
+        self.assertIsNone(body["choices"][0]["message"]["tool_calls"])  # no tools declared: text
+
     def test_command_line_on_the_tiny_checkpoint(self):
         """The argv form (port 0 prints the port) on a tiny checkpoint,
         tools rendered by its ChatML, the 422 mode."""
