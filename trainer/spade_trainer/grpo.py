@@ -69,7 +69,7 @@ class Encoded:
 NAN = float("nan")
 
 
-def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> List[Tuple[List[int], List[int], List[float]]]:
+def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
     """The sample built from the ids the server sampled (docs/training.md
     "Training on the sampled tokens"): for trained turn i the context is
     its prompt_token_ids, else the template's rendering of messages[:i]
@@ -77,8 +77,10 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> List[
     trained. One running sequence is extended while it is a prefix of the
     next turn's context; otherwise it is closed as a piece of its own and
     a new one starts, so each turn trains in the context it was sampled
-    in. Returns [(ids, mask, sampler log-probs)]."""
+    in. Returns ([(ids, mask, sampler log-probs)], whether a context was
+    rendered by the template rather than taken from prompt_token_ids)."""
     pieces = []
+    rendered = False
     ids: List[int] = []
     mask: List[int] = []
     lp: List[float] = []
@@ -88,7 +90,7 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> List[
             ctx = list(m["prompt_token_ids"])
         else:
             ctx = encoder.context_ids(msgs[:i], s.tools)
-            stats["rendered_contexts"] = stats.get("rendered_contexts", 0) + 1
+            rendered = True
         comp = list(m["completion_token_ids"])
         clp = m.get("completion_logprobs")
         if clp is None or len(clp) != len(comp):
@@ -103,7 +105,7 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> List[
         mask = mask + [0] * len(tail) + [1] * len(comp)
         lp = lp + [NAN] * len(tail) + [float(x) for x in clp]
     pieces.append((ids, mask, lp))
-    return pieces
+    return pieces, rendered
 
 
 def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None,
@@ -144,10 +146,8 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
                         bad = [t for t in m.get(key, ()) if t >= vocab_size]
                         if bad:
                             raise InputError(f"{where}:{s.line}: field messages[{i}].{key}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
-            before = stats.get("rendered_contexts", 0)
-            pieces = _pieces_from_ids(s, msgs, encoder, stats)
+            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats)
             stats["token_id_samples"] += 1
-            rendered = stats.get("rendered_contexts", 0) > before
         else:
             ids, mask = encoder.encode_chat(msgs, s.trained_messages(), s.tools)
             pieces = [(ids, mask, None)]
@@ -178,7 +178,6 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
             stats["dropped_samples"] += 1
         elif truncated:
             stats["truncated_samples"] += 1
-    stats.pop("rendered_contexts", None)
     return out
 
 
