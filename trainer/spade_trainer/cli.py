@@ -93,8 +93,9 @@ def run(argv: List[str]) -> int:
             register_attention()
         policy = _load(args.checkpoint, "checkpoint", attn)
         enc_stats: dict = {}
-        enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats)
-        emit({"event": "encode", "samples": len(samples), "kept": len(enc), **enc_stats})
+        vocab = getattr(policy.model.config, "vocab_size", None)
+        enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats, vocab)
+        emit({"event": "encode", "samples": len(samples), "kept": len(samples) - enc_stats["dropped_samples"], **enc_stats})
         if not enc:
             raise InputError(f"{args.batch}: every sample is longer than max_seq_len {cfg.max_seq_len} tokens")
         model = policy.model
@@ -135,7 +136,11 @@ def run(argv: List[str]) -> int:
                 q.requires_grad_(False)
             ref_fn = lambda mb: ck.model_logits(ref.model, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len, mb.keep)  # noqa: E731
         micro = make_micro_batches(enc, cfg.max_tokens_per_micro_batch, device, cfg.micro_batch_size)
-        metrics = train_round(logits_fn, params, opt, micro, cfg, device, amp, ref_fn, emit)
+        def warn(line: str) -> None:
+            if lead:
+                print(line, file=sys.stderr, flush=True)
+
+        metrics = train_round(logits_fn, params, opt, micro, cfg, device, amp, ref_fn, emit, warn)
         with open(args.batch, "rb") as f:
             batch_sha = hashlib.sha256(f.read()).hexdigest()
         with open(args.config, "rb") as f:

@@ -69,6 +69,11 @@ class TrainConfig:
     torch.compile of the model. resume_optimizer: load the fp32 master
     weights and AdamW state saved with an input checkpoint (optimizer/).
     save_optimizer: write them with the new checkpoint.
+    mismatch_warn: a warning line goes to stderr when the mean
+    |logp_trainer - logp_sampler| over the tokens with a sampler log-prob
+    exceeds it (nats; docs/training.md "Training on the sampled tokens").
+    tis_cap: truncated importance sampling of the policy-gradient term,
+    w_t = min(exp(logp_old_t - logp_sampler_t), tis_cap) (0 = off; grpo.py).
     """
 
     lr: float = 1e-6
@@ -96,12 +101,14 @@ class TrainConfig:
     compile: bool = False
     resume_optimizer: bool = True
     save_optimizer: bool = True
+    mismatch_warn: float = 0.1
+    tis_cap: float = 0.0
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
             return InputError(f"{where}: field {field}: {why}")
 
-        for f in ("lr", "clip_epsilon", "clip_epsilon_high", "kl_beta", "grad_clip", "weight_decay", "adam_eps"):
+        for f in ("lr", "clip_epsilon", "clip_epsilon_high", "kl_beta", "grad_clip", "weight_decay", "adam_eps", "mismatch_warn", "tis_cap"):
             v = getattr(self, f)
             if not math.isfinite(v) or v < 0:
                 raise bad(f, f"{v!r} must be a finite number >= 0")
@@ -161,7 +168,11 @@ def load_config(path: str) -> TrainConfig:
 
 @dataclasses.dataclass
 class Sample:
-    """One train_batch row: see docs/training.md "Batch file"."""
+    """One train_batch row: see docs/training.md "Batch file". ``tools``
+    is the row's OpenAI tool declarations (None when it has none); a
+    message may carry tool_calls / tool_call_id and, on assistant turns,
+    the server's completion_token_ids, completion_logprobs and
+    prompt_token_ids (validated by parse_sample)."""
 
     sample_id: str
     role: str
@@ -171,6 +182,7 @@ class Sample:
     advantage: float
     weight: float
     line: int = 0
+    tools: Optional[List[dict]] = None
 
     def trained_messages(self) -> List[int]:
         """Indices of the role's own tokens: every assistant turn of an
@@ -180,6 +192,12 @@ class Sample:
         if self.role == "designer":
             return idx[-1:]
         return idx
+
+    def has_token_ids(self) -> bool:
+        """Every trained turn carries the ids the server sampled: the
+        sample is built from ids (docs/training.md "Training on the
+        sampled tokens"), else from text."""
+        return all("completion_token_ids" in self.messages[i] for i in self.trained_messages())
 
 
 def _num(obj: dict, key: str, where: str) -> float:
@@ -195,6 +213,113 @@ def _num(obj: dict, key: str, where: str) -> float:
     return v
 
 
+# Token ids fit int64 tensors; the checkpoint's vocabulary bounds them
+# further when the sample is encoded (grpo.encode_batch).
+_MAX_ID = (1 << 63) - 1
+
+
+def _check_text(v: str, where: str, field: str) -> None:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate from a \uD800 escape
+        raise InputError(f"{where}: field {field}: not valid Unicode ({e.reason} at character {e.start})") from None
+
+
+def _check_ids(v: Any, where: str, field: str, nonempty: bool) -> None:
+    if not isinstance(v, list) or (nonempty and not v):
+        raise InputError(f"{where}: field {field}: want a {'non-empty ' if nonempty else ''}list of token ids")
+    for k, t in enumerate(v):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= _MAX_ID:
+            raise InputError(f"{where}: field {field}[{k}]: {t!r} is not a token id (an integer >= 0)")
+
+
+def _check_logprobs(v: Any, where: str, field: str) -> None:
+    if not isinstance(v, list):
+        raise InputError(f"{where}: field {field}: want a list of numbers")
+    for k, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)) or x > 1e-3:
+            raise InputError(f"{where}: field {field}[{k}]: {x!r} is not a log-probability (a finite number <= 0)")
+
+
+def _check_tools(tools: Any, where: str) -> None:
+    """OpenAI tool declarations: [{"type": "function", "function": {"name",
+    "description", "parameters": {JSON schema}}}] ("description",
+    "parameters" and "strict" optional)."""
+    if not isinstance(tools, list):
+        raise InputError(f"{where}: field tools: want a list of tool declarations")
+    for k, t in enumerate(tools):
+        f = f"tools[{k}]"
+        if not isinstance(t, dict) or set(t) != {"type", "function"} or t["type"] != "function":
+            raise InputError(f"{where}: field {f}: want {{\"type\": \"function\", \"function\": {{...}}}}")
+        fn = t["function"]
+        if not isinstance(fn, dict):
+            raise InputError(f"{where}: field {f}.function: want an object")
+        extra = set(fn) - {"name", "description", "parameters", "strict"}
+        if extra:
+            raise InputError(f"{where}: field {f}.function: unknown field {sorted(extra)[0]!r}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise InputError(f"{where}: field {f}.function.name: want a non-empty string")
+        if "description" in fn and not isinstance(fn["description"], str):
+            raise InputError(f"{where}: field {f}.function.description: want a string")
+        if "parameters" in fn and not isinstance(fn["parameters"], dict):
+            raise InputError(f"{where}: field {f}.function.parameters: want a JSON schema object")
+        if "strict" in fn and not isinstance(fn["strict"], bool):
+            raise InputError(f"{where}: field {f}.function.strict: want a boolean")
+        _check_text(json.dumps(fn, ensure_ascii=False), where, f)
+
+
+def _check_tool_calls(calls: Any, where: str, field: str) -> None:
+    if not isinstance(calls, list) or not calls:
+        raise InputError(f"{where}: field {field}: want a non-empty list of tool calls")
+    for k, c in enumerate(calls):
+        f = f"{field}[{k}]"
+        if not isinstance(c, dict) or set(c) != {"id", "type", "function"} or c["type"] != "function" or not isinstance(c["id"], str):
+            raise InputError(f"{where}: field {f}: want {{\"id\": string, \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}")
+        fn = c["function"]
+        if not isinstance(fn, dict) or set(fn) != {"name", "arguments"} or not isinstance(fn["name"], str) or not fn["name"] or not isinstance(fn["arguments"], str):
+            raise InputError(f"{where}: field {f}.function: want {{\"name\": non-empty string, \"arguments\": string (JSON text)}}")
+        for key in ("id",):
+            _check_text(c[key], where, f"{f}.{key}")
+        _check_text(fn["name"], where, f"{f}.function.name")
+        _check_text(fn["arguments"], where, f"{f}.function.arguments")
+
+
+# Message keys beyond role and content, and the roles that may carry them.
+_MESSAGE_KEYS = {
+    "tool_calls": ("assistant",),
+    "tool_call_id": ("tool",),
+    "completion_token_ids": ("assistant",),
+    "completion_logprobs": ("assistant",),
+    "prompt_token_ids": ("assistant",),
+}
+
+
+def _check_message(m: Any, where: str, i: int) -> None:
+    f = f"messages[{i}]"
+    if not isinstance(m, dict) or not {"role", "content"} <= set(m) or not isinstance(m["role"], str) or not isinstance(m["content"], str):
+        raise InputError(f"{where}: field {f}: want {{\"role\": string, \"content\": string}}")
+    if m["role"] not in ("system", "user", "assistant", "tool"):
+        raise InputError(f"{where}: field {f}.role: {m['role']!r}: want system, user, assistant or tool")
+    for k in sorted(set(m) - {"role", "content"}):
+        if k not in _MESSAGE_KEYS:
+            raise InputError(f"{where}: field {f}: unknown field {k!r}")
+        if m["role"] not in _MESSAGE_KEYS[k]:
+            raise InputError(f"{where}: field {f}.{k}: only on {' or '.join(_MESSAGE_KEYS[k])} messages, not {m['role']}")
+    _check_text(m["content"], where, f"{f}.content")
+    if "tool_calls" in m:
+        _check_tool_calls(m["tool_calls"], where, f"{f}.tool_calls")
+    if "tool_call_id" in m:
+        if not isinstance(m["tool_call_id"], str):
+            raise InputError(f"{where}: field {f}.tool_call_id: want a string")
+        _check_text(m["tool_call_id"], where, f"{f}.tool_call_id")
+    if "completion_token_ids" in m:
+        _check_ids(m["completion_token_ids"], where, f"{f}.completion_token_ids", True)
+    if "prompt_token_ids" in m:
+        _check_ids(m["prompt_token_ids"], where, f"{f}.prompt_token_ids", True)
+    if "completion_logprobs" in m:
+        _check_logprobs(m["completion_logprobs"], where, f"{f}.completion_logprobs")
+
+
 def parse_sample(line: str, where: str) -> Sample:
     """Parse one batch JSONL line; ``where`` is "file:line" for errors."""
     try:
@@ -205,7 +330,7 @@ def parse_sample(line: str, where: str) -> Sample:
         raise InputError(f"{where}: not JSON: {e}") from None
     if not isinstance(obj, dict):
         raise InputError(f"{where}: want a JSON object")
-    extra = set(obj) - {"sample_id", "role", "group", "messages", "reward", "advantage", "weight"}
+    extra = set(obj) - {"sample_id", "role", "group", "messages", "reward", "advantage", "weight", "tools"}
     if extra:
         raise InputError(f"{where}: unknown field {sorted(extra)[0]!r}")
     for key in ("sample_id", "group"):
@@ -218,14 +343,10 @@ def parse_sample(line: str, where: str) -> Sample:
     if not isinstance(msgs, list) or not msgs:
         raise InputError(f"{where}: field messages: want a non-empty list")
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or set(m) != {"role", "content"} or not isinstance(m["role"], str) or not isinstance(m["content"], str):
-            raise InputError(f"{where}: field messages[{i}]: want {{\"role\": string, \"content\": string}}")
-        if m["role"] not in ("system", "user", "assistant", "tool"):
-            raise InputError(f"{where}: field messages[{i}].role: {m['role']!r}: want system, user, assistant or tool")
-        try:
-            m["content"].encode("utf-8")
-        except UnicodeEncodeError as e:  # a lone surrogate from a \uD800 escape
-            raise InputError(f"{where}: field messages[{i}].content: not valid Unicode ({e.reason} at character {e.start})") from None
+        _check_message(m, where, i)
+    tools = obj.get("tools")
+    if "tools" in obj:
+        _check_tools(tools, where)
     weight = _num(obj, "weight", where)
     if weight < 0:
         raise InputError(f"{where}: field weight: {weight} must be >= 0")
@@ -241,6 +362,7 @@ def parse_sample(line: str, where: str) -> Sample:
         reward=_num(obj, "reward", where),
         advantage=advantage,
         weight=weight,
+        tools=tools or None,
     )
     if not s.trained_messages():
         raise InputError(f"{where}: field messages: no assistant message to train on")

@@ -119,3 +119,11 @@ def all_sum(x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
         dist.all_reduce(x)
     return x
+
+
+def all_max(x: torch.Tensor) -> torch.Tensor:
+    """x's maximum over ranks (x itself with one process)."""
+    if world() > 1:
+        x = x.clone()
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x

@@ -18,6 +18,22 @@ sequences), so micro-batching with gradient accumulation gives the same
 gradient as one full-batch step. k3 is Schulman's unbiased, non-negative
 estimator of KL(policy || reference) (DeepSeekMath GRPO, eq. 4); the weight
 w_i scales only the policy-gradient term.
+
+Truncated importance sampling (``tis_cap`` > 0): the tokens were sampled
+by a server (vLLM, SGLang) whose log-probs logp_sampler differ from the
+trainer's for the same weights (other kernels, dtype, batch) and more when
+it served other weights. Each trained token with a sampler log-prob gets
+
+    w_t = min(exp(logp_old_t - logp_sampler_t), tis_cap)    detached
+    pg  = -(1/T) * sum_{i,t} w_i * mask_t * w_t * min(ratio_t * A_i, clip(ratio_t) * A_i)
+
+and every other token w_t = 1; KL is not weighted. This is the public
+SPADE code's ``--use-tis`` (slime, ``spade/slime/spade_tis.py``:
+``pg_loss * clamp(exp(old_log_probs - rollout_log_probs), tis_clip_low,
+tis_clip)``, slime's defaults 0 and 2; Yao et al., "Your efficient RL
+framework secretly brings you off-policy RL training", 2025), with the
+lower bound 0. The same logp_old is compared with logp_sampler for the
+mismatch metrics (train_round).
 """
 
 from __future__ import annotations
@@ -32,47 +48,136 @@ import torch
 
 from .attention import cu_seq_lens
 from .config import InputError, Sample, TrainConfig
+from .tokenizer import prepare_messages
 
 
 @dataclasses.dataclass
 class Encoded:
-    """One tokenised sample: ids (L,), targets mask (L,) (1 = trained)."""
+    """One packed piece of a tokenised sample: ids (L,), targets mask (L,)
+    (1 = trained), and ``sampler`` (L,) the sampler's log-prob of token t
+    where the batch row gave one, NaN elsewhere (None: none at all). A
+    sample built from text is one piece; one built from the sampled ids is
+    one piece per run of prefix-extending turns (encode_batch)."""
 
     ids: List[int]
     mask: List[int]
     advantage: float
     weight: float
+    sampler: Optional[List[float]] = None
 
 
-def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None) -> List[Encoded]:
-    """Tokenise every sample with its role's token mask. A sample longer
-    than max_seq_len tokens is handled by ``overlong``: "error" names its
-    line; "truncate_left" keeps its last max_seq_len tokens (the context is
-    cut from the start, as TRL/verl do with truncation_side="left", so the
-    role's own final tokens, which earned the reward, are kept) when at
-    least one trained token remains, and otherwise drops the sample;
-    "drop" drops it. Truncated and dropped samples are counted in
-    ``stats`` ("truncated_samples", "dropped_samples")."""
+NAN = float("nan")
+
+
+def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
+    """The sample built from the ids the server sampled (docs/training.md
+    "Training on the sampled tokens"): for trained turn i the context is
+    its prompt_token_ids, else the template's rendering of messages[:i]
+    with the generation prompt; the completion is completion_token_ids, all
+    trained. One running sequence is extended while it is a prefix of the
+    next turn's context; otherwise it is closed as a piece of its own and
+    a new one starts, so each turn trains in the context it was sampled
+    in. Returns ([(ids, mask, sampler log-probs)], whether a context was
+    rendered by the template rather than taken from prompt_token_ids)."""
+    pieces = []
+    rendered = False
+    ids: List[int] = []
+    mask: List[int] = []
+    lp: List[float] = []
+    for i in s.trained_messages():
+        m = s.messages[i]
+        if "prompt_token_ids" in m:
+            ctx = list(m["prompt_token_ids"])
+        else:
+            ctx = encoder.context_ids(msgs[:i], s.tools)
+            rendered = True
+        comp = list(m["completion_token_ids"])
+        clp = m.get("completion_logprobs")
+        if clp is None or len(clp) != len(comp):
+            if clp is not None:
+                stats["logprob_length_mismatch_turns"] += 1
+            clp = [NAN] * len(comp)
+        if ids and ctx[: len(ids)] != ids:
+            pieces.append((ids, mask, lp))
+            ids, mask, lp = [], [], []
+        tail = ctx[len(ids) :]
+        ids = ids + tail + comp
+        mask = mask + [0] * len(tail) + [1] * len(comp)
+        lp = lp + [NAN] * len(tail) + [float(x) for x in clp]
+    pieces.append((ids, mask, lp))
+    return pieces, rendered
+
+
+def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None,
+                 vocab_size: Optional[int] = None) -> List[Encoded]:
+    """Tokenise every sample with its role's token mask: from the ids the
+    server sampled when every trained turn has completion_token_ids (one or
+    more pieces, _pieces_from_ids), else from the text (one piece, the
+    encoder's encode_chat). Tool calls are rendered by the chat template
+    when it renders them, else as spade's JSON text
+    (tokenizer.prepare_messages). A piece longer than max_seq_len tokens
+    is handled by ``overlong``: "error" names its line; "truncate_left"
+    keeps its last max_seq_len tokens (the context is cut from the start,
+    as TRL/verl do with truncation_side="left", so the role's own final
+    tokens, which earned the reward, are kept) when at least one trained
+    token remains, and otherwise drops the piece; "drop" drops it. Counts
+    go to ``stats``: truncated_samples / dropped_samples (samples with a
+    piece truncated / with no piece left), truncated_pieces /
+    dropped_pieces, token_id_samples, text_samples, pieces (kept),
+    tool_calls_as_text (samples whose tool calls were rendered as spade's
+    JSON because the template renders none), logprob_length_mismatch_turns
+    (turns whose completion_logprobs is not parallel to their ids, so they
+    have no sampler log-prob). ``vocab_size`` bounds the batch's token ids
+    (an id outside it is an input error naming its line)."""
     if overlong not in ("error", "truncate_left", "drop"):
         raise InputError(f"overlong {overlong!r}: want error, truncate_left or drop")
     if stats is None:
         stats = {}
-    stats.setdefault("truncated_samples", 0)
-    stats.setdefault("dropped_samples", 0)
+    for k in ("truncated_samples", "dropped_samples", "truncated_pieces", "dropped_pieces", "token_id_samples", "text_samples",
+              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns"):
+        stats.setdefault(k, 0)
     out = []
     for s in samples:
-        ids, mask = encoder.encode_chat(s.messages, s.trained_messages())
-        if len(ids) > max_seq_len:
-            if overlong == "error":
-                raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
-            if overlong == "drop" or sum(mask[len(ids) - max_seq_len + 1 :]) == 0:
-                stats["dropped_samples"] += 1
-                continue
-            ids, mask = ids[len(ids) - max_seq_len :], mask[len(mask) - max_seq_len :]
+        msgs, as_text = prepare_messages(encoder, s.messages, s.tools)
+        if s.has_token_ids():
+            if vocab_size is not None:
+                for i, m in enumerate(s.messages):
+                    for key in ("completion_token_ids", "prompt_token_ids"):
+                        bad = [t for t in m.get(key, ()) if t >= vocab_size]
+                        if bad:
+                            raise InputError(f"{where}:{s.line}: field messages[{i}].{key}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
+            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats)
+            stats["token_id_samples"] += 1
+        else:
+            ids, mask = encoder.encode_chat(msgs, s.trained_messages(), s.tools)
+            pieces = [(ids, mask, None)]
+            stats["text_samples"] += 1
+            rendered = True
+        if as_text and rendered:
+            stats["tool_calls_as_text"] += 1
+        kept = 0
+        truncated = False
+        for ids, mask, lp in pieces:
+            if len(ids) > max_seq_len:
+                if overlong == "error":
+                    raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
+                if overlong == "drop" or sum(mask[len(ids) - max_seq_len + 1 :]) == 0:
+                    stats["dropped_pieces"] += 1
+                    continue
+                cut = len(ids) - max_seq_len
+                ids, mask = ids[cut:], mask[cut:]
+                lp = lp[cut:] if lp is not None else None
+                stats["truncated_pieces"] += 1
+                truncated = True
+            if sum(mask[1:]) == 0:
+                raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
+            out.append(Encoded(ids, mask, s.advantage, s.weight, lp))
+            kept += 1
+        stats["pieces"] += kept
+        if kept == 0:
+            stats["dropped_samples"] += 1
+        elif truncated:
             stats["truncated_samples"] += 1
-        if sum(mask[1:]) == 0:
-            raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
-        out.append(Encoded(ids, mask, s.advantage, s.weight))
     return out
 
 
@@ -101,6 +206,10 @@ class MicroBatch:
     # alone (transformers' logits_to_keep): the LM head and the logits'
     # memory scale with the trained tokens, not with every token.
     keep: Optional[torch.Tensor] = None
+    # (1, N) float32: the sampler's log-prob of each target (the server's
+    # completion_logprobs), NaN where there is none; None when no sample of
+    # the micro-batch has one.
+    sampler_logp: Optional[torch.Tensor] = None
 
     def kept(self, t: torch.Tensor) -> torch.Tensor:
         """t (1, N, ...) at the kept positions: (1, K, ...)."""
@@ -135,6 +244,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
     mask: List[float] = []
     adv: List[float] = []
     weight: List[float] = []
+    sampler: List[float] = []
     for e in chunk:
         L = len(e.ids)
         ids += e.ids
@@ -143,6 +253,9 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         mask += [float(m) for m in e.mask[1:]] + [0.0]
         adv += [e.advantage] * L
         weight += [e.weight] * L
+        # sampler[t] is the log-prob of token t, i.e. of target t - 1.
+        sampler += (e.sampler[1:] if e.sampler is not None else [NAN] * (L - 1)) + [NAN]
+    has_sampler = any(e.sampler is not None for e in chunk)
 
     def t(v, dtype):
         return torch.tensor(v, dtype=dtype).unsqueeze(0).to(device)
@@ -159,6 +272,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         cu_seq_lens=cu_seq_lens([len(e.ids) for e in chunk], device),
         max_len=max(len(e.ids) for e in chunk),
         keep=torch.tensor([i for i, m in enumerate(mask) if m], dtype=torch.long).to(device),
+        sampler_logp=t(sampler, torch.float32) if has_sampler else None,
     )
 
 
@@ -187,6 +301,7 @@ def grpo_loss(
     kl_beta: float,
     norm_tokens: float,
     clip_eps_high: Optional[float] = None,
+    tis: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """The module-level loss for one micro-batch, normalised by the whole
     batch's trained-token count ``norm_tokens``. Shapes: logp/old/ref/mask
@@ -194,6 +309,8 @@ def grpo_loss(
     per-micro-batch sums: pg, kl (both already / norm_tokens) and clipped
     (number of tokens where the clipped branch was active, i.e. the token
     gets no gradient: A > 0 and ratio > 1+eps, or A < 0 and ratio < 1-eps).
+    ``tis`` (B, T), detached, multiplies each token's policy-gradient term
+    (truncated importance sampling, tis_weights; None = 1).
     """
     hi = clip_eps_high if clip_eps_high else clip_eps
     a = adv[:, None] if adv.dim() == 1 else adv
@@ -202,6 +319,8 @@ def grpo_loss(
     unclipped = ratio * a
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + hi) * a
     surr = torch.min(unclipped, clipped)
+    if tis is not None:
+        surr = surr * tis
     pg = -(surr * w * mask).sum() / norm_tokens
     loss = pg
     kl = torch.zeros((), device=logp.device)
@@ -213,6 +332,26 @@ def grpo_loss(
         active = ((a > 0) & (ratio > 1.0 + hi)) | ((a < 0) & (ratio < 1.0 - clip_eps))
         n_clipped = (active.float() * mask).sum()
     return loss, {"pg": pg.detach(), "kl": kl.detach(), "clipped": n_clipped}
+
+
+def tis_weights(old_logp: torch.Tensor, sampler_logp: Optional[torch.Tensor], cap: float) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: w_t = min(exp(logp_old_t -
+    logp_sampler_t), cap) on tokens with a sampler log-prob (finite
+    sampler_logp), 1 elsewhere; detached. Returns (w or None when cap is 0
+    or no token has a sampler log-prob, tokens where the cap bound, tokens
+    with a sampler log-prob)."""
+    zero = torch.zeros((), device=old_logp.device)
+    if sampler_logp is None:
+        return None, zero, zero
+    has = torch.isfinite(sampler_logp)
+    n = has.float().sum()
+    if cap <= 0:
+        return None, zero, n
+    with torch.no_grad():
+        raw = torch.exp(old_logp.detach() - torch.where(has, sampler_logp, old_logp.detach()))
+        w = torch.where(has, torch.clamp(raw, max=cap), torch.ones_like(raw))
+        bound = (has & (raw > cap)).float().sum()
+    return w, bound, n
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -244,6 +383,7 @@ def train_round(
     amp_dtype: Optional[torch.dtype],
     ref_logits_fn: Optional[Callable[[MicroBatch], torch.Tensor]] = None,
     emit: Callable[[dict], None] = lambda m: None,
+    warn: Callable[[str], None] = lambda line: None,
 ) -> List[dict]:
     """Run cfg.inner_steps optimiser steps on the batch; return metrics.
 
@@ -255,6 +395,15 @@ def train_round(
     pass is spent on it; with no reference_checkpoint the reference is the
     input policy, i.e. logp_old. Raises RuntimeError on a non-finite loss or
     gradient norm (the checkpoint would be garbage).
+
+    The same first-step logp_old is compared with the sampler's log-probs
+    (MicroBatch.sampler_logp) on every trained token that has one: metrics
+    logprob_mismatch_mean / _max (|logp_old - logp_sampler|, nats; 0 when
+    no token has one) and sampler_logprob_tokens, measured once and
+    repeated on every step's line; ``warn`` gets one line when the mean
+    exceeds cfg.mismatch_warn. With cfg.tis_cap > 0 each such token's
+    policy-gradient term is multiplied by tis_weights (tis_clip_fraction:
+    the share of them where the cap bound).
     """
     from . import dist as D
 
@@ -274,6 +423,14 @@ def train_round(
     scale = float(world)
     old: Dict[int, torch.Tensor] = {}
     ref: Dict[int, torch.Tensor] = {}
+    tis: Dict[int, Optional[torch.Tensor]] = {}
+    # Mismatch sums (|dlogp| sum, count) and max, TIS (bound, count), over
+    # this rank's micro-batches; filled on the first inner step.
+    mm_sum = torch.zeros((), device=device)
+    mm_n = torch.zeros((), device=device)
+    mm_max = torch.zeros((), device=device)
+    tis_bound = torch.zeros((), device=device)
+    tis_n = torch.zeros((), device=device)
     def kept_logps(logits: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
         # A logits_fn may return every position (N) or the kept ones (K).
         if logits.shape[1] == mb.tokens:
@@ -301,8 +458,18 @@ def train_round(
                 logp = kept_logps(logits, mb)
                 if j not in old:
                     old[j] = logp.detach()
+                    sl = mb.kept(mb.sampler_logp) if mb.sampler_logp is not None else None
+                    if sl is not None:
+                        has = torch.isfinite(sl)
+                        d = torch.where(has, (old[j] - sl).abs(), torch.zeros_like(sl))
+                        mm_sum += d.sum()
+                        mm_n += has.float().sum()
+                        mm_max = torch.maximum(mm_max, d.max() if d.numel() else mm_max)
+                    tis[j], bound, n_s = tis_weights(old[j], sl, cfg.tis_cap)
+                    tis_bound += bound
+                    tis_n += n_s
                 r = ref.get(j, old[j])
-                loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high)
+                loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high, tis[j])
                 (loss * scale).backward()
                 loss_sum += loss.detach()
                 kl_sum += sums["kl"]
@@ -315,11 +482,19 @@ def train_round(
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
-        sums_t = D.all_sum(torch.stack([loss_sum, kl_sum, clipped]))
+        sums_t = D.all_sum(torch.stack([loss_sum, kl_sum, clipped, mm_sum, mm_n, tis_bound, tis_n]))
+        mmax = D.all_max(mm_max)
         # One host sync per optimiser step: the values are needed for the
         # finite checks and the metrics line anyway.
         gn = float(grad_norm)
-        lv, klv, clv = (float(x) for x in sums_t)
+        lv, klv, clv, mms, mmn, tb, tn = (float(x) for x in sums_t)
+        mm_mean = mms / mmn if mmn > 0 else 0.0
+        if step == 1 and mmn > 0 and mm_mean > cfg.mismatch_warn:
+            warn(
+                f"spade_trainer: warning: mean |logp_trainer - logp_sampler| {mm_mean:.4g} nats over {int(mmn)} sampled tokens "
+                f"(max {float(mmax):.4g}) exceeds mismatch_warn {cfg.mismatch_warn:g}: the server sampled with other weights, "
+                "numerics or token ids than the trainer's"
+            )
         if not (math.isfinite(gn) and math.isfinite(lv)):
             raise RuntimeError(f"inner step {step}: non-finite loss {lv} or grad norm {gn}; refusing to write a checkpoint")
         opt.step()
@@ -339,6 +514,10 @@ def train_round(
             "peak_memory_bytes": peak_memory_bytes(device),
             "lr": opt.param_groups[0]["lr"],
             "micro_batches": len(micro),
+            "logprob_mismatch_mean": mm_mean,
+            "logprob_mismatch_max": float(mmax) if mmn > 0 else 0.0,
+            "sampler_logprob_tokens": int(mmn),
+            "tis_clip_fraction": tb / tn if tn > 0 else 0.0,
         }
         metrics.append(m)
         emit(m)

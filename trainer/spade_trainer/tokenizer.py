@@ -20,6 +20,17 @@ For a trained message the targets are its content tokens and the closing
 <|im_end|> (the model must learn to stop), not the role header and not the
 newline after <|im_end|>, which the chat template adds and the model never
 generates.
+
+Tool calls (:func:`template_messages`): an assistant message's
+``tool_calls`` and the ``tool`` messages are rendered by the chat template
+with ``tools=`` the sample's declarations when the template renders tool
+calls (Qwen's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``);
+when it does not (the rendering with the calls equals the one without,
+as for ChatML, the byte tokenizer's and SmolLM2's templates), the calls
+are appended to the content as spade's JSON list, the text the Go side
+sent before issue 25. ``context_ids`` renders a conversation with the
+generation prompt: the prompt a trained turn was sampled from when the
+batch row has no ``prompt_token_ids`` (grpo.encode_batch).
 """
 
 from __future__ import annotations
@@ -44,6 +55,84 @@ CHAT_TEMPLATE = (
 # Marker file written next to a tiny-model checkpoint; its presence selects
 # the built-in tokenizer when the checkpoint is loaded again.
 SPADE_TOKENIZER_FILE = "spade_tokenizer.json"
+
+# Go's unicode.IsSpace, which strings.TrimSpace uses: Python's str.isspace
+# also counts the separators U+001C..U+001F.
+_GO_NOT_SPACE = "\x1c\x1d\x1e\x1f"
+
+
+def go_trim_space(text: str) -> str:
+    """Go's strings.TrimSpace."""
+    a, b = 0, len(text)
+    while a < b and text[a].isspace() and text[a] not in _GO_NOT_SPACE:
+        a += 1
+    while b > a and text[b - 1].isspace() and text[b - 1] not in _GO_NOT_SPACE:
+        b -= 1
+    return text[a:b]
+
+
+def spade_tool_calls_json(calls: Sequence[dict]) -> str:
+    """The tool calls as the Go side wrote them into the content before
+    issue 25: json.Marshal of []model.ToolCall, i.e. compact
+    ``[{"id":...,"name":...,"arguments":"..."}]`` with Go's HTML-safe
+    escapes of <, >, & and U+2028/U+2029."""
+    out = json.dumps([{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls],
+                     ensure_ascii=False, separators=(",", ":"))
+    for ch, esc in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        out = out.replace(ch, esc)
+    return out
+
+
+def _arguments(text: str):
+    """A tool call's arguments for the template: the JSON object the text
+    holds (templates such as Qwen2.5's apply ``tojson`` to it; vLLM hands
+    templates the parsed object too, and {} for empty arguments), or the
+    text itself when it is not a JSON object (Qwen3's template prints a
+    string as it is)."""
+    if not text.strip():
+        return {}
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return text
+    return v if isinstance(v, dict) else text
+
+
+def template_messages(messages: Sequence[dict], structured: bool) -> List[dict]:
+    """The batch messages as apply_chat_template takes them: role and
+    content; an assistant's tool_calls as OpenAI's structure with the
+    arguments parsed (``structured``) or, when the template does not
+    render tool calls, appended to the content as spade's JSON list
+    (spade_tool_calls_json, after a newline, trimmed as Go's TrimSpace);
+    a tool message's tool_call_id. The server's token fields are dropped."""
+    out = []
+    for m in messages:
+        t = {"role": m["role"], "content": m["content"]}
+        calls = m.get("tool_calls")
+        if calls:
+            if structured:
+                t["tool_calls"] = [
+                    {"id": c["id"], "type": "function", "function": {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}}
+                    for c in calls
+                ]
+            else:
+                t["content"] = go_trim_space(m["content"] + "\n" + spade_tool_calls_json(calls))
+        if "tool_call_id" in m:
+            t["tool_call_id"] = m["tool_call_id"]
+        out.append(t)
+    return out
+
+
+def prepare_messages(encoder, messages: Sequence[dict], tools) -> Tuple[List[dict], bool]:
+    """(messages for the encoder, tool calls rendered as spade's JSON
+    text?). Tool calls go to the template structured when the encoder's
+    template renders them (encoder.renders_tool_calls), else as text."""
+    if not any(m.get("tool_calls") for m in messages):
+        return template_messages(messages, False), False
+    structured = template_messages(messages, True)
+    if encoder.renders_tool_calls(structured, tools):
+        return structured, False
+    return template_messages(messages, False), True
 
 
 def _bytes_to_unicode() -> Dict[int, str]:
@@ -88,7 +177,16 @@ class ByteTokenizer:
                 out += inv[i].encode()
         return out.decode("utf-8", errors="replace")
 
-    def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:
+    def renders_tool_calls(self, messages: Sequence[dict], tools=None) -> bool:
+        """ChatML renders role and content only."""
+        return False
+
+    def context_ids(self, messages: Sequence[dict], tools=None) -> List[int]:
+        """messages rendered with the generation prompt (tools are not
+        rendered by ChatML)."""
+        return self.encode_chat(messages, [])[0] + [self.im_start_id] + self.encode("assistant\n")
+
+    def encode_chat(self, messages: Sequence[dict], train: Sequence[int], tools=None) -> Tuple[List[int], List[int]]:
         trained = set(train)
         ids: List[int] = []
         mask: List[int] = []
@@ -204,21 +302,66 @@ class HFChatEncoder:
         # Longest first, so a special that contains another is replaced whole.
         self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.specials, key=len, reverse=True))) if self.specials else None
 
-    def _ids(self, messages: Sequence[dict], gen: bool) -> List[int]:
+    def _render(self, messages: Sequence[dict], gen: bool, tools) -> str:
+        kw = {"tools": tools} if tools else {}
+        return self.tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=gen, **kw)
+
+    def renders_tool_calls(self, messages: Sequence[dict], tools=None) -> bool:
+        """Whether the template renders the tool calls of ``messages``
+        (template_messages structured): the rendering differs from the one
+        without them."""
+        bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in messages]
+        return self._render(messages, False, tools) != self._render(bare, False, tools)
+
+    def context_ids(self, messages: Sequence[dict], tools=None) -> List[int]:
+        """messages rendered with the generation prompt and tokenized."""
+        return self._ids(messages, True, tools)
+
+    def _ids(self, messages: Sequence[dict], gen: bool, tools=None) -> List[int]:
         messages = list(messages)
-        if self._special_re is None or not any(self._special_re.search(str(m.get("content") or "")) for m in messages):
-            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+        def has_special(v) -> bool:
+            if isinstance(v, str):
+                return bool(self._special_re.search(v))
+            if isinstance(v, dict):
+                return any(has_special(x) for x in v.values())
+            if isinstance(v, list):
+                return any(has_special(x) for x in v)
+            return False
+
+        def texts(m: dict) -> list:
+            return [m.get("content")] + [c["function"]["arguments"] for c in m.get("tool_calls") or []]
+
+        if self._special_re is None or not (any(has_special(texts(m)) for m in messages) or has_special(tools or [])):
+            text = self._render(messages, gen, tools)
             return list(self.tok(text, add_special_tokens=False)["input_ids"])
         nonce = secrets.token_hex(8)
-        while any(nonce in str(m.get("content") or "") for m in messages):
+        while any(nonce in json.dumps(texts(m), ensure_ascii=False) for m in messages) or nonce in json.dumps(tools or [], ensure_ascii=False):
             nonce = secrets.token_hex(8)
         index = {t: k for k, t in enumerate(self.specials)}
 
-        def defang(content: str) -> str:
-            return self._special_re.sub(lambda mo: f"\ue000{nonce}:{index[mo.group(0)]}\ue001", content)
+        def defang(v):
+            # Every string of a content, of a tool call's arguments (parsed
+            # JSON: its strings; the template prints them with tojson,
+            # which keeps non-ASCII characters as they are) and of the tool
+            # declarations (an environment's description is LLM-written).
+            if isinstance(v, str):
+                return self._special_re.sub(lambda mo: f"\ue000{nonce}:{index[mo.group(0)]}\ue001", v)
+            if isinstance(v, dict):
+                return {defang(k): defang(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [defang(x) for x in v]
+            return v
 
-        masked = [dict(m, content=defang(m["content"])) if isinstance(m.get("content"), str) else m for m in messages]
-        text = self.tok.apply_chat_template(masked, tokenize=False, add_generation_prompt=gen)
+        masked = []
+        for m in messages:
+            m = dict(m)
+            if isinstance(m.get("content"), str):
+                m["content"] = defang(m["content"])
+            if m.get("tool_calls"):
+                m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=defang(c["function"]["arguments"]))) for c in m["tool_calls"]]
+            masked.append(m)
+        text = self._render(masked, gen, defang(tools) if tools else tools)
         pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", text)
         ids: List[int] = []
         for j, piece in enumerate(pieces):
@@ -244,12 +387,12 @@ class HFChatEncoder:
             )
         return ids
 
-    def encode_chat(self, messages: Sequence[dict], train: Sequence[int]) -> Tuple[List[int], List[int]]:
-        full = self._ids(messages, False)
+    def encode_chat(self, messages: Sequence[dict], train: Sequence[int], tools=None) -> Tuple[List[int], List[int]]:
+        full = self._ids(messages, False, tools)
         mask = [0] * len(full)
         for i in train:
-            start = len(self._ids(messages[:i], True))
-            through = self._ids(messages[: i + 1], False)
+            start = len(self._ids(messages[:i], True, tools))
+            through = self._ids(messages[: i + 1], False, tools)
             if full[: len(through)] != through:
                 raise ValueError(
                     f"chat template is not prefix-stable at message {i} (e.g. it rewrites earlier turns); cannot locate the trained tokens"
