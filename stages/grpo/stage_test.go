@@ -328,10 +328,10 @@ func TestStepMetricRows(t *testing.T) {
 		return out
 	}
 	rows := stepMetricRows(st, false)
-	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "tokens", "trained_tokens"}, names(rows))
-	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[5])
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "logprob_mismatch_max", "logprob_mismatch_mean", "loss", "lr", "micro_batches", "sampler_logprob_tokens", "tis_clip_fraction", "tokens", "trained_tokens"}, names(rows))
+	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[7])
 	rows = stepMetricRows(st, true)
-	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "peak_memory_bytes", "seconds", "tokens", "tokens_per_s", "trained_tokens"}, names(rows))
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "logprob_mismatch_max", "logprob_mismatch_mean", "loss", "lr", "micro_batches", "peak_memory_bytes", "sampler_logprob_tokens", "seconds", "tis_clip_fraction", "tokens", "tokens_per_s", "trained_tokens"}, names(rows))
 }
 
 // putCheckpointFile stores data under key and returns its checkpoint row
