@@ -86,13 +86,13 @@ type Design struct {
 	// PromptTokenIDs are the server's rendering of the design prompt
 	// (its chat template, tokenized); empty when it reported none
 	// (docs/tables.md "Token ids").
-	PromptTokenIDs []int64 `parquet:"prompt_token_ids,list" json:"prompt_token_ids,omitempty"`
+	PromptTokenIDs []int64 `parquet:"prompt_token_ids,optional,list" json:"prompt_token_ids,omitempty"`
 	// CompletionTokenIDs are the token ids the server sampled for
 	// Response, in order; empty when it reported none.
-	CompletionTokenIDs []int64 `parquet:"completion_token_ids,list" json:"completion_token_ids,omitempty"`
+	CompletionTokenIDs []int64 `parquet:"completion_token_ids,optional,list" json:"completion_token_ids,omitempty"`
 	// CompletionLogprobs are the sampler's log-probs of
 	// CompletionTokenIDs, parallel; empty when it reported none.
-	CompletionLogprobs []float64 `parquet:"completion_logprobs,list" json:"completion_logprobs,omitempty"`
+	CompletionLogprobs []float64 `parquet:"completion_logprobs,optional,list" json:"completion_logprobs,omitempty"`
 	// Error says why the attempt failed (model error, no code, quick check);
 	// "" when it passed the quick checks.
 	Error string `parquet:"error" json:"error"`
@@ -243,13 +243,13 @@ type Message struct {
 	// "Token ids", schemas.ExpandPrompts).
 	PromptShared int64 `parquet:"prompt_shared" json:"prompt_shared,omitempty"`
 	// PromptTokenIDs: see PromptShared.
-	PromptTokenIDs []int64 `parquet:"prompt_token_ids,list" json:"prompt_token_ids,omitempty"`
+	PromptTokenIDs []int64 `parquet:"prompt_token_ids,optional,list" json:"prompt_token_ids,omitempty"`
 	// CompletionTokenIDs are the token ids the server sampled for this
 	// assistant turn, in order (model.Tokens); empty when it reported none.
-	CompletionTokenIDs []int64 `parquet:"completion_token_ids,list" json:"completion_token_ids,omitempty"`
+	CompletionTokenIDs []int64 `parquet:"completion_token_ids,optional,list" json:"completion_token_ids,omitempty"`
 	// CompletionLogprobs are the sampler's log-probs (natural log) of
 	// CompletionTokenIDs, parallel; empty when it reported none.
-	CompletionLogprobs []float64 `parquet:"completion_logprobs,list" json:"completion_logprobs,omitempty"`
+	CompletionLogprobs []float64 `parquet:"completion_logprobs,optional,list" json:"completion_logprobs,omitempty"`
 }
 
 // Rollout is one play of one environment (SPADE.md step 6).
