@@ -1,0 +1,237 @@
+"""Score a served checkpoint on held-out suites through existing harnesses.
+
+    python -m spade_trainer.evaluate --config CONFIG.json --out ROWS.jsonl
+
+spade's eval stage and ``spade eval`` run this against the OpenAI-compatible
+endpoint that serves checkpoint(R) (docs/recipes.md "Evaluation"). CONFIG
+is one JSON object:
+
+* ``base_url`` (``http://host:port/v1``), ``model`` (the served model name),
+  ``api_key_env`` (the variable holding the key, "" for none);
+* ``max_tokens``, ``temperature``, ``seed`` (sent with every request),
+  ``concurrency`` (requests in flight);
+* ``reasoning_gym``: ``{"tasks": [...], "size": N, "seed": S}`` or null.
+  Each task is a reasoning-gym dataset (``reasoning_gym.create_dataset``;
+  it generates its items from the seed and verifies answers offline). The
+  model gets reasoning-gym's default system prompt (answer inside
+  ``<answer>`` tags), the answer is taken with
+  ``reasoning_gym.utils.extract_answer`` from the reply's content (the
+  ``<think>`` blocks and the server's reasoning are not searched), and the
+  dataset's ``score_answer`` scores it in [0, 1];
+* ``lm_eval``: ``{"include_path": DIR, "tasks": [...], "limit": N}`` or
+  null: EleutherAI's lm-evaluation-harness with its
+  ``local-chat-completions`` model against the same endpoint, the chat
+  template applied by the server, tasks from DIR only (task YAML and data
+  files on disk; the hub is never asked: HF_HUB_OFFLINE and
+  HF_DATASETS_OFFLINE are set).
+
+ROWS gets one JSON object per line: ``suite``, ``task``, ``metric``,
+``value``, ``n`` (items scored), ``stderr`` (standard error of the mean,
+or the harness's; 0 when n < 2). reasoning-gym rows per task: ``accuracy``
+(mean score), ``format_rate`` (fraction of replies with an answer tag) and
+``errors`` (failed requests, scored 0; value is their count). A failing
+request is recorded in ``errors`` and the run goes on; a bad config or a
+harness failure exits 2 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import re
+import sys
+from typing import Any
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
+
+
+class ConfigError(ValueError):
+    """A config field that is missing or has the wrong type; the message
+    names the field."""
+
+
+def _field(cfg: dict, key: str, kind, default=None, required=False):
+    if key not in cfg or cfg[key] is None:
+        if required:
+            raise ConfigError(f"config: {key} is required")
+        return default
+    v = cfg[key]
+    if kind is float and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        raise ConfigError(f"config: {key} must be {kind.__name__}, got {type(v).__name__}")
+    return v
+
+
+def mean_stderr(xs: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample std / sqrt(n)); (0, 0)
+    for no values and stderr 0 for one."""
+    n = len(xs)
+    if n == 0:
+        return 0.0, 0.0
+    m = sum(xs) / n
+    if n < 2:
+        return m, 0.0
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def answer_text(message: Any) -> str:
+    """The reply's content without ``<think>`` blocks (a cut block runs to
+    the end); "" for no content."""
+    content = getattr(message, "content", None) or ""
+    return _THINK.sub("", content).strip()
+
+
+class Client:
+    """Chat completions against one endpoint with the run's sampling
+    settings (openai client: its retries are off, spade counts failures)."""
+
+    def __init__(self, cfg: dict):
+        import openai
+
+        key_env = _field(cfg, "api_key_env", str, "")
+        self.model = _field(cfg, "model", str, required=True)
+        self.max_tokens = _field(cfg, "max_tokens", int, 512)
+        self.temperature = _field(cfg, "temperature", float, 0.0)
+        self.seed = _field(cfg, "seed", int, 0)
+        self.client = openai.OpenAI(base_url=_field(cfg, "base_url", str, required=True),
+                                    api_key=os.environ.get(key_env, "") if key_env else "none",
+                                    max_retries=0, timeout=_field(cfg, "timeout_s", float, 600.0))
+
+    def chat(self, messages: list[dict]) -> str:
+        r = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=self.max_tokens,
+                                                temperature=self.temperature, seed=self.seed)
+        return answer_text(r.choices[0].message)
+
+
+def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict]:
+    """Score each reasoning-gym task of cfg (see the module doc)."""
+    import reasoning_gym
+    from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
+
+    tasks = _field(cfg, "tasks", list, required=True)
+    size = _field(cfg, "size", int, 100)
+    seed = _field(cfg, "seed", int, 0)
+    prompt = _field(cfg, "system_prompt", str, "default")
+    if prompt not in SYSTEM_PROMPTS:
+        raise ConfigError(f"config: reasoning_gym.system_prompt {prompt!r} is not one of {sorted(SYSTEM_PROMPTS)}")
+    if size < 1:
+        raise ConfigError("config: reasoning_gym.size must be >= 1")
+    rows = []
+    for task in tasks:
+        if not isinstance(task, str):
+            raise ConfigError(f"config: reasoning_gym.tasks holds {task!r}, not a dataset name")
+        try:
+            ds = reasoning_gym.create_dataset(task, size=size, seed=seed)
+        except Exception as e:  # unknown name, bad parameters
+            raise ConfigError(f"config: reasoning_gym task {task!r}: {e}") from e
+        items = list(ds)
+
+        def one(entry):
+            try:
+                reply = client.chat([{"role": "system", "content": SYSTEM_PROMPTS[prompt]},
+                                     {"role": "user", "content": entry["question"]}])
+            except Exception as e:  # recorded, scored 0
+                return 0.0, False, f"{type(e).__name__}: {e}"
+            ans = extract_answer(reply)
+            return float(ds.score_answer(ans, entry)), ans is not None, None
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
+            results = list(ex.map(one, items))  # in item order
+        scores = [s for s, _, _ in results]
+        errors = [e for _, _, e in results if e]
+        if errors:
+            print(f"spade_eval: {task}: {len(errors)} of {len(items)} requests failed, first: {errors[0]}", file=sys.stderr)
+        acc, se = mean_stderr(scores)
+        fmt, fse = mean_stderr([1.0 if ok else 0.0 for _, ok, _ in results])
+        n = len(items)
+        rows += [dict(suite="reasoning_gym", task=task, metric="accuracy", value=acc, n=n, stderr=se),
+                 dict(suite="reasoning_gym", task=task, metric="format_rate", value=fmt, n=n, stderr=fse),
+                 dict(suite="reasoning_gym", task=task, metric="errors", value=float(len(errors)), n=n, stderr=0.0)]
+    return rows
+
+
+def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
+    """Run lm-evaluation-harness on the tasks of cfg's include_path and
+    return one row per task and metric (``metric,filter`` as the harness
+    names it)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    path = _field(cfg, "include_path", str, required=True)
+    if not os.path.isdir(path):
+        raise ConfigError(f"config: lm_eval.include_path {path}: not a directory")
+    tasks = _field(cfg, "tasks", list, required=True)
+    limit = _field(cfg, "limit", int, None)
+    base = _field(top, "base_url", str, required=True).rstrip("/")
+    model_args = {"base_url": base + "/chat/completions", "model": _field(top, "model", str, required=True),
+                  "num_concurrent": max(1, concurrency), "max_retries": 1, "tokenized_requests": False,
+                  "seed": _field(top, "seed", int, 0)}
+    key_env = _field(top, "api_key_env", str, "")
+    if key_env:
+        os.environ["OPENAI_API_KEY"] = os.environ.get(key_env, "")
+    tm = TaskManager(include_path=path, include_defaults=False)
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        raise ConfigError(f"config: lm_eval.tasks {unknown} are not tasks of {path} (it has {sorted(tm.all_tasks)})")
+    out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=model_args, tasks=tasks, task_manager=tm,
+                                  apply_chat_template=True, limit=limit, log_samples=False)
+    rows = []
+    nsamples = out.get("n-samples", {})
+    for task, res in sorted(out["results"].items()):
+        n = int(nsamples.get(task, {}).get("effective", res.get("sample_len", 0)) or 0)
+        for key, value in sorted(res.items()):
+            if "," not in key or "_stderr," in key or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            metric, filt = key.split(",", 1)
+            se = res.get(f"{metric}_stderr,{filt}")
+            se = float(se) if isinstance(se, (int, float)) and math.isfinite(se) else 0.0
+            rows.append(dict(suite="lm_eval", task=task, metric=key, value=float(value), n=n, stderr=se))
+    return rows
+
+
+def run(cfg: dict) -> list[dict]:
+    """Every row of the config's suites, reasoning-gym first."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    concurrency = _field(cfg, "concurrency", int, 8)
+    rows = []
+    rg = _field(cfg, "reasoning_gym", dict, None)
+    le = _field(cfg, "lm_eval", dict, None)
+    if rg is None and le is None:
+        raise ConfigError("config: no suite (reasoning_gym and lm_eval are both null)")
+    if rg is not None:
+        rows += reasoning_gym_rows(rg, Client(cfg), concurrency)
+    if le is not None:
+        rows += lm_eval_rows(le, cfg, concurrency)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="spade_trainer.evaluate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, help="JSON config (see the module doc)")
+    p.add_argument("--out", required=True, help="JSONL file of result rows")
+    a = p.parse_args(argv)
+    try:
+        with open(a.config) as f:
+            cfg = json.load(f)
+        if not isinstance(cfg, dict):
+            raise ConfigError("config: not a JSON object")
+        rows = run(cfg)
+    except (ConfigError, json.JSONDecodeError, OSError) as e:
+        print(f"spade_eval: {a.config}: {e}", file=sys.stderr)
+        return 2
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(tmp, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
