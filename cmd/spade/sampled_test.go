@@ -130,12 +130,3 @@ grpo: {designer_delay: 5, trainer: torch, python: %s, base_checkpoint: %s, max_s
 	require.Greater(t, other, 10*same)
 	require.Contains(t, r.stderr, "log-probs differ from the trainer's")
 }
-
-// sqlCSVRun is sqlCSV on the named run.
-func sqlCSVRun(t *testing.T, dir, cfg, run, query string) string {
-	t.Helper()
-	r := spade(t, dir, nil, "--config", cfg, "--run", run, "sql", "--format", "csv", query)
-	require.Equal(t, 0, r.code, r.stderr)
-	_, rows, _ := strings.Cut(strings.TrimSpace(r.stdout), "\n")
-	return strings.TrimSpace(rows)
-}

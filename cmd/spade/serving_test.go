@@ -46,9 +46,16 @@ func fakeCheckpoint(t *testing.T) string {
 	return dir
 }
 
+// sqlCSV runs query on the default run and returns its CSV rows.
 func sqlCSV(t *testing.T, dir, cfg, query string) string {
 	t.Helper()
-	r := spade(t, dir, nil, "--config", cfg, "sql", "--format", "csv", query)
+	return sqlCSVRun(t, dir, cfg, "default", query)
+}
+
+// sqlCSVRun runs query on the named run and returns its CSV rows.
+func sqlCSVRun(t *testing.T, dir, cfg, run, query string) string {
+	t.Helper()
+	r := spade(t, dir, nil, "--config", cfg, "--run", run, "sql", "--format", "csv", query)
 	require.Equal(t, 0, r.code, r.stderr)
 	_, rows, _ := strings.Cut(strings.TrimSpace(r.stdout), "\n") // after the header
 	return strings.TrimSpace(rows)
