@@ -112,6 +112,9 @@ var (
 	Metrics     = define("metrics", 1, []string{"name", "skill"}, func(a, b *Metric) int {
 		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Skill, b.Skill))
 	})
+	Evals = define("evals", 1, []string{"suite", "task", "metric"}, func(a, b *Eval) int {
+		return cmp.Or(strings.Compare(a.Suite, b.Suite), strings.Compare(a.Task, b.Task), strings.Compare(a.Metric, b.Metric))
+	})
 	LLMCalls = define("llm_calls", 2, []string{"request_hash", "occurrence"}, func(a, b *LLMCall) int {
 		return cmp.Or(strings.Compare(a.RequestHash, b.RequestHash), cmp.Compare(a.Occurrence, b.Occurrence))
 	})

@@ -521,6 +521,40 @@ type Metric struct {
 	Value float64 `parquet:"value" json:"value"`
 }
 
+// Eval is one score of one checkpoint on one held-out task (docs/recipes.md
+// "Evaluation"; SPADE.md's held-out benchmarks). Table "evals", key
+// (suite, task, metric): the eval stage writes it in round r for
+// checkpoint(r), and `spade eval --round R` writes the same rows outside
+// the sealed rounds (<run>/evals/round=R/).
+type Eval struct {
+	// Round is the round whose checkpoint was scored (its GRPO step
+	// trained it; the base model's round is 0 only for a base
+	// checkpoint carried by grpo.trainer none).
+	Round int64 `parquet:"round" json:"round"`
+	// CheckpointID is the served checkpoint (checkpoints.checkpoint_id,
+	// "base:<path>" or "fixed:<model>" for a server spade does not
+	// control).
+	CheckpointID string `parquet:"checkpoint_id" json:"checkpoint_id"`
+	// Suite is the harness: "reasoning_gym" or "lm_eval".
+	Suite string `parquet:"suite" json:"suite"`
+	// Task is the suite's task name (a reasoning-gym dataset, an
+	// lm-evaluation-harness task).
+	Task string `parquet:"task" json:"task"`
+	// Metric is the score's name: for reasoning_gym accuracy (mean score
+	// in [0, 1]), format_rate (share of answers inside answer tags) and
+	// errors (failed requests, a count); for lm_eval the harness's
+	// "metric,filter" (e.g. "exact_match,none").
+	Metric string `parquet:"metric" json:"metric"`
+	// Value is the score.
+	Value float64 `parquet:"value" json:"value"`
+	// N is the number of items scored.
+	N int64 `parquet:"n" json:"n"`
+	// Stderr is the standard error of the mean (reasoning_gym: sample
+	// standard deviation / sqrt(n); lm_eval: the harness's bootstrap or
+	// analytic stderr); 0 when n < 2 or the harness reports none.
+	Stderr float64 `parquet:"stderr" json:"stderr"`
+}
+
 // LLMCall is one recorded model call. Table "llm_calls", key
 // (request_hash, occurrence).
 type LLMCall struct {

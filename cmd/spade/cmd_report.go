@@ -13,6 +13,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/evaluate"
 	"github.com/spade-pipeline/spade/stages/report"
 	"github.com/spade-pipeline/spade/stages/roundmetrics"
 )
@@ -46,6 +47,10 @@ func newReportCmd(g *globals) *cobra.Command {
 			cfg := rf.Config
 			runBand := report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}
 			origin := roundOrigin(ctx, a.store, rf)
+			side, err := evaluate.ReadSide(ctx, a.store, g.runName)
+			if err != nil {
+				return err
+			}
 			var rounds []report.RoundSummary
 			for r := 1; ; r++ {
 				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, r, "metrics"))
@@ -69,6 +74,11 @@ func newReportCmd(g *globals) *cobra.Command {
 				if b := (report.Band{Low: from.Config.Label.BandLow, High: from.Config.Label.BandHigh}); b != runBand {
 					sum.Band = &b
 				}
+				evals, err := evaluate.RoundEvals(ctx, a.store, g.runName, r, side)
+				if err != nil {
+					return err
+				}
+				sum.Evals = evaluate.Scores(evals)
 				rounds = append(rounds, sum)
 			}
 			if len(rounds) == 0 {

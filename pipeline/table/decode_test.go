@@ -123,6 +123,7 @@ func TestDecodeConcurrentMatchesSequential(t *testing.T) {
 	checkDecodeGroups(t, schemas.Rollouts)
 	checkDecodeGroups(t, schemas.Labels)
 	checkDecodeGroups(t, schemas.Metrics)
+	checkDecodeGroups(t, schemas.Evals)
 }
 
 // TestDecodeEmpty: a file with no rows decodes to no rows and no error.

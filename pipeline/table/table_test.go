@@ -153,8 +153,9 @@ func TestEveryTableThreeReaders(t *testing.T) {
 	checkTable(t, schemas.TrainMetrics)
 	checkTable(t, schemas.Checkpoints)
 	checkTable(t, schemas.Metrics)
+	checkTable(t, schemas.Evals)
 	checkTable(t, schemas.LLMCalls)
-	require.Len(t, schemas.All(), 15, "a new table kind must be added to this test")
+	require.Len(t, schemas.All(), 16, "a new table kind must be added to this test")
 }
 
 func TestDecodeCorrupt(t *testing.T) {

@@ -12,6 +12,7 @@
 //	pool(r)     <- labels(r), environments(r), hints(r) | pool(r-1)
 //	grpo(r)     <- rollouts(r), labels(r), designs(r), checkpoints(r-1)
 //	metrics(r)  <- everything of round r
+//	eval(r)     <- checkpoints(r)               [every eval.every rounds]
 package all
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/spade-pipeline/spade/stages/corpus"
 	"github.com/spade-pipeline/spade/stages/design"
 	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/evaluate"
 	"github.com/spade-pipeline/spade/stages/grpo"
 	"github.com/spade-pipeline/spade/stages/hint"
 	"github.com/spade-pipeline/spade/stages/label"
@@ -44,5 +46,6 @@ func Stages(eng *engine.Engines) []pipeline.Stage {
 		pool.Stage{},
 		&grpo.Stage{Log: eng.Log},
 		roundmetrics.Stage{},
+		&evaluate.Stage{Eng: eng},
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/model"
 	"github.com/spade-pipeline/spade/stages/model/openai"
@@ -123,21 +124,14 @@ func (p policyBackend) Chat(ctx context.Context, req model.Request) (model.Respo
 // settings (config.Model.ForRole):
 //
 //   - procedural: nothing to start;
-//   - openai, fixed: one GET /v1/models (openai.Backend.Preflight), so a
-//     server that is down fails the stage in seconds;
-//   - openai, managed: the round's checkpoint is materialised (trained
-//     checkpoints into model.checkpoint_cache; the base is
-//     grpo.base_checkpoint itself), model.serve_command starts over it on
-//     a loopback port, and the stage waits until the server serves
-//     model.served_model_name (serving.WaitReady); stop ends the server's
-//     process group;
-//   - openai, reload: the checkpoint is materialised, model.reload asks
-//     model.base_url to load it, and the server must then serve it.
+//   - openai: the round's policy (RoundPolicy) is put behind an endpoint
+//     by ServeCheckpoint (fixed: checked; managed: started; reload:
+//     loaded), and the stage's calls go to it.
 //
 // With managed and reload, requests name the served model and an answer
 // from another fails as model.ErrStalePolicy. With model.replay nothing
-// is started: the recorded calls answer. Errors name the stage, the
-// server and, for a managed server, its log file.
+// is started: the recorded calls answer. Errors are ServeCheckpoint's
+// and RoundPolicy's.
 func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (func(), error) {
 	role := RoleOf(stage)
 	c := e.Config
@@ -146,31 +140,107 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 	if err != nil {
 		return nil, err
 	}
-	id := policyID(c, role, ck)
-	nothing := func() {}
 	if c.Model.Replay != "" || m.Backend != "openai" {
-		e.setSession(stage, nil, id)
-		return nothing, nil
+		e.setSession(stage, nil, policyID(c, role, ck))
+		return func() {}, nil
+	}
+	ep, stopServer, err := e.ServeCheckpoint(ctx, env.Store(), role, ck, ServeTag{Run: env.Round.Run, Round: env.Round.Round, Stage: stage})
+	if err != nil {
+		return nil, err
+	}
+	b, err := openai.New(ep.Config)
+	if err != nil {
+		stopServer()
+		return nil, err
+	}
+	var backend model.Backend = b
+	if ep.Controlled {
+		backend = policyBackend{Backend: b, id: ep.CheckpointID}
+	}
+	e.setSession(stage, backend, ep.CheckpointID)
+	return func() {
+		e.setSession(stage, nil, "")
+		b.Close()
+		stopServer()
+	}, nil
+}
+
+// Endpoint is an OpenAI-compatible endpoint that serves one checkpoint
+// (ServeCheckpoint).
+type Endpoint struct {
+	// Config is the role's openai client settings with BaseURL (the API
+	// root, http://host:port/v1) and Model (the served model name to put
+	// in requests) pointing at the server; CheckModel is set when
+	// Controlled.
+	Config openai.Config
+	// CheckpointID is the checkpoint served: the checkpoints row's id
+	// (managed, reload) or "fixed:<model.name>" for a server spade does
+	// not control.
+	CheckpointID string
+	// Controlled is true when spade made the server serve the checkpoint
+	// (managed, reload): its answers must name Config.Model, else the
+	// weights are not the checkpoint's (model.ErrStalePolicy).
+	Controlled bool
+}
+
+// ServeTag says who a served checkpoint is for: it names a managed
+// server's log file (<run>-round<R>-<stage>-<port>.log) and its log lines.
+type ServeTag struct {
+	// Run and Round are the run and round the server works for.
+	Run   string
+	Round int
+	// Stage is the stage (or command, e.g. "eval") it serves.
+	Stage string
+}
+
+// ServeCheckpoint puts checkpoint ck behind an OpenAI-compatible endpoint
+// with role's serving settings (config.Model.ForRole(role); the role's
+// backend must be openai) and returns it with the function that stops
+// what was started (a no-op when nothing was). By model.serving:
+//
+//   - fixed: one GET /v1/models (openai.Backend.Preflight) at
+//     model.base_url, so a server that is down fails in seconds; ck is
+//     not what it serves (CheckpointID "fixed:<model.name>");
+//   - managed: ck is materialised (trained checkpoints from store into
+//     model.checkpoint_cache; the base is grpo.base_checkpoint itself),
+//     model.serve_command starts over it on a loopback port, and the call
+//     waits until the server serves model.served_model_name
+//     (serving.WaitReady); stop ends the server's process group;
+//   - reload: ck is materialised, model.reload asks model.base_url to load
+//     it, and the server must then serve it.
+//
+// Errors name the server and, for a managed server, its log file: a
+// backend other than openai, a failed preflight, materialisation (a
+// checkpoint file missing or altered: pipeline.ErrIntegrity), a server
+// that exits or is not ready within model.serve_ready_timeout_s, a
+// reload the server refuses or that loads another path
+// (model.ErrStalePolicy).
+func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role string, ck schemas.Checkpoint, tag ServeTag) (Endpoint, func(), error) {
+	c := e.Config
+	m := c.Model.ForRole(role)
+	nothing := func() {}
+	if m.Backend != "openai" {
+		return Endpoint{}, nil, fmt.Errorf("serve %s for %s: the %s role's backend is %s; a checkpoint is served over the OpenAI API (model.backend openai)", ck.CheckpointID, tag.Stage, role, m.Backend)
 	}
 	ocfg, err := e.openaiConfig(role)
 	if err != nil {
-		return nil, err
+		return Endpoint{}, nil, err
 	}
 	if m.Serving != "managed" && m.Serving != "reload" {
 		b, err := openai.New(ocfg)
 		if err != nil {
-			return nil, err
+			return Endpoint{}, nil, err
 		}
-		if err := b.Preflight(ctx); err != nil {
-			b.Close()
-			return nil, err
+		err = b.Preflight(ctx)
+		b.Close()
+		if err != nil {
+			return Endpoint{}, nil, err
 		}
-		e.setSession(stage, b, id)
-		return func() { e.setSession(stage, nil, ""); b.Close() }, nil
+		return Endpoint{Config: ocfg, CheckpointID: policyID(c, role, ck)}, nothing, nil
 	}
-	dir, err := e.checkpointDir(ctx, env, ck)
+	dir, err := e.checkpointDir(ctx, store, ck)
 	if err != nil {
-		return nil, err
+		return Endpoint{}, nil, err
 	}
 	ready := DefaultServeReadyTimeout
 	if c.Model.ServeReadyTimeoutS > 0 {
@@ -181,12 +251,12 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 	if served == "" {
 		served = "{served_model}"
 	}
-	var stopServer func()
+	stopServer := nothing
 	if m.Serving == "managed" {
 		port := c.Model.ServePort
 		if port == 0 {
 			if port, err = serving.FreePort(); err != nil {
-				return nil, err
+				return Endpoint{}, nil, err
 			}
 		}
 		ph.Port = port
@@ -194,25 +264,25 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		for i, a := range c.Model.ServeCommand {
 			argv[i] = ph.Expand(a, false)
 		}
-		logPath := filepath.Join(e.serveLogDir(), fmt.Sprintf("%s-round%06d-%s-%d.log", env.Round.Run, env.Round.Round, stage, port))
+		logPath := filepath.Join(e.serveLogDir(), fmt.Sprintf("%s-round%06d-%s-%d.log", tag.Run, tag.Round, tag.Stage, port))
 		srv, err := serving.Start(argv, logPath, nil)
 		if err != nil {
-			return nil, err
+			return Endpoint{}, nil, err
 		}
-		e.log().Info("model server started", "stage", stage, "checkpoint_id", ck.CheckpointID, "pid", srv.Pid(), "port", port, "log", logPath)
+		e.log().Info("model server started", "stage", tag.Stage, "checkpoint_id", ck.CheckpointID, "pid", srv.Pid(), "port", port, "log", logPath)
 		stopServer = func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*serving.StopGrace)
 			defer cancel()
 			if err := srv.Stop(sctx); err != nil {
-				e.log().Warn("model server stop", "stage", stage, "error", err)
+				e.log().Warn("model server stop", "stage", tag.Stage, "error", err)
 			}
-			e.log().Info("model server stopped", "stage", stage, "pid", srv.Pid())
+			e.log().Info("model server stopped", "stage", tag.Stage, "pid", srv.Pid())
 		}
 		ocfg.BaseURL = fmt.Sprintf("http://127.0.0.1:%d/v1", port)
 		ocfg.Model = ph.Expand(served, false)
 		if err := serving.WaitReady(ctx, e.Log, srv, ocfg.BaseURL, ocfg.Model, ready); err != nil {
 			stopServer()
-			return nil, err
+			return Endpoint{}, nil, err
 		}
 	} else {
 		rr := serving.ReloadFor(c.Model.Reload)
@@ -222,53 +292,42 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		}
 		pre, err := openai.New(ocfg)
 		if err != nil {
-			return nil, err
+			return Endpoint{}, nil, err
 		}
 		perr := pre.Preflight(ctx)
 		pre.Close()
 		if perr != nil {
-			return nil, perr
+			return Endpoint{}, nil, perr
 		}
 		rctx, cancel := context.WithTimeout(ctx, ready)
 		defer cancel()
 		client := &http.Client{}
 		if err := serving.Reload(rctx, client, m.BaseURL, os.Getenv(c.Model.APIKeyEnv), rr, ph); err != nil {
-			return nil, err
+			return Endpoint{}, nil, err
 		}
 		if rr.ServesAs == "launch" {
 			// The engine answers with its launch name; what proves the
 			// weights is the path it reports having loaded.
 			got, err := serving.ModelPath(rctx, client, m.BaseURL)
 			if err != nil {
-				return nil, fmt.Errorf("verify reload: %w", err)
+				return Endpoint{}, nil, fmt.Errorf("verify reload: %w", err)
 			}
 			if got != "" && filepath.Clean(got) != filepath.Clean(dir) {
-				return nil, fmt.Errorf("%w: after the reload %s reports model_path %s, not %s", model.ErrStalePolicy, m.BaseURL, got, dir)
+				return Endpoint{}, nil, fmt.Errorf("%w: after the reload %s reports model_path %s, not %s", model.ErrStalePolicy, m.BaseURL, got, dir)
 			}
 		}
 		if err := serving.WaitReady(ctx, e.Log, nil, m.BaseURL, ocfg.Model, ready); err != nil {
-			return nil, err
+			return Endpoint{}, nil, err
 		}
-		stopServer = func() {}
 	}
 	ocfg.CheckModel = true
-	b, err := openai.New(ocfg)
-	if err != nil {
-		stopServer()
-		return nil, err
-	}
-	e.setSession(stage, policyBackend{Backend: b, id: ck.CheckpointID}, ck.CheckpointID)
-	return func() {
-		e.setSession(stage, nil, "")
-		b.Close()
-		stopServer()
-	}, nil
+	return Endpoint{Config: ocfg, CheckpointID: ck.CheckpointID, Controlled: true}, stopServer, nil
 }
 
 // checkpointDir is the local directory of checkpoint ck: the base
 // checkpoint's own directory (which must exist), or the trained one
 // materialised into model.checkpoint_cache.
-func (e *Engines) checkpointDir(ctx context.Context, env *pipeline.Env, ck schemas.Checkpoint) (string, error) {
+func (e *Engines) checkpointDir(ctx context.Context, store storage.Store, ck schemas.Checkpoint) (string, error) {
 	if len(ck.Files) == 0 {
 		base := e.Config.GRPO.BaseCheckpoint
 		if err := CheckBaseCheckpoint(base); err != nil {
@@ -280,7 +339,7 @@ func (e *Engines) checkpointDir(ctx context.Context, env *pipeline.Env, ck schem
 		}
 		return abs, nil
 	}
-	return serving.Materialize(ctx, env.Store(), ck, e.cacheDir())
+	return serving.Materialize(ctx, store, ck, e.cacheDir())
 }
 
 // CheckBaseCheckpoint reports a grpo.base_checkpoint that no trainer or

@@ -86,6 +86,13 @@ type RoundSummary struct {
 	// DESIGN.md "The policy of a round"). A round without such calls (the
 	// procedural model) is never off-policy.
 	OffPolicy bool
+	// Evals maps a held-out score's name, "<suite>/<task> <metric>" (e.g.
+	// "reasoning_gym/basic_arithmetic accuracy"), to its value in [0, 1]
+	// for the checkpoint round Round trained (the evals table of the round
+	// and `spade eval`'s scores, docs/recipes.md "Evaluation"); nil when
+	// the round was not evaluated. Rounds with scores get one more plot
+	// and a table.
+	Evals map[string]float64
 	// Band is the learnable band the round was labelled with when it
 	// differs from the run's (a fork's rounds up to its fork round were
 	// labelled with its source run's config); nil means the run's band.
@@ -104,6 +111,7 @@ const (
 	TitleRegret    = "Regret (mean, p10–p90 band)"
 	TitleDiversity = "Diversity (Vendi / n)"
 	TitleValidity  = "Validity rate"
+	TitleEvals     = "Held-out evaluation of each checkpoint"
 )
 
 // Band is the learnable band of win rates, bounds included (config
@@ -116,7 +124,9 @@ type Band struct {
 // String renders the band as "[0.2, 0.8]".
 func (b Band) String() string { return fmt.Sprintf("[%g, %g]", b.Low, b.High) }
 
-// PlotCount is the number of <svg> plots Render writes.
+// PlotCount is the number of <svg> plots Render writes when no round has
+// evaluation scores (RoundSummary.Evals); with scores there is one more,
+// TitleEvals.
 const PlotCount = 5
 
 // Header is what the top of the page says about the run, from its pinned
@@ -159,8 +169,9 @@ type Header struct {
 }
 
 // Render writes the report of one run as one self-contained HTML5 document
-// to w: the header h, PlotCount inline SVG plots over rounds and two
-// tables (round metrics, win rate per skill), at most 1,400 CSS pixels
+// to w: the header h, PlotCount inline SVG plots over rounds (one more,
+// the held-out scores, when a round has Evals) and two tables (round
+// metrics, win rate per skill; a third of the scores), at most 1,400 CSS pixels
 // wide. The output is a pure function of its arguments (no timestamps,
 // skills sorted, fixed number formatting), so reports can be diffed and
 // golden-tested.
@@ -212,9 +223,13 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
 	}
 	data.Skills = skillsOf(rounds)
+	data.Evals = evalsOf(rounds)
 	for _, r := range rounds {
 		data.Rows = append(data.Rows, tableRow(r))
 		data.SkillRows = append(data.SkillRows, skillRow(r, data.Skills))
+		if r.Evals != nil {
+			data.EvalRows = append(data.EvalRows, evalRow(r, data.Evals))
+		}
 	}
 	if err := page.Execute(w, data); err != nil {
 		return fmt.Errorf("render report for run %q: %w", run, err)
@@ -230,7 +245,9 @@ type pageData struct {
 	OffPolicy           []int // rounds answered by another policy than theirs, when the run trains
 	Plots               []template.HTML
 	Skills              []string
+	Evals               []string // every score name of RoundSummary.Evals, sorted
 	Rows, SkillRows     [][]string
+	EvalRows            [][]string // rounds with scores only
 }
 
 func validate(rounds []RoundSummary) error {
@@ -260,6 +277,15 @@ func validate(rounds []RoundSummary) error {
 				name string
 				v    float64
 			}{fmt.Sprintf("PerSkillWinRate[%q]", skill), r.PerSkillWinRate[skill]})
+		}
+		for _, name := range sortedKeys(r.Evals) {
+			rates = append(rates, struct {
+				name string
+				v    float64
+			}{fmt.Sprintf("Evals[%q]", name), r.Evals[name]})
+			if math.IsNaN(r.Evals[name]) {
+				return fmt.Errorf("%s: Evals[%q] is NaN (leave an unmeasured score out)", where, name)
+			}
 		}
 		for _, f := range rates {
 			if math.IsInf(f.v, 0) || f.v < 0 || f.v > 1 {
@@ -370,13 +396,57 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 			lo: pts(func(r RoundSummary) float64 { return r.RegretP10 }),
 			hi: pts(func(r RoundSummary) float64 { return r.RegretP90 })},
 	}
-	return []chart{
+	charts := []chart{
 		unit("learnable", TitleLearnable, "share in band "+learnable, byPopulation("learnable", func(r RoundSummary) float64 { return r.LearnableFraction })...),
 		unit("winrate", TitleWinRate, "win rate", win...),
 		regret,
 		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),
 		unit("validity", TitleValidity, "share valid", main("validity", func(r RoundSummary) float64 { return r.ValidityRate })),
 	}
+	if names := evalsOf(rounds); len(names) > 0 {
+		var s []series
+		for i, name := range names {
+			// Only the evaluated rounds, so that a line joins the scores of
+			// successive checkpoints (eval.every > 1 leaves rounds between)
+			// whatever population each round played.
+			var ps []point
+			for _, r := range rounds {
+				if v, ok := r.Evals[name]; ok {
+					ps = append(ps, point{x: float64(r.Round), y: v})
+				}
+			}
+			s = append(s, series{name: name, color: skillPalette[i%len(skillPalette)], width: strokeMain, dashed: i >= len(skillPalette), points: ps})
+		}
+		charts = append(charts, unit("evals", TitleEvals, "score", s...))
+	}
+	return charts
+}
+
+// evalsOf returns every score name of any round's Evals, sorted.
+func evalsOf(rounds []RoundSummary) []string {
+	var out []string
+	for _, r := range rounds {
+		for name := range r.Evals {
+			if !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// evalRow formats one evaluated round's scores, in the order of names.
+func evalRow(r RoundSummary, names []string) []string {
+	row := []string{strconv.Itoa(r.Round)}
+	for _, name := range names {
+		if v, ok := r.Evals[name]; ok {
+			row = append(row, cell(v, 3))
+		} else {
+			row = append(row, "–")
+		}
+	}
+	return row
 }
 
 // population is 0 for a regeneration round (it plays the environments it

@@ -99,7 +99,8 @@ class Client:
         self.temperature = _field(cfg, "temperature", float, 0.0)
         self.seed = _field(cfg, "seed", int, 0)
         self.client = openai.OpenAI(base_url=_field(cfg, "base_url", str, required=True),
-                                    api_key=os.environ.get(key_env, "") if key_env else "none",
+                                    # a local server takes any key; the client refuses none
+                                    api_key=(os.environ.get(key_env, "") if key_env else "") or "none",
                                     max_retries=0, timeout=_field(cfg, "timeout_s", float, 600.0))
 
     def chat(self, messages: list[dict]) -> str:
@@ -172,8 +173,8 @@ def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
                   "num_concurrent": max(1, concurrency), "max_retries": 1, "tokenized_requests": False,
                   "seed": _field(top, "seed", int, 0)}
     key_env = _field(top, "api_key_env", str, "")
-    if key_env:
-        os.environ["OPENAI_API_KEY"] = os.environ.get(key_env, "")
+    if key_env and os.environ.get(key_env):
+        os.environ["OPENAI_API_KEY"] = os.environ[key_env]
     tm = TaskManager(include_path=path, include_defaults=False)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:

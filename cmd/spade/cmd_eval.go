@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spade-pipeline/spade/internal/termtext"
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/evaluate"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newEvalCmd)
+}
+
+// newEvalCmd implements `spade eval --round R [--force]`: score
+// checkpoint(R) of the run on this invocation's eval suites and keep the
+// rows beside the rounds (evaluate.SideKey), where the report and DuckDB
+// find them.
+func newEvalCmd(g *globals) *cobra.Command {
+	var round int
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "eval --round R [--force]",
+		Short: "Serve checkpoint(R) and score it on the configured held-out suites (reasoning-gym, lm-evaluation-harness)",
+		Long: `Serve the checkpoint that round R trained (round 0: grpo.base_checkpoint)
+with the agent role's serving settings (model.serving managed, reload or
+fixed) and score it on eval.reasoning_gym and eval.lm_eval of this
+invocation's config, through trainer/spade_trainer/evaluate.py run by
+eval.python. The scores (the evals table's columns) are written to
+<run>/evals/round=R/evals-<digest>.parquet in the store: outside the
+sealed rounds, so a finished run can be evaluated later and on other
+suites; the digest names the checkpoint and the eval settings, and a
+second call with the same ones does nothing unless --force. spade report
+plots them beside the eval stage's evals tables. Exit 1 when the round has
+no checkpoint yet, the server does not come up, or every request fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("round") {
+				return usagef("--round is required")
+			}
+			if round < 0 {
+				return usagef("--round %d: want a round >= 0", round)
+			}
+			ctx := cmd.Context()
+			a, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			if !a.cfg.Eval.HasSuite() {
+				return usagef("no evaluation suite configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks in %s (docs/config.md)", g.configPath)
+			}
+			rf, err := pipeline.ReadRunFile(ctx, a.store, g.runName)
+			if err != nil {
+				return err
+			}
+			ck := schemas.Checkpoint{CheckpointID: "base:" + rf.Config.GRPO.BaseCheckpoint, Trainer: "base"}
+			if round > 0 {
+				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, round, "checkpoints"))
+				if errors.Is(err, storage.ErrNotFound) {
+					return fmt.Errorf("run %s round %d has no checkpoints table yet (its grpo stage has not committed): %w", g.runName, round, pipeline.ErrNotCommitted)
+				}
+				if err != nil {
+					return err
+				}
+				rows, err := pipeline.ReadManifestRows(ctx, a.store, schemas.Checkpoints, m)
+				if err != nil {
+					return err
+				}
+				if len(rows) != 1 {
+					return fmt.Errorf("checkpoints of round %d has %d rows, want 1", round, len(rows))
+				}
+				ck = rows[0]
+			}
+			cfg := a.cfg
+			if ck.Trainer == "base" {
+				// The run's base, not this config's: round 0 (and every
+				// round of a run without a trainer) serves what the run
+				// started from.
+				cfg.GRPO.BaseCheckpoint = rf.Config.GRPO.BaseCheckpoint
+			}
+			digest := evaluate.SideDigest(&cfg, ck.CheckpointID)
+			key := evaluate.SideKey(g.runName, round, digest)
+			if _, err := a.store.Stat(ctx, key); err == nil && !force {
+				fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))
+				return nil
+			} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
+				return err
+			}
+			eng := &engine.Engines{Config: &cfg, Store: a.store, Log: a.log}
+			defer eng.Close()
+			rows, err := evaluate.ServeAndScore(ctx, eng, a.store, ck, engine.ServeTag{Run: g.runName, Round: round, Stage: evaluate.StageName}, round)
+			if err != nil {
+				return err
+			}
+			if _, err := evaluate.WriteSide(ctx, a.store, g.runName, round, digest, rows); err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SUITE\tTASK\tMETRIC\tVALUE\tSTDERR\tN")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.4g\t%.3g\t%d\n", termtext.Safe(r.Suite), termtext.Safe(r.Task), termtext.Safe(r.Metric), r.Value, r.Stderr, r.N)
+			}
+			tw.Flush()
+			fmt.Printf("round %d (%s): %d scores written to %s\n", round, termtext.Safe(ck.CheckpointID), len(rows), termtext.Safe(key))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&round, "round", 0, "the round whose checkpoint to score (0: the base checkpoint)")
+	cmd.Flags().BoolVar(&force, "force", false, "score again even when this checkpoint was scored with these settings")
+	return cmd
+}

@@ -1,0 +1,320 @@
+// Package evaluate scores served checkpoints on held-out suites: the eval
+// stage (every eval.every rounds, checkpoint(r)) and `spade eval --round R`
+// both serve a checkpoint with the agent role's serving settings
+// (engine.ServeCheckpoint) and run trainer/spade_trainer/evaluate.py
+// against it, which drives reasoning-gym and EleutherAI's
+// lm-evaluation-harness (docs/recipes.md "Evaluation"). The harnesses do
+// the scoring; this package only serves, runs and records.
+package evaluate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/engine"
+	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/model/serving"
+	"github.com/spade-pipeline/spade/trainer"
+)
+
+// StageName is the eval stage's name in manifests and on the CLI.
+const StageName = "eval"
+
+// Stage is the eval stage: in round r with eval.every > 0 and r %
+// eval.every == 0 it serves checkpoint(r) (the weights round r's GRPO
+// step wrote; with grpo.trainer none the base carried forward) and writes
+// its scores to the evals table. It does not run under model.replay (its
+// requests are not recorded calls: a replayed run has no evals table).
+type Stage struct {
+	// Eng serves the checkpoint (engine.ServeCheckpoint); required.
+	Eng *engine.Engines
+}
+
+// Name implements pipeline.Stage.
+func (*Stage) Name() string { return StageName }
+
+// Outputs implements pipeline.Stage: the evals table.
+func (*Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "evals"}} }
+
+// Plan implements pipeline.Stage: checkpoints(r), in the rounds
+// eval.every names (config.Eval.RunsAt), never under model.replay.
+func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input, bool) {
+	if !cfg.Eval.RunsAt(ri.Round) || cfg.Model.Replay != "" {
+		return nil, false
+	}
+	return []pipeline.Input{{Table: "checkpoints", Round: ri.Round}}, true
+}
+
+// ConfigSubset implements pipeline.Stage: the eval settings and what
+// answers the agent role (backend, serving mode, model name, and the
+// server's address when spade does not control it). The weights served
+// are identified by the checkpoints input.
+func (*Stage) ConfigSubset(c *config.Config) any {
+	a := c.Model.ForRole("agent")
+	sub := struct {
+		Eval                   config.Eval
+		Backend, Serving, Name string
+		BaseURL                string `json:",omitempty"`
+	}{Eval: c.Eval, Backend: a.Backend, Serving: a.Serving, Name: a.Name}
+	if a.Serving != "managed" && a.Serving != "reload" {
+		sub.BaseURL = a.BaseURL
+	}
+	return sub
+}
+
+// Parts implements pipeline.Stage: one part (one server, one evaluator
+// run); its error is always nil.
+func (*Stage) Parts(context.Context, *pipeline.Env) (int, error) { return 1, nil }
+
+// Run implements pipeline.Stage.Run: read the one checkpoints row of
+// round r, serve it, score it (Score) and emit one evals row per score.
+// Errors: the input's, ServeCheckpoint's and Score's; nothing is
+// committed then, and the round's eval stage can be run again.
+func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
+	r := env.Round.Round
+	rows, err := pipeline.ReadAll(ctx, env, schemas.Checkpoints, "checkpoints", r)
+	if err != nil {
+		return err
+	}
+	if len(rows) != 1 {
+		return fmt.Errorf("checkpoints of round %d has %d rows, want 1", r, len(rows))
+	}
+	evals, err := ServeAndScore(ctx, s.Eng, env.Store(), rows[0], engine.ServeTag{Run: env.Round.Run, Round: r, Stage: StageName}, r)
+	if err != nil {
+		return err
+	}
+	pipeline.Emit(out, schemas.Evals, "evals", evals...)
+	out.Stat("evals", len(evals))
+	return nil
+}
+
+// ServeAndScore serves checkpoint ck with the agent role's settings
+// (engine.ServeCheckpoint), scores it with Score, and stops what it
+// started, whatever the outcome. round fills the rows' round column.
+func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store, ck schemas.Checkpoint, tag engine.ServeTag, round int) ([]schemas.Eval, error) {
+	ep, stop, err := eng.ServeCheckpoint(ctx, store, "agent", ck, tag)
+	if err != nil {
+		return nil, fmt.Errorf("eval of round %d: %w", round, err)
+	}
+	defer stop()
+	rows, err := Score(ctx, eng.Config, eng.Log, ep, round)
+	if err != nil {
+		return nil, fmt.Errorf("eval of round %d (%s): %w", round, ep.CheckpointID, err)
+	}
+	return rows, nil
+}
+
+// Request is the evaluator's config (trainer/spade_trainer/evaluate.py's
+// module doc): the endpoint, the sampling settings and the suites, from
+// eval.* and the served endpoint.
+type Request struct {
+	BaseURL      string        `json:"base_url"`
+	Model        string        `json:"model"`
+	APIKeyEnv    string        `json:"api_key_env"`
+	MaxTokens    int           `json:"max_tokens"`
+	Temperature  float64       `json:"temperature"`
+	Seed         int64         `json:"seed"`
+	Concurrency  int           `json:"concurrency"`
+	TimeoutS     float64       `json:"timeout_s"`
+	ReasoningGym *reasoningGym `json:"reasoning_gym"`
+	LMEval       *lmEval       `json:"lm_eval"`
+}
+
+type reasoningGym struct {
+	Tasks        []string `json:"tasks"`
+	Size         int      `json:"size"`
+	Seed         int64    `json:"seed"`
+	SystemPrompt string   `json:"system_prompt"`
+}
+
+type lmEval struct {
+	IncludePath string   `json:"include_path"`
+	Tasks       []string `json:"tasks"`
+	Limit       *int     `json:"limit"`
+}
+
+// NewRequest builds the evaluator's config for endpoint ep from cfg's
+// eval.* settings; a suite without tasks is left out (null). The
+// lm_eval include path is made absolute. Error: no suite configured.
+func NewRequest(cfg *config.Config, ep engine.Endpoint) (Request, error) {
+	e := cfg.Eval
+	if !e.HasSuite() {
+		return Request{}, fmt.Errorf("no evaluation suite configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks (docs/config.md)")
+	}
+	req := Request{
+		BaseURL: ep.Config.BaseURL, Model: ep.Config.Model, APIKeyEnv: ep.Config.APIKeyEnv,
+		MaxTokens: e.MaxTokens, Temperature: e.Temperature, Seed: e.Seed, Concurrency: e.Concurrency, TimeoutS: e.TimeoutS,
+	}
+	if rg := e.ReasoningGym; len(rg.Tasks) > 0 {
+		req.ReasoningGym = &reasoningGym{Tasks: rg.Tasks, Size: rg.Size, Seed: rg.Seed, SystemPrompt: rg.SystemPrompt}
+	}
+	if le := e.LMEval; len(le.Tasks) > 0 {
+		abs, err := filepath.Abs(le.IncludePath)
+		if err != nil {
+			return Request{}, fmt.Errorf("eval.lm_eval.include_path: %w", err)
+		}
+		l := &lmEval{IncludePath: abs, Tasks: le.Tasks}
+		if le.Limit > 0 {
+			l.Limit = &le.Limit
+		}
+		req.LMEval = l
+	}
+	return req, nil
+}
+
+// ErrEvaluator marks a failure of the evaluator process itself: a config
+// it refuses (exit 2), a harness that raised, an output it did not write.
+var ErrEvaluator = errors.New("evaluator failed")
+
+// Score runs the evaluator (eval.python -m spade_trainer.evaluate, the
+// embedded trainer package on PYTHONPATH) against endpoint ep and returns
+// its rows with round and ep.CheckpointID filled, in the table's key
+// order. The evaluator's stderr lines (failed requests, harness notes) are
+// logged at warn level to log (nil: slog.Default()).
+//
+// Errors: no suite (NewRequest); eval.python missing or exiting non-zero,
+// or a result line that is not a well-formed row (ErrEvaluator, with the
+// tail of its stderr); and, when every request of every reasoning-gym
+// task failed, an error wrapping model.ErrUnavailable: a server that is
+// down scores nothing, and the stage commits nothing rather than a table
+// of failures.
+func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, round int) ([]schemas.Eval, error) {
+	req, err := NewRequest(cfg, ep)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "spade-eval-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	pp := filepath.Join(dir, "python")
+	if err := trainer.WriteTo(pp); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, outPath := filepath.Join(dir, "eval.json"), filepath.Join(dir, "rows.jsonl")
+	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, cfg.Eval.Python, "-m", "spade_trainer.evaluate", "--config", cfgPath, "--out", outPath)
+	env := os.Environ()
+	path := pp
+	if old := os.Getenv("PYTHONPATH"); old != "" {
+		path += string(os.PathListSeparator) + old
+	}
+	cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	runErr := cmd.Run()
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if strings.HasPrefix(line, "spade_eval: ") {
+			log.Warn("eval", "round", round, "checkpoint_id", ep.CheckpointID, "evaluator", strings.TrimPrefix(line, "spade_eval: "))
+		}
+	}
+	if runErr != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s -m spade_trainer.evaluate: %v: %s", ErrEvaluator, cfg.Eval.Python, runErr, strings.TrimSpace(serving.TailText(stderr.String(), 8)))
+	}
+	rows, err := readRows(outPath, round, ep.CheckpointID)
+	if err != nil {
+		return nil, err
+	}
+	if err := allFailed(rows); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// readRows parses the evaluator's JSONL output; a bad line is an error
+// naming the file's line and field.
+func readRows(path string, round int, checkpointID string) ([]schemas.Eval, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no result file: %v", ErrEvaluator, err)
+	}
+	defer f.Close()
+	var rows []schemas.Eval
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<24)
+	seen := map[[3]string]bool{}
+	for line := 1; sc.Scan(); line++ {
+		var r struct {
+			Suite, Task, Metric string
+			Value, Stderr       *float64
+			N                   *int64
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%w: result line %d: %v", ErrEvaluator, line, err)
+		}
+		bad := ""
+		switch {
+		case r.Suite == "" || r.Task == "" || r.Metric == "":
+			bad = "suite, task and metric must be non-empty"
+		case r.Value == nil || math.IsNaN(*r.Value) || math.IsInf(*r.Value, 0):
+			bad = "value must be a finite number"
+		case r.Stderr == nil || !(*r.Stderr >= 0) || math.IsInf(*r.Stderr, 0):
+			bad = "stderr must be a finite number >= 0"
+		case r.N == nil || *r.N < 0:
+			bad = "n must be a count >= 0"
+		case seen[[3]string{r.Suite, r.Task, r.Metric}]:
+			bad = fmt.Sprintf("(%s, %s, %s) given twice", r.Suite, r.Task, r.Metric)
+		}
+		if bad != "" {
+			return nil, fmt.Errorf("%w: result line %d: %s", ErrEvaluator, line, bad)
+		}
+		seen[[3]string{r.Suite, r.Task, r.Metric}] = true
+		rows = append(rows, schemas.Eval{Round: int64(round), CheckpointID: checkpointID, Suite: r.Suite, Task: r.Task, Metric: r.Metric, Value: *r.Value, N: *r.N, Stderr: *r.Stderr})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: read results: %v", ErrEvaluator, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%w: no result rows", ErrEvaluator)
+	}
+	slices.SortFunc(rows, func(a, b schemas.Eval) int { return schemas.Evals.Compare(&a, &b) })
+	return rows, nil
+}
+
+// allFailed reports a server that answered nothing: every reasoning-gym
+// task's errors equal to its item count.
+func allFailed(rows []schemas.Eval) error {
+	tasks, failed := 0, 0
+	for _, r := range rows {
+		if r.Suite == "reasoning_gym" && r.Metric == "errors" {
+			tasks++
+			if r.N > 0 && int64(r.Value) == r.N {
+				failed++
+			}
+		}
+	}
+	if tasks > 0 && failed == tasks {
+		return fmt.Errorf("%w: every evaluation request failed (%d reasoning-gym tasks); nothing is recorded", model.ErrUnavailable, tasks)
+	}
+	return nil
+}

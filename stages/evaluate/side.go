@@ -1,0 +1,157 @@
+package evaluate
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
+	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/table"
+	"github.com/spade-pipeline/spade/schemas"
+)
+
+// Evaluations of sealed rounds (`spade eval --round R`) cannot join the
+// round's seal without breaking the chain of round digests (DESIGN.md
+// "Commit protocol"), so they are kept beside the rounds: one Parquet
+// file of the evals schema per (checkpoint, eval settings) under
+// SidePrefix, content-addressed by SideDigest. Nothing seals them; gc
+// leaves them alone (they are no part or part record); the report and
+// DuckDB read them (docs/recipes.md "Evaluation").
+
+// SidePrefix is the key prefix of run's evaluations outside the rounds:
+// "<run>/evals/".
+func SidePrefix(run string) string { return run + "/evals/" }
+
+// SideKey is the key of the evaluation of round r with digest d (SideDigest):
+// "<run>/evals/round=%06d/evals-<d>.parquet".
+func SideKey(run string, r int, digest string) string {
+	return fmt.Sprintf("%sround=%06d/evals-%s.parquet", SidePrefix(run), r, digest)
+}
+
+var sideKeyRe = regexp.MustCompile(`^[^/]+/evals/round=(\d{6})/evals-[0-9a-f]{16}\.parquet$`)
+
+// SideDigest identifies one evaluation: the first 16 hex digits of the
+// sha256 of the checkpoint id and the eval stage's config subset (eval
+// settings and the agent's serving; Stage.ConfigSubset of the pinned
+// config). The same checkpoint scored with the same settings has the
+// same digest.
+func SideDigest(cfg *config.Config, checkpointID string) string {
+	pinned := cfg.Pinned()
+	pinned.Eval = cfg.Eval // kept whatever eval.every says
+	pinned.Eval.Concurrency, pinned.Eval.TimeoutS, pinned.Eval.Python = 0, 0, ""
+	sub, err := json.Marshal((&Stage{}).ConfigSubset(&pinned))
+	if err != nil {
+		panic("evaluate: config subset does not encode: " + err.Error())
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s", checkpointID, sub)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// WriteSide stores rows (one evaluation of round r) at SideKey(run, r,
+// digest), replacing an earlier file of that key. Errors: encoding, the
+// store's.
+func WriteSide(ctx context.Context, s storage.Store, run string, r int, digest string, rows []schemas.Eval) (string, error) {
+	data, err := table.Encode(schemas.Evals, rows)
+	if err != nil {
+		return "", err
+	}
+	key := SideKey(run, r, digest)
+	if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		return "", fmt.Errorf("write %s: %w", key, err)
+	}
+	return key, nil
+}
+
+// ReadSide reads every evaluation of run kept outside the rounds, by
+// round, each round's files in key order. Errors: the store's, and a
+// file that does not decode as the evals table (table.ErrCorrupt, named
+// by key).
+func ReadSide(ctx context.Context, s storage.Store, run string) (map[int][]schemas.Eval, error) {
+	infos, err := s.List(ctx, SidePrefix(run))
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Key < infos[j].Key })
+	out := map[int][]schemas.Eval{}
+	for _, in := range infos {
+		m := sideKeyRe.FindStringSubmatch(in.Key)
+		if m == nil {
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		data, err := storage.ReadAll(ctx, s, in.Key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		rows, _, err := table.Decode(schemas.Evals, in.Key, data)
+		if err != nil {
+			return nil, err
+		}
+		out[r] = append(out[r], rows...)
+	}
+	return out, nil
+}
+
+// RoundEvals returns the evaluation scores of round r of run: the rows of
+// the round's evals table (the eval stage's), then those of the
+// evaluations kept outside the rounds (side, from ReadSide), a (suite,
+// task, metric) already seen being skipped, so the sealed table wins.
+// Errors: reading the round's table (pipeline.ErrIntegrity, ...); a round
+// without the table is not an error.
+func RoundEvals(ctx context.Context, s storage.Store, run string, r int, side map[int][]schemas.Eval) ([]schemas.Eval, error) {
+	var rows []schemas.Eval
+	m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey(run, r, "evals"))
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if rows, err = pipeline.ReadManifestRows(ctx, s, schemas.Evals, m); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[[3]string]bool{}
+	for _, e := range rows {
+		seen[[3]string{e.Suite, e.Task, e.Metric}] = true
+	}
+	for _, e := range side[r] {
+		k := [3]string{e.Suite, e.Task, e.Metric}
+		if !seen[k] {
+			seen[k] = true
+			rows = append(rows, e)
+		}
+	}
+	return rows, nil
+}
+
+// Scores are the rows the report plots, by name "<suite>/<task> <metric>":
+// reasoning_gym accuracy and every lm_eval metric whose value is in
+// [0, 1] (format_rate, errors and unbounded metrics such as perplexity
+// stay in the table only). nil when there is none.
+func Scores(rows []schemas.Eval) map[string]float64 {
+	var out map[string]float64
+	for _, r := range rows {
+		keep := r.Suite == "reasoning_gym" && r.Metric == "accuracy" || r.Suite == "lm_eval"
+		if !keep || !(r.Value >= 0 && r.Value <= 1) {
+			continue
+		}
+		if out == nil {
+			out = map[string]float64{}
+		}
+		out[r.Suite+"/"+r.Task+" "+r.Metric] = r.Value
+	}
+	return out
+}
