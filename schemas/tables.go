@@ -527,9 +527,9 @@ type Metric struct {
 // checkpoint(r), and `spade eval --round R` writes the same rows outside
 // the sealed rounds (<run>/evals/round=R/).
 type Eval struct {
-	// Round is the round whose checkpoint was scored (its GRPO step
-	// trained it; the base model's round is 0 only for a base
-	// checkpoint carried by grpo.trainer none).
+	// Round is R of checkpoint(R), the scored weights: those round R's
+	// GRPO step wrote (or carried, with grpo.trainer none); 0 is the base
+	// checkpoint (`spade eval --round 0`).
 	Round int64 `parquet:"round" json:"round"`
 	// CheckpointID is the served checkpoint (checkpoints.checkpoint_id,
 	// "base:<path>" or "fixed:<model>" for a server spade does not

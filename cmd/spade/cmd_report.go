@@ -91,7 +91,9 @@ func newReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := report.Render(f, reportHeader(rf, runBand), rounds); err != nil {
+			h := reportHeader(rf, runBand)
+			h.BaseEvals = evaluate.Scores(side[0]) // spade eval --round 0
+			if err := report.Render(f, h, rounds); err != nil {
 				f.Close()
 				return err
 			}

@@ -211,6 +211,12 @@ eval:
 	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "1")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "already evaluated")
+	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "1", "--force")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "4 scores written to default/evals/round=000001/evals-")
+	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "0")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "4 scores written to default/evals/round=000000/evals-")
 	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "2")
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stderr, "round 2 has no checkpoints table yet")
@@ -223,6 +229,7 @@ eval:
 	require.Contains(t, page, "reasoning_gym/basic_arithmetic accuracy")
 	require.Contains(t, page, "lm_eval/tiny_add exact_match,first_number")
 	require.Equal(t, report.PlotCount+1, strings.Count(page, "<svg "))
+	require.Contains(t, page, "<td>0 (base)</td>", "the base checkpoint's scores head the table")
 }
 
 func mustRead(t *testing.T, path string) string {

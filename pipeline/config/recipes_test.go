@@ -101,8 +101,8 @@ func checkPublicRecipe(t *testing.T, file string, c Config, toolUse bool) {
 		errorf("slots %d, group size %d, max turns %d, active skills %d; want 24, 16, 25, 3", c.Sample.Slots, c.Rollout.GroupSize, c.Rollout.MaxTurns, c.Sample.ActiveSkills)
 	}
 	g := c.GRPO
-	if g.LR != 1e-6 || g.ClipEps != 0.2 || g.ClipEpsHigh != 0.28 || g.AdamBeta2 != 0.98 || g.WeightDecay != 0.1 || g.Trainer != "torch" {
-		errorf("grpo lr %g clip %g/%g beta2 %g weight decay %g trainer %q; want 1e-6, 0.2/0.28, 0.98, 0.1, torch", g.LR, g.ClipEps, g.ClipEpsHigh, g.AdamBeta2, g.WeightDecay, g.Trainer)
+	if g.LR != 1e-6 || g.ClipEps != 0.2 || g.ClipEpsHigh != 0.28 || g.AdamBeta2 != 0.98 || g.WeightDecay != 0.1 || g.Trainer != "torch" || g.TISCap != 2 {
+		errorf("grpo lr %g clip %g/%g beta2 %g weight decay %g trainer %q tis_cap %g; want 1e-6, 0.2/0.28, 0.98, 0.1, torch, 2 (--use-tis)", g.LR, g.ClipEps, g.ClipEpsHigh, g.AdamBeta2, g.WeightDecay, g.Trainer, g.TISCap)
 	}
 	skills, setting, k := publicGameSkills, "game", 4
 	if toolUse {

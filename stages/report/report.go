@@ -158,6 +158,12 @@ type Header struct {
 	// Recipe names the training recipe the run follows; "" when the config
 	// has none.
 	Recipe string
+	// BaseEvals are the held-out scores of the base checkpoint (`spade
+	// eval --round 0`), by the names RoundSummary.Evals uses, each in
+	// [0, 1]; nil when it was not evaluated. They are the first row of the
+	// scores' table ("0 (base)"), the reference the trained checkpoints
+	// are read against.
+	BaseEvals map[string]float64
 	// ConfigDigest is the run's config digest (_RUN.json config_digest).
 	ConfigDigest string
 	// RegenerateEvery is k: a regeneration every k rounds; 0 if unknown.
@@ -197,6 +203,11 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 	if err := validate(rounds); err != nil {
 		return fmt.Errorf("render report for run %q: %w", run, err)
 	}
+	for _, name := range sortedKeys(h.BaseEvals) {
+		if v := h.BaseEvals[name]; !(v >= 0 && v <= 1) {
+			return fmt.Errorf("render report for run %q: BaseEvals[%q] = %v is outside [0, 1]", run, name, v)
+		}
+	}
 	for i, r := range rounds {
 		if b := r.Band; b != nil && !(b.Low >= 0 && b.Low <= b.High && b.High <= 1) {
 			return fmt.Errorf("render report for run %q: rounds[%d] (round %d): learnable band [%g, %g] is not within [0, 1] in order", run, i, r.Round, b.Low, b.High)
@@ -224,6 +235,17 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 	}
 	data.Skills = skillsOf(rounds)
 	data.Evals = evalsOf(rounds)
+	for name := range h.BaseEvals {
+		if !slices.Contains(data.Evals, name) {
+			data.Evals = append(data.Evals, name)
+		}
+	}
+	slices.Sort(data.Evals)
+	if h.BaseEvals != nil {
+		row := evalRow(RoundSummary{Evals: h.BaseEvals}, data.Evals)
+		row[0] = "0 (base)"
+		data.EvalRows = append(data.EvalRows, row)
+	}
 	for _, r := range rounds {
 		data.Rows = append(data.Rows, tableRow(r))
 		data.SkillRows = append(data.SkillRows, skillRow(r, data.Skills))

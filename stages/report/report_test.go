@@ -428,3 +428,62 @@ func TestRenderWarnsOffPolicy(t *testing.T) {
 		t.Error("a run without a trainer is warned about")
 	}
 }
+
+// TestRenderEvals: rounds with held-out scores get one more plot and a
+// table whose first row is the base checkpoint's scores (Header.BaseEvals)
+// and whose other rows are the evaluated rounds only; a score outside
+// [0, 1] or NaN, on a round or the base, is refused naming it.
+func TestRenderEvals(t *testing.T) {
+	rounds := sampleRounds(4)
+	rounds[1].Evals = map[string]float64{"reasoning_gym/leg_counting accuracy": 0.25}
+	rounds[3].Evals = map[string]float64{"reasoning_gym/leg_counting accuracy": 0.5, "lm_eval/aime exact_match,none": 0.125}
+	h := Header{Run: "r", Band: Band{0.2, 0.8}, BaseEvals: map[string]float64{"reasoning_gym/leg_counting accuracy": 0.0625}}
+	var b bytes.Buffer
+	if err := Render(&b, h, rounds); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if got := strings.Count(page, "<svg "); got != PlotCount+1 {
+		t.Errorf("%d plots, want %d", got, PlotCount+1)
+	}
+	if !strings.Contains(page, TitleEvals) {
+		t.Error("no evaluation plot")
+	}
+	i := strings.Index(page, `<table id="evals">`)
+	if i < 0 {
+		t.Fatal("no evaluation table")
+	}
+	table := page[i : i+strings.Index(page[i:], "</table>")]
+	want := []string{
+		"<th>round</th><th>lm_eval/aime exact_match,none</th><th>reasoning_gym/leg_counting accuracy</th>",
+		"<tr><td>0 (base)</td><td>–</td><td>0.062</td></tr>",
+		"<tr><td>1</td><td>–</td><td>0.250</td></tr>",
+		"<tr><td>3</td><td>0.125</td><td>0.500</td></tr>",
+	}
+	for _, w := range want {
+		if !strings.Contains(table, w) {
+			t.Errorf("evaluation table lacks %q:\n%s", w, table)
+		}
+	}
+	if strings.Count(table, "<tr>") != 4 {
+		t.Errorf("want a header and 3 rows (base, rounds 1 and 3):\n%s", table)
+	}
+
+	var none bytes.Buffer
+	if err := Render(&none, Header{Run: "r", Band: Band{0.2, 0.8}}, sampleRounds(4)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(none.String(), "<svg ") != PlotCount || strings.Contains(none.String(), `id="evals"`) {
+		t.Error("a run without scores has an evaluation plot or table")
+	}
+
+	bad := sampleRounds(2)
+	bad[1].Evals = map[string]float64{"x accuracy": 1.5}
+	if err := Render(&none, Header{Run: "r", Band: Band{0.2, 0.8}}, bad); err == nil || !strings.Contains(err.Error(), `Evals["x accuracy"] = 1.5 is outside [0, 1]`) {
+		t.Errorf("score 1.5: err = %v", err)
+	}
+	h.BaseEvals = map[string]float64{"y accuracy": math.NaN()}
+	if err := Render(&none, h, sampleRounds(2)); err == nil || !strings.Contains(err.Error(), `BaseEvals["y accuracy"] = NaN is outside [0, 1]`) {
+		t.Errorf("base score NaN: err = %v", err)
+	}
+}
