@@ -163,6 +163,7 @@ eval:
 
 	r = spade(t, dir, nil, "--config", cfg, "round", "1")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "basic_arithmetic: 3 of 30 items", "progress logged while the task runs")
 	var right, tagged int
 	for i := range size {
 		if i%3 == 0 {

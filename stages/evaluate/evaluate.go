@@ -223,18 +223,13 @@ func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.
 	}
 	cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
 	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
-	runErr := cmd.Run()
 	if log == nil {
 		log = slog.Default()
 	}
-	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
-		if strings.HasPrefix(line, "spade_eval: ") {
-			log.Warn("eval", "round", round, "checkpoint_id", ep.CheckpointID, "evaluator", strings.TrimPrefix(line, "spade_eval: "))
-		}
-	}
+	stderr := &evaluatorLog{log: log.With("round", round, "checkpoint_id", ep.CheckpointID)}
+	cmd.Stderr = stderr
+	cmd.Stdout = stderr // the same pointer: exec calls Write from one goroutine at a time
+	runErr := cmd.Run()
 	if runErr != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -318,3 +313,34 @@ func allFailed(rows []schemas.Eval) error {
 	}
 	return nil
 }
+
+// evaluatorLog keeps the evaluator's output (for the error's tail) and
+// logs its own lines as they come: "spade_eval: " lines (failed requests)
+// as warnings, "spade_eval_progress: " lines (items scored so far, a
+// task's accuracy) as info, so a long evaluation shows where it is.
+type evaluatorLog struct {
+	log     *slog.Logger
+	all     bytes.Buffer
+	partial []byte
+}
+
+func (w *evaluatorLog) Write(p []byte) (int, error) {
+	w.all.Write(p)
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.partial[:i])
+		w.partial = w.partial[i+1:]
+		if rest, ok := strings.CutPrefix(line, "spade_eval: "); ok {
+			w.log.Warn("eval", "evaluator", rest)
+		} else if rest, ok := strings.CutPrefix(line, "spade_eval_progress: "); ok {
+			w.log.Info("eval progress", "evaluator", rest)
+		}
+	}
+	return len(p), nil
+}
+
+func (w *evaluatorLog) String() string { return w.all.String() }

@@ -31,7 +31,11 @@ or the harness's; 0 when n < 2). reasoning-gym rows per task: ``accuracy``
 (mean score), ``format_rate`` (fraction of replies with an answer tag) and
 ``errors`` (failed requests, scored 0; value is their count). A failing
 request is recorded in ``errors`` and the run goes on; a bad config or a
-harness failure exits 2 with the reason on stderr.
+harness failure exits 2 with the reason on stderr. Lines on stderr that
+start ``spade_eval: `` report failed requests (spade logs them as
+warnings); ``spade_eval_progress: `` lines say how many items of a task
+are scored (every tenth) and each task's accuracy when it ends (spade
+logs them as they come).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import math
 import os
 import re
 import sys
+import threading
 from typing import Any
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
@@ -131,8 +136,20 @@ def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict
         except Exception as e:  # unknown name, bad parameters
             raise ConfigError(f"config: reasoning_gym task {task!r}: {e}") from e
         items = list(ds)
+        done = [0]
+        lock = threading.Lock()
+        step = max(1, len(items) // 10)
 
         def one(entry):
+            try:
+                return score(entry)
+            finally:
+                with lock:
+                    done[0] += 1
+                    if done[0] % step == 0 and done[0] < len(items):
+                        print(f"spade_eval_progress: {task}: {done[0]} of {len(items)} items", file=sys.stderr, flush=True)
+
+        def score(entry):
             try:
                 reply = client.chat([{"role": "system", "content": SYSTEM_PROMPTS[prompt]},
                                      {"role": "user", "content": entry["question"]}])
@@ -150,6 +167,7 @@ def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict
         acc, se = mean_stderr(scores)
         fmt, fse = mean_stderr([1.0 if ok else 0.0 for _, ok, _ in results])
         n = len(items)
+        print(f"spade_eval_progress: {task}: {n} of {n} items, accuracy {acc:.4f} +- {se:.4f}", file=sys.stderr, flush=True)
         rows += [dict(suite="reasoning_gym", task=task, metric="accuracy", value=acc, n=n, stderr=se),
                  dict(suite="reasoning_gym", task=task, metric="format_rate", value=fmt, n=n, stderr=fse),
                  dict(suite="reasoning_gym", task=task, metric="errors", value=float(len(errors)), n=n, stderr=0.0)]
