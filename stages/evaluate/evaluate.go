@@ -184,8 +184,9 @@ var ErrEvaluator = errors.New("evaluator failed")
 // Score runs the evaluator (eval.python -m spade_trainer.evaluate, the
 // embedded trainer package on PYTHONPATH) against endpoint ep and returns
 // its rows with round and ep.CheckpointID filled, in the table's key
-// order. The evaluator's stderr lines (failed requests, harness notes) are
-// logged at warn level to log (nil: slog.Default()).
+// order. The evaluator's own stderr lines are logged to log (nil:
+// slog.Default()) as they come: failed requests at warn level, progress
+// (items scored, a task's accuracy) at info level.
 //
 // Errors: no suite (NewRequest); eval.python missing or exiting non-zero,
 // or a result line that is not a well-formed row (ErrEvaluator, with the

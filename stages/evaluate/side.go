@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -41,13 +43,14 @@ var sideKeyRe = regexp.MustCompile(`^[^/]+/evals/round=(\d{6})/evals-[0-9a-f]{16
 
 // SideDigest identifies one evaluation: the first 16 hex digits of the
 // sha256 of the checkpoint id and the eval stage's config subset (eval
-// settings and the agent's serving; Stage.ConfigSubset of the pinned
-// config). The same checkpoint scored with the same settings has the
-// same digest.
+// settings but eval.every and the operational ones, and the agent's
+// serving; Stage.ConfigSubset of the pinned config). The same checkpoint
+// scored with the same settings has the same digest.
 func SideDigest(cfg *config.Config, checkpointID string) string {
 	pinned := cfg.Pinned()
 	pinned.Eval = cfg.Eval // kept whatever eval.every says
 	pinned.Eval.Concurrency, pinned.Eval.TimeoutS, pinned.Eval.Python = 0, 0, ""
+	pinned.Eval.Every = 0 // when the stage runs, not what it scores
 	sub, err := json.Marshal((&Stage{}).ConfigSubset(&pinned))
 	if err != nil {
 		panic("evaluate: config subset does not encode: " + err.Error())
@@ -109,6 +112,9 @@ func ReadSide(ctx context.Context, s storage.Store, run string) (map[int][]schem
 // the round's evals table (the eval stage's), then those of the
 // evaluations kept outside the rounds (side, from ReadSide), a (suite,
 // task, metric) already seen being skipped, so the sealed table wins.
+// Of several side evaluations of one score (other settings: more items,
+// another prompt), the one over the most items wins, the first in key
+// order among equals: a pure function of the store's content.
 // Errors: reading the round's table (pipeline.ErrIntegrity, ...); a round
 // without the table is not an error.
 func RoundEvals(ctx context.Context, s storage.Store, run string, r int, side map[int][]schemas.Eval) ([]schemas.Eval, error) {
@@ -127,7 +133,9 @@ func RoundEvals(ctx context.Context, s storage.Store, run string, r int, side ma
 	for _, e := range rows {
 		seen[[3]string{e.Suite, e.Task, e.Metric}] = true
 	}
-	for _, e := range side[r] {
+	more := slices.Clone(side[r])
+	slices.SortStableFunc(more, func(a, b schemas.Eval) int { return cmp.Compare(b.N, a.N) })
+	for _, e := range more {
 		k := [3]string{e.Suite, e.Task, e.Metric}
 		if !seen[k] {
 			seen[k] = true
