@@ -37,8 +37,9 @@ invocation's config, through trainer/spade_trainer/evaluate.py run by
 eval.python. The scores (the evals table's columns) are written to
 <run>/evals/round=R/evals-<digest>.parquet in the store: outside the
 sealed rounds, so a finished run can be evaluated later and on other
-suites; the digest names the checkpoint and the eval settings, and a
-second call with the same ones does nothing unless --force. spade report
+suites; the digest names the checkpoint, the eval settings and the
+content of eval.lm_eval.include_path, and a second call with the same
+ones does nothing unless --force. spade report
 plots them beside the eval stage's evals tables. Exit 1 when the round has
 no checkpoint yet, the server does not come up, or every request fails.`,
 		Args: cobra.NoArgs,
@@ -87,7 +88,10 @@ no checkpoint yet, the server does not come up, or every request fails.`,
 				// started from.
 				cfg.GRPO.BaseCheckpoint = rf.Config.GRPO.BaseCheckpoint
 			}
-			digest := evaluate.SideDigest(&cfg, ck.CheckpointID)
+			digest, err := evaluate.SideDigest(&cfg, ck.CheckpointID)
+			if err != nil {
+				return err
+			}
 			key := evaluate.SideKey(g.runName, round, digest)
 			if _, err := a.store.Stat(ctx, key); err == nil && !force {
 				fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))

@@ -106,12 +106,22 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 // ServeAndScore serves checkpoint ck with the agent role's settings
 // (engine.ServeCheckpoint), scores it with Score, and stops what it
 // started, whatever the outcome. round fills the rows' round column.
+// Under fixed serving of a trained ck it warns that the server's model
+// is scored, not ck (the rows name "fixed:<model>").
 func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store, ck schemas.Checkpoint, tag engine.ServeTag, round int) ([]schemas.Eval, error) {
 	ep, stop, err := eng.ServeCheckpoint(ctx, store, "agent", ck, tag)
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d: %w", round, err)
 	}
 	defer stop()
+	if !ep.Controlled && ck.Trainer != "base" {
+		log := eng.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("eval: model.serving is fixed, so the scores are of whatever the server serves, not of the round's checkpoint; use managed or reload serving to score it",
+			"round", round, "checkpoint_id", ck.CheckpointID, "scored", ep.CheckpointID, "base_url", ep.Config.BaseURL)
+	}
 	rows, err := Score(ctx, eng.Config, eng.Log, ep, round)
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d (%s): %w", round, ep.CheckpointID, err)

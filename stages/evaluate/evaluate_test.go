@@ -111,16 +111,42 @@ func TestSideFiles(t *testing.T) {
 	def := config.Default()
 	cfg := &def
 	cfg.Eval.ReasoningGym.Tasks = []string{"basic_arithmetic"}
-	d := SideDigest(cfg, "ck1")
+	digest := func(c *config.Config, ck string) string {
+		t.Helper()
+		d, err := SideDigest(c, ck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := digest(cfg, "ck1")
 	other := *cfg
 	other.Eval.Concurrency, other.Eval.TimeoutS, other.Eval.Python, other.Eval.Every = 99, 1, "/x/python", 7
-	if SideDigest(&other, "ck1") != d {
+	if digest(&other, "ck1") != d {
 		t.Error("operational eval settings or eval.every change the digest")
 	}
 	more := *cfg
 	more.Eval.ReasoningGym.Size = 300
-	if SideDigest(&more, "ck1") == d || SideDigest(cfg, "ck2") == d {
+	if digest(&more, "ck1") == d || digest(cfg, "ck2") == d {
 		t.Error("the suite's size or the checkpoint does not change the digest")
+	}
+	// lm_eval: the task files are part of what is scored.
+	tasks := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tasks, "t.yaml"), []byte("task: t\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	le := *cfg
+	le.Eval.LMEval.IncludePath, le.Eval.LMEval.Tasks = tasks, []string{"t"}
+	d1 := digest(&le, "ck1")
+	if err := os.WriteFile(filepath.Join(tasks, "t.yaml"), []byte("task: t\nlimit: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if digest(&le, "ck1") == d1 {
+		t.Error("an edited task file does not change the digest")
+	}
+	le.Eval.LMEval.IncludePath = filepath.Join(tasks, "missing")
+	if _, err := SideDigest(&le, "ck1"); err == nil || !strings.Contains(err.Error(), "eval.lm_eval.include_path") {
+		t.Errorf("missing task directory: err = %v", err)
 	}
 	row := func(n int64, v float64) []schemas.Eval {
 		return []schemas.Eval{{Round: 1, CheckpointID: "ck1", Suite: "reasoning_gym", Task: "basic_arithmetic", Metric: "accuracy", Value: v, N: n}}

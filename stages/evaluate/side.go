@@ -9,6 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -42,11 +46,14 @@ func SideKey(run string, r int, digest string) string {
 var sideKeyRe = regexp.MustCompile(`^[^/]+/evals/round=(\d{6})/evals-[0-9a-f]{16}\.parquet$`)
 
 // SideDigest identifies one evaluation: the first 16 hex digits of the
-// sha256 of the checkpoint id and the eval stage's config subset (eval
+// sha256 of the checkpoint id, the eval stage's config subset (eval
 // settings but eval.every and the operational ones, and the agent's
-// serving; Stage.ConfigSubset of the pinned config). The same checkpoint
-// scored with the same settings has the same digest.
-func SideDigest(cfg *config.Config, checkpointID string) string {
+// serving; Stage.ConfigSubset of the pinned config) and, with lm_eval
+// tasks, the content of eval.lm_eval.include_path (every regular file's
+// path and bytes: an edited task or data file is another evaluation). The
+// same checkpoint scored with the same settings and task files has the
+// same digest. Errors: the task directory cannot be read.
+func SideDigest(cfg *config.Config, checkpointID string) (string, error) {
 	pinned := cfg.Pinned()
 	pinned.Eval = cfg.Eval // kept whatever eval.every says
 	pinned.Eval.Concurrency, pinned.Eval.TimeoutS, pinned.Eval.Python = 0, 0, ""
@@ -57,7 +64,41 @@ func SideDigest(cfg *config.Config, checkpointID string) string {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s", checkpointID, sub)
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	if le := cfg.Eval.LMEval; len(le.Tasks) > 0 {
+		if err := hashTree(h, le.IncludePath); err != nil {
+			return "", fmt.Errorf("eval.lm_eval.include_path: %w", err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// hashTree writes each regular file under dir, and each link to one, to
+// h as its slash path, length and bytes, in lexical order (links to
+// directories are not followed).
+func hashTree(h io.Writer, dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+				return nil // a dangling link or one to a directory
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "\x00%s\x00%d\x00", filepath.ToSlash(rel), len(data))
+		h.Write(data)
+		return nil
+	})
 }
 
 // WriteSide stores rows (one evaluation of round r) at SideKey(run, r,
