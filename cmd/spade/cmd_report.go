@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/docs"
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/evaluate"
@@ -127,23 +129,40 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	if cfg.Recipe != "" {
 		h.Recipe = cfg.Recipe + " (configs/" + cfg.Recipe + ".yaml, docs/recipes.md)"
 	}
-	switch m := cfg.Model; m.Backend {
-	case "procedural":
-		h.Model = "procedural (offline stand-in for an LLM, no weights: docs/procedural.md)"
-	case "openai":
-		h.Model = fmt.Sprintf("openai: %s at %s", m.Name, m.BaseURL)
-	default:
-		h.Model = m.Backend
+	// One description when every role is answered alike, else one per
+	// role (model.roles).
+	var roles, modes, served []string
+	for _, role := range []string{"designer", "hint", "agent"} {
+		m := cfg.Model.ForRole(role)
+		roles = append(roles, modelText(m))
+		if m.Backend == "openai" {
+			sv := m.Serving
+			if sv == "" {
+				sv = "fixed"
+			}
+			modes, served = append(modes, sv), append(served, role+": "+sv)
+		}
+	}
+	if roles[0] == roles[1] && roles[1] == roles[2] {
+		h.Model = roles[0]
+	} else {
+		for i, r := range roles {
+			if strings.HasPrefix(r, "procedural") {
+				roles[i] = "procedural"
+			}
+		}
+		h.Model = fmt.Sprintf("designer: %s; hint: %s; agent: %s", roles[0], roles[1], roles[2])
 	}
 	if cfg.Model.Replay != "" {
 		h.Model += fmt.Sprintf(", replaying the llm_calls of run %s", cfg.Model.Replay)
 	}
-	h.Serving = "none (no served model)"
-	if cfg.Model.Backend == "openai" {
-		h.Serving = cfg.Model.Serving
-		if h.Serving == "" {
-			h.Serving = "fixed"
-		}
+	switch {
+	case len(modes) == 0:
+		h.Serving = "none (no served model)"
+	case len(modes) == 3 && modes[0] == modes[1] && modes[1] == modes[2]:
+		h.Serving = modes[0]
+	default:
+		h.Serving = strings.Join(served, "; ")
 	}
 	h.Trains = cfg.GRPO.Trainer != "none"
 	switch t := cfg.GRPO; t.Trainer {
@@ -188,4 +207,24 @@ func roundOrigin(ctx context.Context, st storage.Store, rf *pipeline.RunFile) fu
 		}
 		return cur, nil
 	}
+}
+
+// modelText describes what answers one role's calls (config.Model.ForRole)
+// for the report's header: the procedural stand-in, or the OpenAI-compatible
+// model with where it comes from (a fixed server's address, or the
+// checkpoints spade serves itself).
+func modelText(m config.Model) string {
+	switch m.Backend {
+	case "procedural":
+		return "procedural (offline stand-in for an LLM, no weights: docs/procedural.md)"
+	case "openai":
+		switch m.Serving {
+		case "managed":
+			return "openai: each round's checkpoint, served by model.serve_command"
+		case "reload":
+			return "openai: each round's checkpoint, loaded into the server at " + m.BaseURL
+		}
+		return fmt.Sprintf("openai: %s at %s", m.Name, m.BaseURL)
+	}
+	return m.Backend
 }
