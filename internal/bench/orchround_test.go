@@ -182,7 +182,7 @@ type stageRun struct {
 func runStage(b *testing.B, bin, store string, env []string, poll bool, stage string, round int) stageRun {
 	b.Helper()
 	cmd := exec.Command(bin, "--store", "file://"+store, "--run", "bench", "--log-format", "text", "stage", stage, "--round", strconv.Itoa(round))
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = spadeEnviron(env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	var run stageRun
@@ -334,7 +334,7 @@ func BenchmarkOrchestrationRound(b *testing.B) {
 				store := b.TempDir()
 				runStage(b, v.bin, store, env, false, "corpus", 0)
 				seal := exec.Command(v.bin, "--store", "file://"+store, "--run", "bench", "commit", "--round", "0", "--stage", "corpus", "--seal")
-				seal.Env = append(os.Environ(), env...)
+				seal.Env = spadeEnviron(env...)
 				if out, err := seal.CombinedOutput(); err != nil {
 					b.Fatalf("spade commit --round 0 --seal: %v\n%s", err, out)
 				}

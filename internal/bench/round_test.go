@@ -44,12 +44,28 @@ type roundRun struct {
 	stages []StageTime
 }
 
+// spadeEnviron is the environment a spade binary under measurement gets:
+// this process's, less the variables the Makefile exports for its own
+// recipes (SPADE_VENV, SPADE_AIRFLOW_VENV, SPADE_CACHE), which a
+// baseline binary built from an older commit refuses as settings it does
+// not know ("environment variable SPADE_AIRFLOW_VENV names no setting").
+func spadeEnviron(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "SPADE_VENV" && name != "SPADE_AIRFLOW_VENV" && name != "SPADE_CACHE" {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
 // runSpade runs the spade binary with args against store, with extra
 // environment variables, and measures it.
 func runSpade(b *testing.B, bin, store string, env []string, args ...string) roundRun {
 	b.Helper()
 	cmd := exec.Command(bin, append([]string{"--store", "file://" + store, "--run", "bench", "--log-format", "text"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = spadeEnviron(env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	var run roundRun
