@@ -188,8 +188,9 @@ type Ablation struct {
 	// NO_PROPOSER_TRAIN=1, train_no_ed_training_no_memory_30b.sh, which
 	// also sets NO_ENV_MEMORY). With one shared model the designer is
 	// still served by checkpoint(r-1), which the agent's samples move;
-	// per-role backends (model.roles.designer, once they exist) serve it
-	// the base checkpoint instead (docs/recipes.md).
+	// a per-role backend (model.roles.designer with serving fixed, at a
+	// server of the base checkpoint) serves it the base instead
+	// (docs/recipes.md "The frozen designer, and per-role backends").
 	FrozenDesigner bool `yaml:"frozen_designer" json:"frozen_designer,omitempty"`
 }
 
