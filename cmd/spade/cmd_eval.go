@@ -11,6 +11,7 @@ import (
 	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/evaluate"
@@ -35,13 +36,16 @@ with the agent role's serving settings (model.serving managed, reload or
 fixed) and score it on eval.reasoning_gym and eval.lm_eval of this
 invocation's config, through trainer/spade_trainer/evaluate.py run by
 eval.python. The scores (the evals table's columns) are written to
-<run>/evals/round=R/evals-<digest>.parquet in the store: outside the
+<run>/evals/round=NNNNNN/evals-<digest>.parquet in the store: outside the
 sealed rounds, so a finished run can be evaluated later and on other
 suites; the digest names the checkpoint, the eval settings and the
 content of eval.lm_eval.include_path, and a second call with the same
 ones does nothing unless --force. spade report
-plots them beside the eval stage's evals tables. Exit 1 when the round has
-no checkpoint yet, the server does not come up, or every request fails.`,
+plots them beside the eval stage's evals tables. Exit 2 when no suite is
+configured or the agent role is not an openai backend; exit 1 when a
+suite setting is wrong (checked before any server starts), the round has
+no checkpoint yet, the server does not come up, every request fails, or
+some fail and the server no longer answers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("round") {
@@ -58,6 +62,9 @@ no checkpoint yet, the server does not come up, or every request fails.`,
 			defer a.close()
 			if !a.cfg.Eval.HasSuite() {
 				return usagef("no evaluation suite configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks in %s (docs/config.md)", g.configPath)
+			}
+			if b := a.cfg.Model.ForRole("agent").Backend; b != "openai" {
+				return usagef("the agent role's backend is %s: spade eval serves the checkpoint over the OpenAI API, so set model.backend (or model.roles.agent.backend) to openai with a serving mode (docs/serving.md)", b)
 			}
 			rf, err := pipeline.ReadRunFile(ctx, a.store, g.runName)
 			if err != nil {
@@ -93,9 +100,13 @@ no checkpoint yet, the server does not come up, or every request fails.`,
 				return err
 			}
 			key := evaluate.SideKey(g.runName, round, digest)
-			if _, err := a.store.Stat(ctx, key); err == nil && !force {
-				fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))
-				return nil
+			if data, err := storage.ReadAll(ctx, a.store, key); err == nil && !force {
+				_, _, derr := table.Decode(schemas.Evals, key, data)
+				if derr == nil {
+					fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))
+					return nil
+				}
+				a.log.Warn("eval: the earlier evaluation file is damaged; scoring again", "key", key, "error", derr)
 			} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 				return err
 			}

@@ -49,9 +49,12 @@ func newReportCmd(g *globals) *cobra.Command {
 			cfg := rf.Config
 			runBand := report.Band{Low: cfg.Label.BandLow, High: cfg.Label.BandHigh}
 			origin := roundOrigin(ctx, a.store, rf)
-			side, err := evaluate.ReadSide(ctx, a.store, g.runName)
+			side, damaged, err := evaluate.ReadSide(ctx, a.store, g.runName)
 			if err != nil {
 				return err
+			}
+			for _, d := range damaged {
+				a.log.Warn("report: an evaluation file outside the rounds is damaged and left out", "error", d)
 			}
 			var rounds []report.RoundSummary
 			for r := 1; ; r++ {
@@ -89,12 +92,16 @@ func newReportCmd(g *globals) *cobra.Command {
 			if outPath == "" {
 				outPath = g.runName + "-report.html"
 			}
+			h := reportHeader(rf, runBand)
+			base, err := evaluate.RoundEvals(ctx, a.store, g.runName, 0, side) // spade eval --round 0: no round table, side files by RoundEvals' rule
+			if err != nil {
+				return err
+			}
+			h.BaseEvals = evaluate.Scores(base)
 			f, err := os.Create(outPath)
 			if err != nil {
 				return err
 			}
-			h := reportHeader(rf, runBand)
-			h.BaseEvals = evaluate.Scores(side[0]) // spade eval --round 0
 			if err := report.Render(f, h, rounds); err != nil {
 				f.Close()
 				return err

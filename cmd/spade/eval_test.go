@@ -218,9 +218,29 @@ eval:
 	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "0")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "4 scores written to default/evals/round=000000/evals-")
-	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "2")
+	// A second evaluated round: the evals view spans both (the table's
+	// own round column stands under the view's), and every other view
+	// still works.
+	r = spade(t, dir, nil, "--config", cfg, "round", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "1,4\n2,4", sqlCSV(t, dir, cfg, "SELECT round, count(*) FROM evals GROUP BY round ORDER BY round"))
+	require.Equal(t, "2", sqlCSV(t, dir, cfg, "SELECT count(DISTINCT round) FROM metrics"))
+	r = spade(t, dir, nil, "--config", cfg, "eval", "--round", "3")
 	require.Equal(t, 1, r.code, r.stderr)
-	require.Contains(t, r.stderr, "round 2 has no checkpoints table yet")
+	require.Contains(t, r.stderr, "round 3 has no checkpoints table yet")
+
+	// A task the directory does not hold fails before any request, naming
+	// the setting; a procedural agent is a usage error.
+	before = len(srv.Requests())
+	bad := writeConfig(t, t.TempDir(), strings.Replace(mustRead(t, cfg), "tasks: [tiny_add]", "tasks: [tiny_sub]", 1))
+	r = spade(t, dir, nil, "--config", bad, "eval", "--round", "1")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "eval.lm_eval.tasks ['tiny_sub'] are not tasks of")
+	require.Equal(t, before, len(srv.Requests()), "no request before the config is checked")
+	proc := writeConfig(t, t.TempDir(), "eval: {reasoning_gym: {tasks: [basic_arithmetic]}}\n")
+	r = spade(t, dir, nil, "--config", proc, "eval", "--round", "1")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "the agent role's backend is procedural")
 
 	html := filepath.Join(dir, "report.html")
 	r = spade(t, dir, nil, "--config", cfg, "report", "--out", html)

@@ -261,7 +261,15 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 			// hive_partitioning = false: the file keys contain "round=NNNNNN",
 			// which DuckDB would otherwise add as a second "round" column
 			// (and UNION ALL BY NAME over two rounds then fails).
-			selects = append(selects, fmt.Sprintf("SELECT %d::INTEGER AS round, * FROM read_parquet([%s], hive_partitioning = false)", r, strings.Join(paths, ", ")))
+			// A table that stores a round column of its own (evals: the
+			// round of the scored checkpoint, equal to its manifest's
+			// round when a stage wrote it) shows the manifest's in its
+			// place: two "round" columns would break UNION ALL BY NAME.
+			star := "*"
+			if hasRoundColumn(m) {
+				star = "* EXCLUDE (round)"
+			}
+			selects = append(selects, fmt.Sprintf("SELECT %d::INTEGER AS round, %s FROM read_parquet([%s], hive_partitioning = false)", r, star, strings.Join(paths, ", ")))
 		}
 		if len(selects) == 0 && empty != nil {
 			q, err := emptySelect(ctx, db, empty)
@@ -325,6 +333,9 @@ func emptySelect(ctx context.Context, db *sql.DB, m *pipeline.Manifest) (string,
 		var name, typ string
 		if err := rows.Scan(&name, &typ); err != nil {
 			return "", fmt.Errorf("table %s: empty view: %w", m.Table, err)
+		}
+		if name == "round" {
+			continue // the view's own round column stands for it
 		}
 		cols = append(cols, fmt.Sprintf("CAST(NULL AS %s) AS %s", typ, ident(name)))
 	}
@@ -489,4 +500,23 @@ func Refusal(err error) error {
 		return &RefusedError{Kind: "file access", Reason: "spade sql reads only the files of the run's tables (" + msg + ")"}
 	}
 	return err
+}
+
+// hasRoundColumn reports whether m's table schema has a top-level column
+// named round (schemas.Eval).
+func hasRoundColumn(m *pipeline.Manifest) bool {
+	kind := m.Kind
+	if kind == "" {
+		kind = m.Table
+	}
+	info, ok := schemas.Lookup(kind)
+	if !ok {
+		return false
+	}
+	for _, f := range info.Schema.Fields() {
+		if f.Name() == "round" {
+			return true
+		}
+	}
+	return false
 }

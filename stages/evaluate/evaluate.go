@@ -28,6 +28,7 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/model"
+	"github.com/spade-pipeline/spade/stages/model/openai"
 	"github.com/spade-pipeline/spade/stages/model/serving"
 	"github.com/spade-pipeline/spade/trainer"
 )
@@ -107,8 +108,15 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 // (engine.ServeCheckpoint), scores it with Score, and stops what it
 // started, whatever the outcome. round fills the rows' round column.
 // Under fixed serving of a trained ck it warns that the server's model
-// is scored, not ck (the rows name "fixed:<model>").
+// is scored, not ck (the rows name "fixed:<model>"). Check runs first,
+// before any server starts. When some requests
+// failed it asks the server once more (GET /v1/models): one that no
+// longer answers (it died part way) fails the evaluation with
+// model.ErrUnavailable, nothing recorded.
 func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store, ck schemas.Checkpoint, tag engine.ServeTag, round int) ([]schemas.Eval, error) {
+	if err := Check(ctx, eng.Config, eng.Log); err != nil {
+		return nil, fmt.Errorf("eval of round %d: %w", round, err)
+	}
 	ep, stop, err := eng.ServeCheckpoint(ctx, store, "agent", ck, tag)
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d: %w", round, err)
@@ -126,7 +134,33 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d (%s): %w", round, ep.CheckpointID, err)
 	}
+	if failed := failedRequests(rows); failed > 0 {
+		// Some requests failed: scores of a server that went away part
+		// way through are not an evaluation of the checkpoint. Keep them
+		// only if the server still answers (failures of a flaky server
+		// are scored rows, as elsewhere).
+		b, err := openai.New(ep.Config)
+		if err == nil {
+			err = b.Preflight(ctx)
+			b.Close()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("eval of round %d (%s): %d requests failed and the server no longer answers (%w: %v); nothing is recorded", round, ep.CheckpointID, failed, model.ErrUnavailable, err)
+		}
+	}
 	return rows, nil
+}
+
+// failedRequests sums the reasoning-gym errors rows: requests that got no
+// answer.
+func failedRequests(rows []schemas.Eval) int64 {
+	var n int64
+	for _, r := range rows {
+		if r.Suite == "reasoning_gym" && r.Metric == "errors" {
+			n += int64(r.Value)
+		}
+	}
+	return n
 }
 
 // Request is the evaluator's config (trainer/spade_trainer/evaluate.py's
@@ -205,49 +239,17 @@ var ErrEvaluator = errors.New("evaluator failed")
 // down scores nothing, and the stage commits nothing rather than a table
 // of failures.
 func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, round int) ([]schemas.Eval, error) {
-	req, err := NewRequest(cfg, ep)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "spade-eval-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	pp := filepath.Join(dir, "python")
-	if err := trainer.WriteTo(pp); err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	cfgPath, outPath := filepath.Join(dir, "eval.json"), filepath.Join(dir, "rows.jsonl")
-	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, cfg.Eval.Python, "-m", "spade_trainer.evaluate", "--config", cfgPath, "--out", outPath)
-	env := os.Environ()
-	path := pp
-	if old := os.Getenv("PYTHONPATH"); old != "" {
-		path += string(os.PathListSeparator) + old
-	}
-	cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
-	cmd.Dir = dir
 	if log == nil {
 		log = slog.Default()
 	}
-	stderr := &evaluatorLog{log: log.With("round", round, "checkpoint_id", ep.CheckpointID)}
-	cmd.Stderr = stderr
-	cmd.Stdout = stderr // the same pointer: exec calls Write from one goroutine at a time
-	runErr := cmd.Run()
-	if runErr != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w: %s -m spade_trainer.evaluate: %v: %s", ErrEvaluator, cfg.Eval.Python, runErr, strings.TrimSpace(serving.TailText(stderr.String(), 8)))
-	}
-	rows, err := readRows(outPath, round, ep.CheckpointID)
+	var rows []schemas.Eval
+	err := runEvaluator(ctx, cfg, log.With("round", round, "checkpoint_id", ep.CheckpointID), ep, func(dir string) ([]string, error) {
+		return []string{"--out", filepath.Join(dir, "rows.jsonl")}, nil
+	}, func(dir string) error {
+		var err error
+		rows, err = readRows(filepath.Join(dir, "rows.jsonl"), round, ep.CheckpointID)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +257,74 @@ func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.
 		return nil, err
 	}
 	return rows, nil
+}
+
+// Check runs the evaluator's --check on cfg's eval settings, calling no
+// server: field values, reasoning-gym task and prompt names, the lm_eval
+// task directory and its task names, task YAML that does not parse.
+// ServeAndScore runs it before it starts a server, so a misspelt task
+// fails in seconds. Errors: ErrEvaluator with the evaluator's reason, and
+// NewRequest's.
+func Check(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	ep := engine.Endpoint{Config: openai.Config{BaseURL: "http://127.0.0.1:1/v1", Model: "check"}}
+	return runEvaluator(ctx, cfg, log, ep, func(string) ([]string, error) { return []string{"--check"}, nil }, func(string) error { return nil })
+}
+
+// runEvaluator writes the trainer package and the evaluator's config for
+// ep into a temporary directory, runs eval.python -m
+// spade_trainer.evaluate --config C plus args(dir), logging its lines as
+// they come (evaluatorLog), and calls done(dir) when it exits 0. A
+// non-zero exit is ErrEvaluator with the evaluator's spade_eval_error
+// reason line (or, without one, the tail of its output).
+func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, args func(dir string) ([]string, error), done func(dir string) error) error {
+	req, err := NewRequest(cfg, ep)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "spade-eval-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	pp := filepath.Join(dir, "python")
+	if err := trainer.WriteTo(pp); err != nil {
+		return err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(dir, "eval.json")
+	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
+		return err
+	}
+	extra, err := args(dir)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, cfg.Eval.Python, append([]string{"-m", "spade_trainer.evaluate", "--config", cfgPath}, extra...)...)
+	path := pp
+	if old := os.Getenv("PYTHONPATH"); old != "" {
+		path += string(os.PathListSeparator) + old
+	}
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
+	cmd.Dir = dir
+	out := &evaluatorLog{log: log}
+	cmd.Stderr = out
+	cmd.Stdout = out // the same pointer: exec calls Write from one goroutine at a time
+	if runErr := cmd.Run(); runErr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if out.reason != "" {
+			return fmt.Errorf("%w: %s", ErrEvaluator, out.reason)
+		}
+		return fmt.Errorf("%w: %s -m spade_trainer.evaluate: %v: %s", ErrEvaluator, cfg.Eval.Python, runErr, strings.TrimSpace(serving.TailText(out.String(), 8)))
+	}
+	return done(dir)
 }
 
 // readRows parses the evaluator's JSONL output; a bad line is an error
@@ -328,11 +398,13 @@ func allFailed(rows []schemas.Eval) error {
 // evaluatorLog keeps the evaluator's output (for the error's tail) and
 // logs its own lines as they come: "spade_eval: " lines (failed requests)
 // as warnings, "spade_eval_progress: " lines (items scored so far, a
-// task's accuracy) as info, so a long evaluation shows where it is.
+// task's accuracy) as info, so a long evaluation shows where it is; a
+// "spade_eval_error: " line is kept as the reason of a failure.
 type evaluatorLog struct {
 	log     *slog.Logger
 	all     bytes.Buffer
 	partial []byte
+	reason  string // the last spade_eval_error line: why the evaluator failed
 }
 
 func (w *evaluatorLog) Write(p []byte) (int, error) {
@@ -347,6 +419,8 @@ func (w *evaluatorLog) Write(p []byte) (int, error) {
 		w.partial = w.partial[i+1:]
 		if rest, ok := strings.CutPrefix(line, "spade_eval: "); ok {
 			w.log.Warn("eval", "evaluator", rest)
+		} else if rest, ok := strings.CutPrefix(line, "spade_eval_error: "); ok {
+			w.reason = rest
 		} else if rest, ok := strings.CutPrefix(line, "spade_eval_progress: "); ok {
 			w.log.Info("eval progress", "evaluator", rest)
 		}

@@ -144,6 +144,13 @@ func TestSideFiles(t *testing.T) {
 	if digest(&le, "ck1") == d1 {
 		t.Error("an edited task file does not change the digest")
 	}
+	d2 := digest(&le, "ck1")
+	t.Chdir(filepath.Dir(tasks))
+	rel := le
+	rel.Eval.LMEval.IncludePath = filepath.Base(tasks)
+	if digest(&rel, "ck1") != d2 {
+		t.Error("a relative include_path naming the same directory changes the digest")
+	}
 	le.Eval.LMEval.IncludePath = filepath.Join(tasks, "missing")
 	if _, err := SideDigest(&le, "ck1"); err == nil || !strings.Contains(err.Error(), "eval.lm_eval.include_path") {
 		t.Errorf("missing task directory: err = %v", err)
@@ -164,7 +171,10 @@ func TestSideFiles(t *testing.T) {
 		if _, err := WriteSide(ctx, st, "run", 1, pair[1], row(100, 0.1)); err != nil {
 			t.Fatal(err)
 		}
-		side, err := ReadSide(ctx, st, "run")
+		side, damaged, err := ReadSide(ctx, st, "run")
+		if len(damaged) > 0 {
+			t.Fatal(damaged)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,15 +189,19 @@ func TestSideFiles(t *testing.T) {
 	if err := st.Put(ctx, "run/evals/round=000001/notes.txt", strings.NewReader("x"), 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadSide(ctx, st, "run"); err != nil {
-		t.Errorf("a file that is not a side file: %v", err)
+	if _, damaged, err := ReadSide(ctx, st, "run"); err != nil || len(damaged) > 0 {
+		t.Errorf("a file that is not a side file: %v %v", err, damaged)
 	}
 	bad := SideKey("run", 2, "0123456789abcdef")
 	if err := st.Put(ctx, bad, strings.NewReader("not parquet"), 11); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadSide(ctx, st, "run"); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("damaged side file: err = %v, want one naming %s", err, bad)
+	side, damaged, err := ReadSide(ctx, st, "run")
+	if err != nil || len(damaged) != 1 || !strings.Contains(damaged[0].Error(), bad) || !strings.Contains(damaged[0].Error(), "spade eval --round 2 --force") {
+		t.Errorf("damaged side file: err = %v, damaged = %v, want one naming %s and the fix", err, damaged, bad)
+	}
+	if len(side[1]) != 2 || len(side[2]) != 0 {
+		t.Errorf("the good files are still read and the damaged one left out: %v", side)
 	}
 }
 

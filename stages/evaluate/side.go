@@ -49,15 +49,25 @@ var sideKeyRe = regexp.MustCompile(`^[^/]+/evals/round=(\d{6})/evals-[0-9a-f]{16
 // sha256 of the checkpoint id, the eval stage's config subset (eval
 // settings but eval.every and the operational ones, and the agent's
 // serving; Stage.ConfigSubset of the pinned config) and, with lm_eval
-// tasks, the content of eval.lm_eval.include_path (every regular file's
-// path and bytes: an edited task or data file is another evaluation). The
-// same checkpoint scored with the same settings and task files has the
-// same digest. Errors: the task directory cannot be read.
+// tasks, the content of eval.lm_eval.include_path (made absolute; every
+// regular file under it, path and bytes: an edited task file, or a data
+// file kept in that directory, is another evaluation). Data files a task
+// names outside the directory are not read: after editing one, score
+// again with --force. The same checkpoint scored with the same settings
+// and task files has the same digest. Errors: the task directory cannot
+// be read.
 func SideDigest(cfg *config.Config, checkpointID string) (string, error) {
 	pinned := cfg.Pinned()
 	pinned.Eval = cfg.Eval // kept whatever eval.every says
 	pinned.Eval.Concurrency, pinned.Eval.TimeoutS, pinned.Eval.Python = 0, 0, ""
 	pinned.Eval.Every = 0 // when the stage runs, not what it scores
+	if le := &pinned.Eval.LMEval; le.IncludePath != "" {
+		abs, err := filepath.Abs(le.IncludePath) // as the evaluator is given it (NewRequest)
+		if err != nil {
+			return "", fmt.Errorf("eval.lm_eval.include_path: %w", err)
+		}
+		le.IncludePath = abs
+	}
 	sub, err := json.Marshal((&Stage{}).ConfigSubset(&pinned))
 	if err != nil {
 		panic("evaluate: config subset does not encode: " + err.Error())
@@ -117,13 +127,15 @@ func WriteSide(ctx context.Context, s storage.Store, run string, r int, digest s
 }
 
 // ReadSide reads every evaluation of run kept outside the rounds, by
-// round, each round's files in key order. Errors: the store's, and a
-// file that does not decode as the evals table (table.ErrCorrupt, named
-// by key).
-func ReadSide(ctx context.Context, s storage.Store, run string) (map[int][]schemas.Eval, error) {
+// round, each round's files in key order. A file that does not decode as
+// the evals table is left out and its error (table.ErrCorrupt, naming the
+// key) returned in damaged, for the caller to report: side files are not
+// sealed, and one damaged file must not hide the run's report (`spade
+// eval --round R --force` rewrites it). Errors: the store's.
+func ReadSide(ctx context.Context, s storage.Store, run string) (rows map[int][]schemas.Eval, damaged []error, err error) {
 	infos, err := s.List(ctx, SidePrefix(run))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Key < infos[j].Key })
 	out := map[int][]schemas.Eval{}
@@ -138,15 +150,16 @@ func ReadSide(ctx context.Context, s storage.Store, run string) (map[int][]schem
 			continue // removed since the listing
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rows, _, err := table.Decode(schemas.Evals, in.Key, data)
 		if err != nil {
-			return nil, err
+			damaged = append(damaged, fmt.Errorf("%w (spade eval --round %d --force with the settings that wrote it rewrites it; or delete it)", err, r))
+			continue
 		}
 		out[r] = append(out[r], rows...)
 	}
-	return out, nil
+	return out, damaged, nil
 }
 
 // RoundEvals returns the evaluation scores of round r of run: the rows of

@@ -1,6 +1,7 @@
 """Score a served checkpoint on held-out suites through existing harnesses.
 
     python -m spade_trainer.evaluate --config CONFIG.json --out ROWS.jsonl
+    python -m spade_trainer.evaluate --config CONFIG.json --check
 
 spade's eval stage and ``spade eval`` run this against the OpenAI-compatible
 endpoint that serves checkpoint(R) (docs/recipes.md "Evaluation"). CONFIG
@@ -9,12 +10,13 @@ is one JSON object:
 * ``base_url`` (``http://host:port/v1``), ``model`` (the served model name),
   ``api_key_env`` (the variable holding the key, "" for none);
 * ``max_tokens``, ``temperature``, ``seed`` (sent with every request),
-  ``concurrency`` (requests in flight);
-* ``reasoning_gym``: ``{"tasks": [...], "size": N, "seed": S}`` or null.
-  Each task is a reasoning-gym dataset (``reasoning_gym.create_dataset``;
-  it generates its items from the seed and verifies answers offline). The
-  model gets reasoning-gym's default system prompt (answer inside
-  ``<answer>`` tags), the answer is taken with
+  ``concurrency`` (requests in flight), ``timeout_s`` (one request);
+* ``reasoning_gym``: ``{"tasks": [...], "size": N, "seed": S,
+  "system_prompt": NAME}`` or null. Each task is a reasoning-gym dataset
+  (``reasoning_gym.create_dataset``; it generates its items from the seed
+  and verifies answers offline). The model gets the reasoning-gym system
+  prompt NAME (a key of ``reasoning_gym.utils.SYSTEM_PROMPTS``, default
+  ``default``: answer inside ``<answer>`` tags), the answer is taken with
   ``reasoning_gym.utils.extract_answer`` from the reply's content (the
   ``<think>`` blocks and the server's reasoning are not searched), and the
   dataset's ``score_answer`` scores it in [0, 1];
@@ -30,8 +32,13 @@ ROWS gets one JSON object per line: ``suite``, ``task``, ``metric``,
 or the harness's; 0 when n < 2). reasoning-gym rows per task: ``accuracy``
 (mean score), ``format_rate`` (fraction of replies with an answer tag) and
 ``errors`` (failed requests, scored 0; value is their count). A failing
-request is recorded in ``errors`` and the run goes on; a bad config or a
-harness failure exits 2 with the reason on stderr. Lines on stderr that
+request is recorded in ``errors`` and the run goes on; a bad config
+exits 2 and a harness that raises exits 1, each with a
+``spade_eval_error:`` reason line as the last line on stderr. ``--check`` checks
+the config without calling the endpoint (field types, the reasoning-gym
+task and prompt names, the lm-eval task directory and task names, task
+YAML that does not parse) and exits 0 or 2; spade runs it before it
+starts a server. Lines on stderr that
 start ``spade_eval: `` report failed requests (spade logs them as
 warnings); ``spade_eval_progress: `` lines say how many items of a task
 are scored (every tenth) and each task's accuracy when it ends (spade
@@ -114,27 +121,39 @@ class Client:
         return answer_text(r.choices[0].message)
 
 
-def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict]:
-    """Score each reasoning-gym task of cfg (see the module doc)."""
+def reasoning_gym_datasets(cfg: dict) -> tuple[list, str]:
+    """The (task, dataset) pairs and the system prompt of cfg's
+    reasoning-gym suite; ConfigError naming the setting when one is
+    wrong."""
     import reasoning_gym
-    from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
+    from reasoning_gym.utils import SYSTEM_PROMPTS
 
     tasks = _field(cfg, "tasks", list, required=True)
     size = _field(cfg, "size", int, 100)
     seed = _field(cfg, "seed", int, 0)
     prompt = _field(cfg, "system_prompt", str, "default")
     if prompt not in SYSTEM_PROMPTS:
-        raise ConfigError(f"config: reasoning_gym.system_prompt {prompt!r} is not one of {sorted(SYSTEM_PROMPTS)}")
+        raise ConfigError(f"eval.reasoning_gym.system_prompt {prompt!r} is not one of {sorted(SYSTEM_PROMPTS)}")
     if size < 1:
-        raise ConfigError("config: reasoning_gym.size must be >= 1")
-    rows = []
+        raise ConfigError("eval.reasoning_gym.size must be >= 1")
+    out = []
     for task in tasks:
         if not isinstance(task, str):
-            raise ConfigError(f"config: reasoning_gym.tasks holds {task!r}, not a dataset name")
+            raise ConfigError(f"eval.reasoning_gym.tasks holds {task!r}, not a dataset name")
         try:
-            ds = reasoning_gym.create_dataset(task, size=size, seed=seed)
+            out.append((task, reasoning_gym.create_dataset(task, size=size, seed=seed)))
         except Exception as e:  # unknown name, bad parameters
-            raise ConfigError(f"config: reasoning_gym task {task!r}: {e}") from e
+            raise ConfigError(f"eval.reasoning_gym.tasks: {task!r}: {e}") from e
+    return out, prompt
+
+
+def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict]:
+    """Score each reasoning-gym task of cfg (see the module doc)."""
+    from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
+
+    datasets, prompt = reasoning_gym_datasets(cfg)
+    rows = []
+    for task, ds in datasets:
         items = list(ds)
         done = [0]
         lock = threading.Lock()
@@ -174,17 +193,57 @@ def reasoning_gym_rows(cfg: dict, client: Client, concurrency: int) -> list[dict
     return rows
 
 
+def _unparsable_yaml(path: str) -> list[str]:
+    """The task YAML files under path that do not parse, each with its
+    error: lm-evaluation-harness skips them without a word. Tags such as
+    ``!function`` are accepted as they are."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    bad = []
+    for root, _, files in os.walk(path):
+        for name in sorted(files):
+            if name.endswith((".yaml", ".yml")):
+                f = os.path.join(root, name)
+                try:
+                    with open(f) as fh:
+                        yaml.load(fh, Loader=Loader)
+                except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+                    bad.append(f"{os.path.relpath(f, path)}: {' '.join(str(e).split())}")
+    return sorted(bad)
+
+
+def lm_eval_tasks(cfg: dict):
+    """The harness's TaskManager over cfg's include_path, the path and the
+    task names; ConfigError naming the setting when the directory or a
+    task is missing (with the task files that do not parse)."""
+    from lm_eval.tasks import TaskManager
+
+    path = _field(cfg, "include_path", str, required=True)
+    if not os.path.isdir(path):
+        raise ConfigError(f"eval.lm_eval.include_path {path}: not a directory")
+    tasks = _field(cfg, "tasks", list, required=True)
+    tm = TaskManager(include_path=path, include_defaults=False)
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        msg = f"eval.lm_eval.tasks {unknown} are not tasks of {path} (it has {sorted(tm.all_tasks)})"
+        bad = _unparsable_yaml(path)
+        if bad:
+            msg += "; task files that do not parse: " + "; ".join(bad)
+        raise ConfigError(msg)
+    return tm, path, tasks
+
+
 def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
     """Run lm-evaluation-harness on the tasks of cfg's include_path and
     return one row per task and metric (``metric,filter`` as the harness
     names it)."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
-    path = _field(cfg, "include_path", str, required=True)
-    if not os.path.isdir(path):
-        raise ConfigError(f"config: lm_eval.include_path {path}: not a directory")
-    tasks = _field(cfg, "tasks", list, required=True)
+    tm, path, tasks = lm_eval_tasks(cfg)
     limit = _field(cfg, "limit", int, None)
     base = _field(top, "base_url", str, required=True).rstrip("/")
     model_args = {"base_url": base + "/chat/completions", "model": _field(top, "model", str, required=True),
@@ -193,10 +252,6 @@ def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
     key_env = _field(top, "api_key_env", str, "")
     if key_env and os.environ.get(key_env):
         os.environ["OPENAI_API_KEY"] = os.environ[key_env]
-    tm = TaskManager(include_path=path, include_defaults=False)
-    unknown = [t for t in tasks if t not in tm.all_tasks]
-    if unknown:
-        raise ConfigError(f"config: lm_eval.tasks {unknown} are not tasks of {path} (it has {sorted(tm.all_tasks)})")
     out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=model_args, tasks=tasks, task_manager=tm,
                                   apply_chat_template=True, limit=limit, log_samples=False)
     rows = []
@@ -211,6 +266,28 @@ def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
             se = float(se) if isinstance(se, (int, float)) and math.isfinite(se) else 0.0
             rows.append(dict(suite="lm_eval", task=task, metric=key, value=float(value), n=n, stderr=se))
     return rows
+
+
+def check(cfg: dict) -> None:
+    """Check cfg without calling the endpoint: the top-level fields, the
+    reasoning-gym task and prompt names, the lm-eval task directory and
+    task names. Raises ConfigError naming the setting."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    _field(cfg, "base_url", str, required=True)
+    _field(cfg, "model", str, required=True)
+    for key, kind in (("max_tokens", int), ("temperature", float), ("seed", int), ("concurrency", int), ("timeout_s", float), ("api_key_env", str)):
+        _field(cfg, key, kind)
+    rg = _field(cfg, "reasoning_gym", dict, None)
+    le = _field(cfg, "lm_eval", dict, None)
+    if rg is None and le is None:
+        raise ConfigError("config: no suite (reasoning_gym and lm_eval are both null)")
+    if rg is not None:
+        reasoning_gym_datasets(dict(rg, size=1))
+        if _field(rg, "size", int, 100) < 1:
+            raise ConfigError("eval.reasoning_gym.size must be >= 1")
+    if le is not None:
+        lm_eval_tasks(le)
 
 
 def run(cfg: dict) -> list[dict]:
@@ -233,17 +310,32 @@ def run(cfg: dict) -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="spade_trainer.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="JSON config (see the module doc)")
-    p.add_argument("--out", required=True, help="JSONL file of result rows")
+    p.add_argument("--out", help="JSONL file of result rows (required without --check)")
+    p.add_argument("--check", action="store_true", help="check the config without calling the endpoint; write nothing")
     a = p.parse_args(argv)
+    if not a.check and not a.out:
+        p.error("--out is required without --check")
     try:
-        with open(a.config) as f:
-            cfg = json.load(f)
+        try:
+            with open(a.config) as f:
+                cfg = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"config file {a.config}: {e}") from e
         if not isinstance(cfg, dict):
-            raise ConfigError("config: not a JSON object")
+            raise ConfigError(f"config file {a.config}: not a JSON object")
+        if a.check:
+            check(cfg)
+            return 0
         rows = run(cfg)
-    except (ConfigError, json.JSONDecodeError, OSError) as e:
-        print(f"spade_eval: {a.config}: {e}", file=sys.stderr)
+    except ConfigError as e:
+        print(f"spade_eval_error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a harness that raised: the traceback, then one reason line
+        import traceback
+
+        traceback.print_exc()
+        print(f"spade_eval_error: evaluation failed: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
         for r in rows:

@@ -154,6 +154,36 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("system_prompt 'nope'", r.stderr)
 
+    def run_check(self, cfg):
+        d = tempfile.mkdtemp()
+        p = os.path.join(d, "c.json")
+        with open(p, "w") as f:
+            json.dump(cfg, f)
+        return subprocess.run([sys.executable, "-m", "spade_trainer.evaluate", "--config", p, "--check"],
+                              env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+
+    @unittest.skipUnless(HAVE_HARNESS, "needs reasoning-gym and lm-eval")
+    def test_check_calls_no_server(self):
+        # Port 9 (discard) answers nothing: --check must not call it.
+        base = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+        tasks = tempfile.mkdtemp()
+        with open(os.path.join(tasks, "tiny_add.yaml"), "w") as f:
+            f.write(TASK.format(data=os.path.join(tasks, "none.jsonl")))
+        with open(os.path.join(tasks, "broken.yaml"), "w") as f:
+            f.write("task: broken\n  bad: [indent\n")
+        r = self.run_check(dict(base, reasoning_gym={"tasks": ["chain_sum"], "size": 3}, lm_eval={"include_path": tasks, "tasks": ["tiny_add"]}))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for cfg, want in (
+                (dict(base, reasoning_gym={"tasks": ["no_such_task"]}), "spade_eval_error: eval.reasoning_gym.tasks: 'no_such_task'"),
+                (dict(base, reasoning_gym={"tasks": ["chain_sum"], "size": 0}), "eval.reasoning_gym.size must be >= 1"),
+                (dict(base, lm_eval={"include_path": os.path.join(tasks, "tiny_add.yaml"), "tasks": ["x"]}), "eval.lm_eval.include_path"),
+                (dict(base, lm_eval={"include_path": tasks, "tasks": ["broken"]}), "task files that do not parse: broken.yaml:")):
+            with self.subTest(want=want):
+                r = self.run_check(cfg)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(want, r.stderr)
+                self.assertTrue(r.stderr.strip().splitlines()[-1].startswith("spade_eval_error: "), r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
