@@ -145,7 +145,10 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 			b.Close()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("eval of round %d (%s): %d requests failed and the server no longer answers (%w: %v); nothing is recorded", round, ep.CheckpointID, failed, model.ErrUnavailable, err)
+			if !errors.Is(err, model.ErrUnavailable) {
+				err = fmt.Errorf("%w: %v", model.ErrUnavailable, err)
+			}
+			return nil, fmt.Errorf("eval of round %d (%s): %d requests failed and the server no longer answers, so nothing is recorded: %w", round, ep.CheckpointID, failed, err)
 		}
 	}
 	return rows, nil
