@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spade-pipeline/spade/stages/evaluate"
 	"math"
 	"os"
 	"strconv"
@@ -126,6 +127,9 @@ once; one of another host only after --lease-ttl seconds.`,
 			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
 				return usageError{err}
 			}
+			if err := checkEval(ctx, a); err != nil {
+				return err
+			}
 			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
 				if errors.Is(err, pipeline.ErrNotCommitted) {
 					return usageError{err}
@@ -220,4 +224,19 @@ func runRounds(ctx context.Context, r *pipeline.Runner, n int) (*pipeline.RoundR
 		}
 	}
 	return r.RunRound(ctx, n)
+}
+
+// checkEval checks the eval suites before a round that may run the eval
+// stage starts (evaluate.Check: task and prompt names, the lm_eval task
+// directory), so that a misspelt task fails in seconds with exit 2
+// instead of at the round's end, after every model call, with the eval
+// settings already pinned. Nothing when eval.every is 0.
+func checkEval(ctx context.Context, a *app) error {
+	if a.cfg.Eval.Every == 0 {
+		return nil
+	}
+	if err := evaluate.Check(ctx, &a.cfg, a.log); err != nil {
+		return usageError{fmt.Errorf("invalid configuration: %w", err)}
+	}
+	return nil
 }

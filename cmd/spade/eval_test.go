@@ -237,6 +237,13 @@ eval:
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stderr, "eval.lm_eval.tasks ['tiny_sub'] are not tasks of")
 	require.Equal(t, before, len(srv.Requests()), "no request before the config is checked")
+	// The same mistake in a round that would run the eval stage: refused
+	// before any stage, and no run pinned with it.
+	r = spade(t, dir, nil, "--config", bad, "--run", "misspelt", "round", "1")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "eval.lm_eval.tasks ['tiny_sub'] are not tasks of")
+	require.NoDirExists(t, filepath.Join(dir, "runs", "misspelt"))
+	require.Equal(t, before, len(srv.Requests()))
 	proc := writeConfig(t, t.TempDir(), "eval: {reasoning_gym: {tasks: [basic_arithmetic]}}\n")
 	r = spade(t, dir, nil, "--config", proc, "eval", "--round", "1")
 	require.Equal(t, 2, r.code, r.stderr)
