@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -139,7 +140,7 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	// One description when every role is answered alike, else one per
 	// role (model.roles).
 	var roles, modes, served []string
-	for _, role := range []string{"designer", "hint", "agent"} {
+	for _, role := range config.RoleNames {
 		m := cfg.Model.ForRole(role)
 		roles = append(roles, modelText(m))
 		if m.Backend == "openai" {
@@ -150,15 +151,18 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 			modes, served = append(modes, sv), append(served, role+": "+sv)
 		}
 	}
-	if roles[0] == roles[1] && roles[1] == roles[2] {
+	alike := func(xs []string) bool { return len(slices.Compact(slices.Clone(xs))) == 1 }
+	if alike(roles) {
 		h.Model = roles[0]
 	} else {
+		parts := make([]string, len(roles))
 		for i, r := range roles {
 			if strings.HasPrefix(r, "procedural") {
-				roles[i] = "procedural"
+				r = "procedural"
 			}
+			parts[i] = config.RoleNames[i] + ": " + r
 		}
-		h.Model = fmt.Sprintf("designer: %s; hint: %s; agent: %s", roles[0], roles[1], roles[2])
+		h.Model = strings.Join(parts, "; ")
 	}
 	if cfg.Model.Replay != "" {
 		h.Model += fmt.Sprintf(", replaying the llm_calls of run %s", cfg.Model.Replay)
@@ -166,7 +170,7 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	switch {
 	case len(modes) == 0:
 		h.Serving = "none (no served model)"
-	case len(modes) == 3 && modes[0] == modes[1] && modes[1] == modes[2]:
+	case len(modes) == len(roles) && alike(modes):
 		h.Serving = modes[0]
 	default:
 		h.Serving = strings.Join(served, "; ")

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/spade-pipeline/spade/stages/evaluate"
 
 	"github.com/spf13/cobra"
 
@@ -47,11 +46,6 @@ p with p % n == i are written, and the tables are committed by
 			}
 			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
 				return usageError{err}
-			}
-			if args[0] == evaluate.StageName {
-				if err := checkEval(ctx, a); err != nil {
-					return err
-				}
 			}
 			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
 				if errors.Is(err, pipeline.ErrNotCommitted) {

@@ -299,10 +299,7 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 // run was written by a build with another schema), or the file cannot be
 // written or read.
 func emptySelect(ctx context.Context, db *sql.DB, m *pipeline.Manifest) (string, error) {
-	kind := m.Kind
-	if kind == "" {
-		kind = m.Table
-	}
+	kind := schemaKind(m)
 	info, ok := schemas.Lookup(kind)
 	if !ok {
 		return "", fmt.Errorf("table %s round %d: unknown kind %q", m.Table, m.Round, kind)
@@ -505,11 +502,7 @@ func Refusal(err error) error {
 // hasRoundColumn reports whether m's table schema has a top-level column
 // named round (schemas.Eval).
 func hasRoundColumn(m *pipeline.Manifest) bool {
-	kind := m.Kind
-	if kind == "" {
-		kind = m.Table
-	}
-	info, ok := schemas.Lookup(kind)
+	info, ok := schemas.Lookup(schemaKind(m))
 	if !ok {
 		return false
 	}
@@ -519,4 +512,13 @@ func hasRoundColumn(m *pipeline.Manifest) bool {
 		}
 	}
 	return false
+}
+
+// schemaKind is the schemas registry name of m's table: its Kind, or the
+// table name for manifests written before Kind existed.
+func schemaKind(m *pipeline.Manifest) string {
+	if m.Kind != "" {
+		return m.Kind
+	}
+	return m.Table
 }

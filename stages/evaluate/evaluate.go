@@ -134,7 +134,7 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d (%s): %w", round, ep.CheckpointID, err)
 	}
-	if failed := failedRequests(rows); failed > 0 {
+	if failed, _, _ := failures(rows); failed > 0 {
 		// Some requests failed: scores of a server that went away part
 		// way through are not an evaluation of the checkpoint. Keep them
 		// only if the server still answers (failures of a flaky server
@@ -154,16 +154,19 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 	return rows, nil
 }
 
-// failedRequests sums the reasoning-gym errors rows: requests that got no
-// answer.
-func failedRequests(rows []schemas.Eval) int64 {
-	var n int64
+// failures reads the reasoning-gym errors rows: the requests that got no
+// answer, the tasks, and the tasks none of whose requests got one.
+func failures(rows []schemas.Eval) (requests int64, tasks, dead int) {
 	for _, r := range rows {
 		if r.Suite == "reasoning_gym" && r.Metric == "errors" {
-			n += int64(r.Value)
+			tasks++
+			requests += int64(r.Value)
+			if r.N > 0 && int64(r.Value) == r.N {
+				dead++
+			}
 		}
 	}
-	return n
+	return requests, tasks, dead
 }
 
 // Request is the evaluator's config (trainer/spade_trainer/evaluate.py's
@@ -237,7 +240,8 @@ var ErrEvaluator = errors.New("evaluator failed")
 //
 // Errors: no suite (NewRequest); eval.python missing or exiting non-zero,
 // or a result line that is not a well-formed row (ErrEvaluator, with the
-// tail of its stderr); and, when every request of every reasoning-gym
+// evaluator's reason line, or the tail of its output when it gave none);
+// and, when every request of every reasoning-gym
 // task failed, an error wrapping model.ErrUnavailable: a server that is
 // down scores nothing, and the stage commits nothing rather than a table
 // of failures.
@@ -246,8 +250,8 @@ func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.
 		log = slog.Default()
 	}
 	var rows []schemas.Eval
-	err := runEvaluator(ctx, cfg, log.With("round", round, "checkpoint_id", ep.CheckpointID), ep, func(dir string) ([]string, error) {
-		return []string{"--out", filepath.Join(dir, "rows.jsonl")}, nil
+	err := runEvaluator(ctx, cfg, log.With("round", round, "checkpoint_id", ep.CheckpointID), ep, func(dir string) []string {
+		return []string{"--out", filepath.Join(dir, "rows.jsonl")}
 	}, func(dir string) error {
 		var err error
 		rows, err = readRows(filepath.Join(dir, "rows.jsonl"), round, ep.CheckpointID)
@@ -273,7 +277,7 @@ func Check(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		log = slog.Default()
 	}
 	ep := engine.Endpoint{Config: openai.Config{BaseURL: "http://127.0.0.1:1/v1", Model: "check"}}
-	return runEvaluator(ctx, cfg, log, ep, func(string) ([]string, error) { return []string{"--check"}, nil }, func(string) error { return nil })
+	return runEvaluator(ctx, cfg, log, ep, func(string) []string { return []string{"--check"} }, func(string) error { return nil })
 }
 
 // runEvaluator writes the trainer package and the evaluator's config for
@@ -282,7 +286,7 @@ func Check(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // they come (evaluatorLog), and calls done(dir) when it exits 0. A
 // non-zero exit is ErrEvaluator with the evaluator's spade_eval_error
 // reason line (or, without one, the tail of its output).
-func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, args func(dir string) ([]string, error), done func(dir string) error) error {
+func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, args func(dir string) []string, done func(dir string) error) error {
 	req, err := NewRequest(cfg, ep)
 	if err != nil {
 		return err
@@ -304,11 +308,7 @@ func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep 
 	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
 		return err
 	}
-	extra, err := args(dir)
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, cfg.Eval.Python, append([]string{"-m", "spade_trainer.evaluate", "--config", cfgPath}, extra...)...)
+	cmd := exec.CommandContext(ctx, cfg.Eval.Python, append([]string{"-m", "spade_trainer.evaluate", "--config", cfgPath}, args(dir)...)...)
 	path := pp
 	if old := os.Getenv("PYTHONPATH"); old != "" {
 		path += string(os.PathListSeparator) + old
@@ -383,16 +383,7 @@ func readRows(path string, round int, checkpointID string) ([]schemas.Eval, erro
 // allFailed reports a server that answered nothing: every reasoning-gym
 // task's errors equal to its item count.
 func allFailed(rows []schemas.Eval) error {
-	tasks, failed := 0, 0
-	for _, r := range rows {
-		if r.Suite == "reasoning_gym" && r.Metric == "errors" {
-			tasks++
-			if r.N > 0 && int64(r.Value) == r.N {
-				failed++
-			}
-		}
-	}
-	if tasks > 0 && failed == tasks {
+	if _, tasks, dead := failures(rows); tasks > 0 && dead == tasks {
 		return fmt.Errorf("%w: every evaluation request failed (%d reasoning-gym tasks); nothing is recorded", model.ErrUnavailable, tasks)
 	}
 	return nil

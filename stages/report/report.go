@@ -234,23 +234,15 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
 	}
 	data.Skills = skillsOf(rounds)
-	data.Evals = evalsOf(rounds)
-	for name := range h.BaseEvals {
-		if !slices.Contains(data.Evals, name) {
-			data.Evals = append(data.Evals, name)
-		}
-	}
-	slices.Sort(data.Evals)
+	data.Evals = keysOf(append(evalMaps(rounds), h.BaseEvals)...)
 	if h.BaseEvals != nil {
-		row := evalRow(RoundSummary{Evals: h.BaseEvals}, data.Evals)
-		row[0] = "0 (base)"
-		data.EvalRows = append(data.EvalRows, row)
+		data.EvalRows = append(data.EvalRows, append([]string{"0 (base)"}, cells(h.BaseEvals, data.Evals, 3)...))
 	}
 	for _, r := range rounds {
 		data.Rows = append(data.Rows, tableRow(r))
 		data.SkillRows = append(data.SkillRows, skillRow(r, data.Skills))
 		if r.Evals != nil {
-			data.EvalRows = append(data.EvalRows, evalRow(r, data.Evals))
+			data.EvalRows = append(data.EvalRows, append([]string{strconv.Itoa(r.Round)}, cells(r.Evals, data.Evals, 3)...))
 		}
 	}
 	if err := page.Execute(w, data); err != nil {
@@ -425,7 +417,7 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 		unit("diversity", TitleDiversity, "Vendi score / n", main("Vendi/n", func(r RoundSummary) float64 { return r.VendiPerN })),
 		unit("validity", TitleValidity, "share valid", main("validity", func(r RoundSummary) float64 { return r.ValidityRate })),
 	}
-	if names := evalsOf(rounds); len(names) > 0 {
+	if names := keysOf(evalMaps(rounds)...); len(names) > 0 {
 		var s []series
 		for i, name := range names {
 			// Only the evaluated rounds, so that a line joins the scores of
@@ -444,13 +436,22 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 	return charts
 }
 
-// evalsOf returns every score name of any round's Evals, sorted.
-func evalsOf(rounds []RoundSummary) []string {
-	var out []string
+// evalMaps returns each round's Evals (nil for a round not evaluated).
+func evalMaps(rounds []RoundSummary) []map[string]float64 {
+	var out []map[string]float64
 	for _, r := range rounds {
-		for name := range r.Evals {
-			if !slices.Contains(out, name) {
-				out = append(out, name)
+		out = append(out, r.Evals)
+	}
+	return out
+}
+
+// keysOf returns the keys of all of ms, each once, sorted.
+func keysOf(ms ...map[string]float64) []string {
+	var out []string
+	for _, m := range ms {
+		for k := range m {
+			if !slices.Contains(out, k) {
+				out = append(out, k)
 			}
 		}
 	}
@@ -458,17 +459,18 @@ func evalsOf(rounds []RoundSummary) []string {
 	return out
 }
 
-// evalRow formats one evaluated round's scores, in the order of names.
-func evalRow(r RoundSummary, names []string) []string {
-	row := []string{strconv.Itoa(r.Round)}
+// cells formats m's values in the order of names with prec decimals, "–"
+// where m has none.
+func cells(m map[string]float64, names []string, prec int) []string {
+	out := make([]string, 0, len(names))
 	for _, name := range names {
-		if v, ok := r.Evals[name]; ok {
-			row = append(row, cell(v, 3))
+		if v, ok := m[name]; ok {
+			out = append(out, cell(v, prec))
 		} else {
-			row = append(row, "–")
+			out = append(out, "–")
 		}
 	}
-	return row
+	return out
 }
 
 // population is 0 for a regeneration round (it plays the environments it
@@ -506,16 +508,11 @@ func commonAxis(rounds []RoundSummary) axis {
 
 // skillsOf returns every skill named in any round, sorted.
 func skillsOf(rounds []RoundSummary) []string {
-	var out []string
+	var ms []map[string]float64
 	for _, r := range rounds {
-		for skill := range r.PerSkillWinRate {
-			if !slices.Contains(out, skill) {
-				out = append(out, skill)
-			}
-		}
+		ms = append(ms, r.PerSkillWinRate)
 	}
-	slices.Sort(out)
-	return out
+	return keysOf(ms...)
 }
 
 func sortedKeys(m map[string]float64) []string {
@@ -558,15 +555,7 @@ func kindOf(r RoundSummary) string {
 
 // skillRow formats one round's win rate per skill, in the order of skills.
 func skillRow(r RoundSummary, skills []string) []string {
-	row := []string{strconv.Itoa(r.Round), kindOf(r)}
-	for _, skill := range skills {
-		if v, ok := r.PerSkillWinRate[skill]; ok {
-			row = append(row, cell(v, 2))
-		} else {
-			row = append(row, "–")
-		}
-	}
-	return row
+	return append([]string{strconv.Itoa(r.Round), kindOf(r)}, cells(r.PerSkillWinRate, skills, 2)...)
 }
 
 func cell(v float64, prec int) string {

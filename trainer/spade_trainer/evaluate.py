@@ -121,10 +121,11 @@ class Client:
         return answer_text(r.choices[0].message)
 
 
-def reasoning_gym_datasets(cfg: dict) -> tuple[list, str]:
+def reasoning_gym_datasets(cfg: dict, items: int | None = None) -> tuple[list, str]:
     """The (task, dataset) pairs and the system prompt of cfg's
-    reasoning-gym suite; ConfigError naming the setting when one is
-    wrong."""
+    reasoning-gym suite, each dataset of cfg's size or, given, of items
+    (check() builds one item each); ConfigError naming the setting when
+    one is wrong."""
     import reasoning_gym
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
@@ -141,7 +142,7 @@ def reasoning_gym_datasets(cfg: dict) -> tuple[list, str]:
         if not isinstance(task, str):
             raise ConfigError(f"eval.reasoning_gym.tasks holds {task!r}, not a dataset name")
         try:
-            out.append((task, reasoning_gym.create_dataset(task, size=size, seed=seed)))
+            out.append((task, reasoning_gym.create_dataset(task, size=items or size, seed=seed)))
         except Exception as e:  # unknown name, bad parameters
             raise ConfigError(f"eval.reasoning_gym.tasks: {task!r}: {e}") from e
     return out, prompt
@@ -272,34 +273,34 @@ def check(cfg: dict) -> None:
     """Check cfg without calling the endpoint: the top-level fields, the
     reasoning-gym task and prompt names, the lm-eval task directory and
     task names. Raises ConfigError naming the setting."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     _field(cfg, "base_url", str, required=True)
     _field(cfg, "model", str, required=True)
     for key, kind in (("max_tokens", int), ("temperature", float), ("seed", int), ("concurrency", int), ("timeout_s", float), ("api_key_env", str)):
         _field(cfg, key, kind)
-    rg = _field(cfg, "reasoning_gym", dict, None)
-    le = _field(cfg, "lm_eval", dict, None)
-    if rg is None and le is None:
-        raise ConfigError("config: no suite (reasoning_gym and lm_eval are both null)")
+    rg, le = _suites(cfg)
     if rg is not None:
-        reasoning_gym_datasets(dict(rg, size=1))
-        if _field(rg, "size", int, 100) < 1:
-            raise ConfigError("eval.reasoning_gym.size must be >= 1")
+        reasoning_gym_datasets(rg, items=1)
     if le is not None:
         lm_eval_tasks(le)
 
 
-def run(cfg: dict) -> list[dict]:
-    """Every row of the config's suites, reasoning-gym first."""
+def _suites(cfg: dict) -> tuple[dict | None, dict | None]:
+    """cfg's reasoning_gym and lm_eval sections (None when off), with the
+    hub switched off for the harnesses; ConfigError when both are off."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    concurrency = _field(cfg, "concurrency", int, 8)
-    rows = []
     rg = _field(cfg, "reasoning_gym", dict, None)
     le = _field(cfg, "lm_eval", dict, None)
     if rg is None and le is None:
         raise ConfigError("config: no suite (reasoning_gym and lm_eval are both null)")
+    return rg, le
+
+
+def run(cfg: dict) -> list[dict]:
+    """Every row of the config's suites, reasoning-gym first."""
+    rg, le = _suites(cfg)
+    concurrency = _field(cfg, "concurrency", int, 8)
+    rows = []
     if rg is not None:
         rows += reasoning_gym_rows(rg, Client(cfg), concurrency)
     if le is not None:
