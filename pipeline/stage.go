@@ -183,11 +183,8 @@ const readFilesAtOnce = 4
 // whatever the scheduling, and files after it that have not started by
 // then are not read.
 func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest) ([]T, error) {
-	if m.Kind != "" && m.Kind != t.Name {
-		return nil, fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
-	}
-	if m.SchemaFingerprint != t.Fingerprint() {
-		return nil, fmt.Errorf("table %s round %d: schema fingerprint %s does not match this build's %s v%d", m.Table, m.Round, short(m.SchemaFingerprint), t.Name, t.Version)
+	if err := checkKind(t, m); err != nil {
+		return nil, err
 	}
 	parts := make([][]T, len(m.Files))
 	err := parallel.Each(len(m.Files), readFilesAtOnce, func(i int) error {
@@ -215,6 +212,51 @@ func ReadManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Tab
 		out = append(out, rows...)
 	}
 	return out, nil
+}
+
+// checkKind returns an error naming m's table and round when m's kind or
+// schema fingerprint is not t's.
+func checkKind[T any](t schemas.Table[T], m *Manifest) error {
+	if m.Kind != "" && m.Kind != t.Name {
+		return fmt.Errorf("table %s round %d is of kind %s, not %s", m.Table, m.Round, m.Kind, t.Name)
+	}
+	if m.SchemaFingerprint != t.Fingerprint() {
+		return fmt.Errorf("table %s round %d: schema fingerprint %s does not match this build's %s v%d", m.Table, m.Round, short(m.SchemaFingerprint), t.Name, t.Version)
+	}
+	return nil
+}
+
+// ScanAll calls fn with the rows of each file of input table at round, in
+// part order, one file in memory at a time: for a stage that needs a
+// summary of a large table (the calls tables hold every request and
+// response), not its rows. Files are verified as ReadAll verifies them. A
+// missing optional input calls fn never. Errors: those of ReadAll, and
+// fn's, returned unwrapped; files after a failure are not read.
+func ScanAll[T any](ctx context.Context, e *Env, t schemas.Table[T], name string, round int, fn func(rows []T) error) error {
+	m := e.Manifest(name, round)
+	if m == nil {
+		if _, declared := e.inputs[inputKey(name, round)]; declared {
+			return nil
+		}
+		return fmt.Errorf("stage %s: %s of round %d is not a declared input", e.Stage, name, round)
+	}
+	if err := checkKind(t, m); err != nil {
+		return err
+	}
+	for _, f := range m.Files {
+		data, err := ReadVerified(ctx, e.store, f)
+		if err != nil {
+			return err
+		}
+		rows, _, err := table.Decode(t, f.Key, data)
+		if err != nil {
+			return err
+		}
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReadVerified reads one data file and checks its size (bytes) and sha256

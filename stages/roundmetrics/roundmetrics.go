@@ -340,18 +340,23 @@ func policyOf(ctx context.Context, env *pipeline.Env) (float64, int, error) {
 	}
 	n, on := 0, true
 	for _, t := range tables {
-		calls, err := pipeline.ReadAll(ctx, env, schemas.LLMCalls, t, r)
+		// File by file: a calls table holds every request and response
+		// (38,400 plays' calls at 2,400 environments), and only two of its
+		// fields are needed here.
+		err := pipeline.ScanAll(ctx, env, schemas.LLMCalls, t, r, func(calls []schemas.LLMCall) error {
+			for _, c := range calls {
+				if c.CheckpointID == "procedural" {
+					continue
+				}
+				n++
+				if c.CheckpointID != policy || strings.Contains(c.Error, model.ErrStalePolicy.Error()) {
+					on = false
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return 0, 0, err
-		}
-		for _, c := range calls {
-			if c.CheckpointID == "procedural" {
-				continue
-			}
-			n++
-			if c.CheckpointID != policy || strings.Contains(c.Error, model.ErrStalePolicy.Error()) {
-				on = false
-			}
 		}
 	}
 	if n == 0 || !on {
