@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +16,10 @@ import (
 
 // variantDesigner is modeltest's default handler with one environment per
 // designer prompt (the prompt's grounding document names the variant), so
-// every slot's environment has its own env_id, and a latency that lets
-// calls overlap.
-func variantDesigner() modeltest.Handler {
-	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
+// every slot's environment has its own env_id: src (modeltest's
+// DefaultEnvSource or one edited from it) with its variant in the task.
+func variantDesigner(src string) modeltest.Handler {
+	base := modeltest.DefaultHandler(src, modeltest.DefaultHint)
 	return func(req modeltest.Request) modeltest.Reply {
 		reply := base(req)
 		if modeltest.Classify(req.Chat) != modeltest.RoleDesign {
@@ -27,9 +29,9 @@ func variantDesigner() modeltest.Handler {
 		for _, m := range req.Chat.Messages {
 			_, _ = h.Write([]byte(m.Content))
 		}
-		src := strings.Replace(modeltest.DefaultEnvSource, "Reach the target total exactly.", fmt.Sprintf("Reach the target total exactly (variant %08x).", h.Sum32()), 1)
+		v := strings.Replace(src, "Reach the target total exactly.", fmt.Sprintf("Reach the target total exactly (variant %08x).", h.Sum32()), 1)
 		for i := range reply.Choices {
-			reply.Choices[i].Message.Content = "Here is the environment.\n\n```python\n" + src + "```\n"
+			reply.Choices[i].Message.Content = "Here is the environment.\n\n```python\n" + v + "```\n"
 		}
 		return reply
 	}
@@ -51,7 +53,7 @@ func TestSameTablesAtAnyConcurrency(t *testing.T) {
 				env := []string{fmt.Sprintf("SPADE_MODEL_CONCURRENCY=%d", c.concurrency), fmt.Sprintf("SPADE_WORKERS=%d", c.workers)}
 				var srv *modeltest.Server
 				if backend == "openai" {
-					srv = modeltest.Start(t, modeltest.WithHandler(variantDesigner()), modeltest.WithLatency(5*time.Millisecond), modeltest.WithoutRecording())
+					srv = modeltest.Start(t, modeltest.WithHandler(variantDesigner(modeltest.DefaultEnvSource)), modeltest.WithLatency(5*time.Millisecond), modeltest.WithoutRecording())
 					env = append(env, "SPADE_MODEL_BACKEND=openai", "SPADE_MODEL_BASE_URL="+srv.URL, "SPADE_MODEL_NAME="+modeltest.DefaultModel,
 						"SPADE_MODEL_API_KEY_ENV=MODELTEST_NO_KEY")
 				}
@@ -79,5 +81,95 @@ func TestSameTablesAtAnyConcurrency(t *testing.T) {
 				require.Equal(t, want, got, "model.concurrency %d, workers %d: the tables differ from those at concurrency 1, workers 1", c.concurrency, c.workers)
 			}
 		})
+	}
+}
+
+// TestCPUHeavyStepsAtHighConcurrency: every step burns 0.05 s of CPU under
+// sandbox.call_timeout_s 1, and 64 of the round's 96 plays are in flight
+// at once on workers 2. A play's resets and steps hold one of `workers`
+// CPU places (engine.Engines.CPU; for 250 ms at most), so each step runs
+// at its own pace, as under validation, and none times out. If all 64
+// programs stepped at once, each step would take about 64 x 0.05 s / 2
+// cores = 1.6 s and fail, and which ones failed would change with
+// model.concurrency and the machine's load.
+func TestCPUHeavyStepsAtHighConcurrency(t *testing.T) {
+	heavy := strings.Replace(modeltest.DefaultEnvSource, "    def step(self, action):\n",
+		"    def step(self, action):\n        _t = time.process_time()\n        while time.process_time() - _t < 0.05:\n            pass\n", 1)
+	require.NotEqual(t, modeltest.DefaultEnvSource, heavy, "the step was not edited")
+	heavy = "import time\n" + heavy
+	srv := modeltest.Start(t, modeltest.WithHandler(variantDesigner(heavy)), modeltest.WithLatency(5*time.Millisecond), modeltest.WithoutRecording())
+	env := []string{"SPADE_MODEL_CONCURRENCY=64", "SPADE_WORKERS=2", "SPADE_SANDBOX_CALL_TIMEOUT_S=1", "SPADE_ROLLOUT_GROUP_SIZE=8",
+		"SPADE_MODEL_BACKEND=openai", "SPADE_MODEL_BASE_URL=" + srv.URL, "SPADE_MODEL_NAME=" + modeltest.DefaultModel, "SPADE_MODEL_API_KEY_ENV=MODELTEST_NO_KEY"}
+	dir := t.TempDir()
+	r := spade(t, dir, env, "--config", smallConfig(t), "round", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	q := spade(t, dir, env, "--config", smallConfig(t), "sql", "--format", "csv",
+		"select count(*), count(*) filter (where error <> ''), coalesce(min(nullif(error, '')), 'none') from rollouts")
+	require.Equal(t, 0, q.code, q.stderr)
+	lines := strings.Split(strings.TrimSpace(q.stdout), "\n")
+	require.Len(t, lines, 2, q.stdout)
+	f := strings.SplitN(lines[1], ",", 3)
+	require.Len(t, f, 3, q.stdout)
+	require.Greater(t, len(f[0]), 1, "fewer than 10 plays (%s): were the environments valid?", f[0])
+	require.Equal(t, "0", f[1], "plays failed: %s", f[2])
+}
+
+// TestUnavailableAfterFollowsTheServer: every agent prompt of one
+// environment (the smallest variant tag the designer handed out) is
+// answered HTTP 500, with model.max_retries 0 and model.unavailable_after 2.
+// At concurrency 64 that environment's plays fail together, two in a row
+// and more; the server answers its probe, so the stage goes on with the
+// errors on those rows, as at concurrency 1, and the tables are the same.
+func TestUnavailableAfterFollowsTheServer(t *testing.T) {
+	var want map[string]string
+	for _, c := range []int{1, 64} {
+		base := variantDesigner(modeltest.DefaultEnvSource)
+		var mu sync.Mutex
+		var tags []string
+		tagOf := func(text string) string {
+			if i := strings.Index(text, "(variant "); i >= 0 && len(text) >= i+17 {
+				return text[i+9 : i+17]
+			}
+			return ""
+		}
+		h := func(req modeltest.Request) modeltest.Reply {
+			role := modeltest.Classify(req.Chat)
+			if role == modeltest.RoleAgent {
+				mu.Lock()
+				failing := slices.Min(tags)
+				mu.Unlock()
+				for _, m := range req.Chat.Messages {
+					if tg := tagOf(m.Content); tg != "" {
+						if tg == failing {
+							return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultServerError, Message: "cannot serve variant " + tg}}
+						}
+						break
+					}
+				}
+			}
+			reply := base(req)
+			if role == modeltest.RoleDesign {
+				mu.Lock()
+				tags = append(tags, tagOf(reply.Choices[0].Message.Content))
+				mu.Unlock()
+			}
+			return reply
+		}
+		srv := modeltest.Start(t, modeltest.WithHandler(h), modeltest.WithLatency(5*time.Millisecond), modeltest.WithoutRecording())
+		env := []string{fmt.Sprintf("SPADE_MODEL_CONCURRENCY=%d", c), "SPADE_MODEL_MAX_RETRIES=0", "SPADE_MODEL_UNAVAILABLE_AFTER=2",
+			"SPADE_MODEL_BACKEND=openai", "SPADE_MODEL_BASE_URL=" + srv.URL, "SPADE_MODEL_NAME=" + modeltest.DefaultModel, "SPADE_MODEL_API_KEY_ENV=MODELTEST_NO_KEY"}
+		dir := t.TempDir()
+		r := spade(t, dir, env, "--config", smallConfig(t), "round", "1")
+		require.Equal(t, 0, r.code, "concurrency %d: %s", c, r.stderr)
+		q := spade(t, dir, env, "--config", smallConfig(t), "sql", "--format", "csv",
+			"select count(distinct env_id) filter (where error like '%cannot serve variant%'), count(*) filter (where error <> '' and error not like '%cannot serve variant%') from rollouts")
+		require.Equal(t, 0, q.code, q.stderr)
+		require.Contains(t, q.stdout, "\n1,0", "one environment's plays failed, and only with the server's error")
+		got := parquetFiles(t, dir)
+		if want == nil {
+			want = got
+			continue
+		}
+		require.Equal(t, want, got, "the tables at concurrency %d differ from those at concurrency 1", c)
 	}
 }

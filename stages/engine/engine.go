@@ -229,9 +229,11 @@ func CallsTable(stage string) string { return stage + "_calls" }
 //
 // It also watches for an outage of the model server (not when replaying):
 // after model.unavailable_after calls in a row that failed with a
-// transient error past their retries (model.Transient), later calls fail
-// at once without reaching the server, and Emit fails the stage with an
-// error wrapping model.ErrUnavailable; so does a stage part whose every
+// transient error past their retries (model.Transient), and the server
+// then not answering a probe (the backend's Probe; without one, at once),
+// later calls fail at once without reaching the server, and Emit fails
+// the stage with an error wrapping model.ErrUnavailable (a server that
+// answers the probe resets the count); so does a stage part whose every
 // call (two or more) failed that way, and one that ends on such failures while the
 // server does not answer a probe (a server that went down near the end of
 // the part). A stage that fails commits nothing, so an outage leaves the
@@ -262,6 +264,7 @@ type StageModel struct {
 	transient int   // of which failed transiently past their retries
 	inARow    int   // transient failures since the last other outcome
 	last      error // the last transient failure
+	probing   bool  // a probe after model.unavailable_after failures in a row is under way
 }
 
 // Chat implements model.Backend. Once the server is taken to be down it
@@ -284,7 +287,13 @@ func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Respons
 		m.meter.done.Add(1)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	probe := false
+	defer func() {
+		m.mu.Unlock()
+		if probe {
+			m.probeRun(ctx, err)
+		}
+	}()
 	if m.made == 0 || start.Before(m.first) {
 		m.first = start
 	}
@@ -302,14 +311,46 @@ func (m *StageModel) Chat(ctx context.Context, req model.Request) (model.Respons
 			m.transient++
 			m.inARow++
 			m.last = err
-			if m.after > 0 && m.inARow >= m.after && m.down == nil {
-				m.down = fmt.Errorf("%w: %d calls in a row failed after their retries (model.unavailable_after), the last with: %w", model.ErrUnavailable, m.inARow, err)
+			if m.after > 0 && m.inARow >= m.after && m.down == nil && !m.probing {
+				if m.probe == nil {
+					m.down = fmt.Errorf("%w: %d calls in a row failed after their retries (model.unavailable_after), the last with: %w", model.ErrUnavailable, m.inARow, err)
+				} else {
+					m.probing, probe = true, true
+				}
 			}
 		} else {
 			m.inARow = 0
 		}
 	}
 	return resp, err
+}
+
+// probeRun asks the server whether it answers, after model.unavailable_after
+// calls in a row failed (the last with last): when it does not, the
+// server is taken to be down; when it does, the failures were those
+// requests' own (a few environments' prompts failing together, as they do
+// when their plays are in flight together), the count starts again and the
+// stage goes on with the errors on their rows. Which of the two happens
+// thus follows the server's state, not the order in which concurrent
+// calls ended.
+func (m *StageModel) probeRun(ctx context.Context, last error) {
+	perr := m.probe(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.probing = false
+	n := m.inARow
+	switch {
+	case ctx.Err() != nil:
+	case perr != nil:
+		if m.down == nil {
+			m.down = fmt.Errorf("%w: %d calls in a row failed after their retries (model.unavailable_after) and the server does not answer (%w); the last with: %w", model.ErrUnavailable, n, perr, last)
+		}
+	default:
+		m.inARow = 0
+		if m.log != nil {
+			m.log.Warn("model calls failing while the server answers", "stage", m.stage, "in_a_row", n, "last", last.Error())
+		}
+	}
 }
 
 // Err is the error that fails the stage instead of committing it, nil if

@@ -33,11 +33,13 @@ func TestMaxRetries(t *testing.T) {
 	}
 }
 
-// TestOutage: after model.unavailable_after transient failures in a row the
-// stage model stops calling the server and fails the stage; a stage part
-// whose every call failed transiently fails even without the early stop;
-// an answer (even a 400) in between resets the count, and such a part
-// commits with its errors on the rows.
+// TestOutage: after model.unavailable_after transient failures in a row
+// and a probe the server does not answer, the stage model stops calling
+// the server and fails the stage; when the server answers the probe the
+// count starts again (the failures were those requests' own) and there is
+// no early stop; a stage part whose every call failed transiently fails
+// even without the early stop; an answer (even a 400) in between resets
+// the count, and such a part commits with its errors on the rows.
 func TestOutage(t *testing.T) {
 	fail := modeltest.Fault{Kind: modeltest.FaultServerError}
 	bad := modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: "too long"}
@@ -50,10 +52,13 @@ func TestOutage(t *testing.T) {
 		calls   int
 		reached int    // requests the server saw
 		err     string // "" when the stage may commit
+		probe   error  // what the probe answers (nil: the server's own /models, which answers)
 	}{
-		{"early stop", 3, nil, true, 6, 3, "3 calls in a row failed"},
-		{"no early stop, all failed", 0, nil, true, 5, 5, "all 5 calls of the stage part failed"},
-		{"an answer resets the run", 3, []modeltest.Fault{fail, fail, bad, fail, fail, {}}, false, 6, 6, ""},
+		{"early stop", 3, nil, true, 6, 3, "3 calls in a row failed after their retries (model.unavailable_after) and the server does not answer (probe refused)", errors.New("probe refused")},
+		{"the server answers the probe: no early stop", 3, nil, true, 7, 7, "all 7 calls of the stage part failed", nil},
+		{"no early stop, all failed", 0, nil, true, 5, 5, "all 5 calls of the stage part failed", nil},
+		{"an answer resets the run", 3, []modeltest.Fault{fail, fail, bad, fail, fail, {}}, false, 6, 6, "", nil},
+		{"a probe answered resets the run", 2, []modeltest.Fault{fail, fail, fail, {}}, false, 4, 4, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []modeltest.Option{modeltest.WithFaultSequence(tc.seq...)}
@@ -66,6 +71,10 @@ func TestOutage(t *testing.T) {
 			cfg.Model.APIKeyEnv, cfg.Model.MaxRetries, cfg.Model.UnavailableAfter = "", 0, tc.after
 			sm, err := (&Engines{Config: &cfg}).ForStage(context.Background(), "design", 1)
 			require.NoError(t, err)
+			require.NotNil(t, sm.probe, "the openai backend can be probed")
+			if tc.probe != nil {
+				sm.probe = func(context.Context) error { return tc.probe }
+			}
 			var errs []error
 			for range tc.calls {
 				_, err := sm.Chat(context.Background(), req)
@@ -81,8 +90,10 @@ func TestOutage(t *testing.T) {
 			require.ErrorIs(t, sm.Err(context.Background()), model.ErrUnavailable)
 			require.ErrorContains(t, sm.Err(context.Background()), tc.err)
 			require.ErrorContains(t, sm.Err(context.Background()), "HTTP 500")
-			if tc.after > 0 {
+			if tc.probe != nil {
 				require.ErrorIs(t, errs[len(errs)-1], model.ErrUnavailable, "calls after the early stop fail at once")
+			} else {
+				require.False(t, errors.Is(errs[len(errs)-1], model.ErrUnavailable), "no early stop while the server answers its probe")
 			}
 		})
 	}

@@ -172,8 +172,8 @@ func (e *Engines) Tasks() *Limiter {
 
 // CPU returns the process's Limiter of Workers places for CPU-bound work
 // that model-calling tasks do between their calls (the design stage's
-// quick check of a generated program), so that workers, not
-// model.concurrency, bounds it.
+// quick check of a generated program, the rollout stage's resets and
+// steps), so that workers, not model.concurrency, bounds it.
 func (e *Engines) CPU() *Limiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -221,7 +221,9 @@ type CallRate struct {
 	InFlight int64
 	// PerSecond is the calls finished per second since the last reading.
 	PerSecond float64
-	// Concurrency is model.concurrency, the bound on InFlight.
+	// Concurrency is the bound on InFlight: model.concurrency, or the
+	// sandbox slots a process may have when that is fewer
+	// (Engines.InFlight).
 	Concurrency int
 }
 
@@ -241,7 +243,7 @@ type RateReader struct {
 
 // NewRateReader starts reading the process's CallMeter now.
 func (e *Engines) NewRateReader() *RateReader {
-	return &RateReader{e: e, conc: e.Config.Model.Concurrency, last: e.meter.Done(), lastT: time.Now()}
+	return &RateReader{e: e, conc: e.InFlight(), last: e.meter.Done(), lastT: time.Now()}
 }
 
 // Read returns the calls in flight and the rate since the previous Read.

@@ -72,7 +72,7 @@ func TestPlaysDoNotSeeEachOther(t *testing.T) {
 				wg.Go(func() {
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					rows[i] = playOne(context.Background(), env, goAgent{}, sb, play{t: target, sample: i})
+					rows[i] = playOne(context.Background(), env, goAgent{}, sb, gate{}, play{t: target, sample: i})
 				})
 			}
 			wg.Wait()

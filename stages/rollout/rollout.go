@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sourcegraph/conc/pool"
 
@@ -196,7 +198,16 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 // flight together, model.concurrency of them at once (Engines.Tasks), so
 // the model server sees that many calls in flight, not one per CPU. A play
 // in flight holds one sandbox slot (its program stays loaded between its
-// turns) and no CPU while it waits for the model.
+// turns) and no CPU while it waits for the model. Its resets and steps
+// hold one of `workers` CPU places each (Engines.CPU) for at most
+// cpuLease, so that the sandbox's wall-clock timeouts see an
+// environment's own pace, as validation does, not the pace of
+// model.concurrency programs stepping at once (what times out does not
+// depend on model.concurrency), while a step that sleeps or hangs gives
+// its place up after the lease instead of stalling the other plays until
+// sandbox.call_timeout_s kills it. Program loads are not held to the CPU
+// places: the plays in flight start together, so the model server sees
+// their first calls together (docs/models.md "What runs at once").
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
 	all, err := targets(ctx, env)
 	if err != nil {
@@ -214,15 +225,17 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipel
 	}
 	ps := plays(env, ts)
 	rows := make([]schemas.Rollout, len(ps))
-	tasks := s.Eng.Tasks()
+	tasks, cpu := s.Eng.Tasks(), s.Eng.CPU()
+	lease := cpuLease(env.Config)
 	wp := pool.New().WithContext(ctx)
 	for i, p := range ps {
 		wp.Go(func(ctx context.Context) error {
-			if err := tasks.Acquire(ctx, engine.Key{Part: part, Seq: i}); err != nil {
+			key := engine.Key{Part: part, Seq: i}
+			if err := tasks.Acquire(ctx, key); err != nil {
 				return err
 			}
 			defer tasks.Release()
-			rows[i] = playOne(ctx, env, rec, sb, p)
+			rows[i] = playOne(ctx, env, rec, sb, gate{cpu, key, lease}, p)
 			rows[i].CheckpointID = rec.CheckpointID
 			return ctx.Err()
 		})
@@ -283,7 +296,7 @@ func plays(env *pipeline.Env, ts []Target) []play {
 // source, its seed and the agent's answers alone: no play sees what
 // another left in the program's process (module or class state), whatever
 // order and concurrency the plays run in.
-func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, p play) schemas.Rollout {
+func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *sandbox.Sandbox, g gate, p play) schemas.Rollout {
 	t := p.t
 	r := schemas.Rollout{EnvID: t.EnvID, Hinted: p.hinted, Sample: int64(p.sample), Seed: PlaySeed(env.Round.Seed, env.Round.Round, t.EnvID, p.hinted, p.sample)}
 	prog, err := sb.Load(ctx, t.Source)
@@ -293,8 +306,51 @@ func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *
 		return r
 	}
 	defer prog.Close()
-	Play(ctx, env.Config, backend, prog, t, p.hinted, &r)
+	playEpisode(ctx, env.Config, backend, prog, g, t, p.hinted, &r)
 	return r
+}
+
+// gate bounds a play's sandbox calls by the CPU places of l (nil: no
+// bound), served in key order among the plays waiting for one; a call
+// holds its place for lease at most.
+type gate struct {
+	l     *engine.Limiter
+	key   engine.Key
+	lease time.Duration
+}
+
+// maxCPULease bounds how long one sandbox call of a play holds its CPU
+// place (cpuLease): environment steps take microseconds to milliseconds
+// of CPU (docs/benchmarks.md section 7), so a call still running after
+// this long is sleeping, hanging or exceptionally heavy, and goes on
+// without a place while the other plays step.
+const maxCPULease = 250 * time.Millisecond
+
+// cpuLease is maxCPULease, or half of sandbox.call_timeout_s when that is
+// shorter: a call that needs less CPU than its lease finishes before its
+// timeout whatever model.concurrency.
+func cpuLease(cfg *config.Config) time.Duration {
+	return min(maxCPULease, time.Duration(cfg.Sandbox.CallTimeoutS*float64(time.Second)/2))
+}
+
+// run calls f holding one of g's places, given up after g.lease if f has
+// not returned by then. Errors: f's, or ctx.Err() when ctx ends while
+// waiting for a place (f is then not called).
+func (g gate) run(ctx context.Context, f func() error) error {
+	if g.l == nil {
+		return f()
+	}
+	if err := g.l.Acquire(ctx, g.key); err != nil {
+		return err
+	}
+	var once sync.Once
+	release := func() { once.Do(g.l.Release) }
+	if g.lease > 0 {
+		t := time.AfterFunc(g.lease, release)
+		defer t.Stop()
+	}
+	defer release()
+	return f()
 }
 
 // rewardBounds is the reward_range a play's rewards must lie in: the
@@ -327,6 +383,11 @@ func rewardBounds(t Target, meta sandbox.Meta) (lo, hi float64, ok bool) {
 // envcheck.DefaultMaxObservationBytes): a program can tell the validator's
 // seeds and pace from a play's and behave only under validation.
 func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *sandbox.Program, t Target, hinted bool, r *schemas.Rollout) {
+	playEpisode(ctx, cfg, backend, prog, gate{}, t, hinted, r)
+}
+
+// playEpisode is Play with its reset and steps made through g.
+func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend, prog *sandbox.Program, g gate, t Target, hinted bool, r *schemas.Rollout) {
 	hint := ""
 	if hinted {
 		hint = t.Hint
@@ -337,7 +398,11 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		r.Error = "env reset: no finite reward_range with low < high"
 		return
 	}
-	ep, err := prog.Reset(ctx, r.Seed)
+	var ep *sandbox.Episode
+	err := g.run(ctx, func() (err error) {
+		ep, err = prog.Reset(ctx, r.Seed)
+		return err
+	})
 	if err != nil {
 		r.Error = "env reset: " + err.Error()
 		return
@@ -426,7 +491,11 @@ func Play(ctx context.Context, cfg *config.Config, backend model.Backend, prog *
 		}
 		msgs = append(msgs, turnMsg)
 		r.Actions = append(r.Actions, act)
-		st, err := ep.Step(ctx, act)
+		var st sandbox.StepResult
+		err = g.run(ctx, func() (err error) {
+			st, err = ep.Step(ctx, act)
+			return err
+		})
 		if err != nil {
 			r.Error = "env step: " + err.Error()
 			return
