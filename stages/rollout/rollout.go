@@ -53,6 +53,13 @@ const (
 type Stage struct {
 	// Eng holds the shared sandbox and model backend (required).
 	Eng *engine.Engines
+
+	// The targets of the round whose parts run now, read once for all its
+	// parts (the runner runs many parts at once, and each would otherwise
+	// hold its own copy of the environments' sources).
+	mu         sync.Mutex
+	targetsKey string
+	targets    []Target
 }
 
 // Name implements pipeline.Stage.
@@ -136,6 +143,30 @@ func poolTarget(p schemas.PoolEnv) Target {
 	return Target{EnvID: p.EnvID, Skill: p.Skill, Source: p.Source, Hint: p.Hint, Tools: p.Tools, ToolUse: isToolUse(p.Tools), MaxTurns: int(p.MaxTurns)}
 }
 
+// roundTargets returns targets(env), read once per round and inputs: the
+// key is the run, the round, the config and the content digests of the
+// input tables the targets come from. The slice is shared: callers only
+// read it. Errors are targets'.
+func (s *Stage) roundTargets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
+	key := fmt.Sprintf("%s/%d/%p", env.Round.Run, env.Round.Round, env.Config)
+	for _, in := range [][2]any{{"environments", env.Round.Round}, {"hints", env.Round.Round}, {"pool", env.Round.Round - 1}} {
+		if m := env.Manifest(in[0].(string), in[1].(int)); m != nil {
+			key += "/" + in[0].(string) + "=" + m.ContentDigest()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.targetsKey == key {
+		return s.targets, nil
+	}
+	t, err := targets(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	s.targetsKey, s.targets = key, t
+	return t, nil
+}
+
 func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 	ri := env.Round
 	var out []Target
@@ -175,8 +206,8 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 // environments and hints, or pool(r-1) (pipeline.ReadAll: the store's
 // error, pipeline.ErrIntegrity, table.ErrCorrupt, a schema mismatch),
 // returned unwrapped.
-func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
-	t, err := targets(ctx, env)
+func (s *Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
+	t, err := s.roundTargets(ctx, env)
 	if err != nil {
 		return 0, err
 	}
@@ -209,7 +240,7 @@ func (*Stage) Parts(ctx context.Context, env *pipeline.Env) (int, error) {
 // places: the plays in flight start together, so the model server sees
 // their first calls together (docs/models.md "What runs at once").
 func (s *Stage) Run(ctx context.Context, env *pipeline.Env, part int, out *pipeline.Out) error {
-	all, err := targets(ctx, env)
+	all, err := s.roundTargets(ctx, env)
 	if err != nil {
 		return err
 	}
