@@ -356,9 +356,10 @@ func (m *StageModel) probeRun(ctx context.Context, last error) {
 // Err is the error that fails the stage instead of committing it, nil if
 // none: the first replay miss (wrapping replay.ErrMiss), or an outage of
 // the model server (wrapping model.ErrUnavailable): the early stop after
-// model.unavailable_after transient failures in a row; every call of the
-// part (two or more, or one when the server cannot be probed) failed
-// transiently; or the part ended on transient failures and
+// model.unavailable_after transient failures in a row and a probe the
+// server did not answer (or none, for a backend without Probe); every
+// call of the part (two or more, or one when the server cannot be probed)
+// failed transiently; or the part ended on transient failures and
 // the server does not answer a probe now (the backend's Probe, e.g.
 // openai.Backend.Probe). Parts whose failures were followed by answers
 // commit, with the errors on their rows.

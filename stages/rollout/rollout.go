@@ -359,7 +359,9 @@ const maxCPULease = 250 * time.Millisecond
 
 // cpuLease is maxCPULease, or half of sandbox.call_timeout_s when that is
 // shorter: a call that needs less CPU than its lease finishes before its
-// timeout whatever model.concurrency.
+// timeout whatever model.concurrency, short of the CPU that program loads
+// (not held to the places) take beside it while many plays start at once
+// (docs/models.md "What runs at once").
 func cpuLease(cfg *config.Config) time.Duration {
 	return min(maxCPULease, time.Duration(cfg.Sandbox.CallTimeoutS*float64(time.Second)/2))
 }
