@@ -148,10 +148,11 @@ func poolTarget(p schemas.PoolEnv) Target {
 // input tables the targets come from. The slice is shared: callers only
 // read it. Errors are targets'.
 func (s *Stage) roundTargets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
-	key := fmt.Sprintf("%s/%d/%p", env.Round.Run, env.Round.Round, env.Config)
-	for _, in := range [][2]any{{"environments", env.Round.Round}, {"hints", env.Round.Round}, {"pool", env.Round.Round - 1}} {
-		if m := env.Manifest(in[0].(string), in[1].(int)); m != nil {
-			key += "/" + in[0].(string) + "=" + m.ContentDigest()
+	r := env.Round.Round
+	key := fmt.Sprintf("%s/%d/%p", env.Round.Run, r, env.Config)
+	for _, m := range []*pipeline.Manifest{env.Manifest("environments", r), env.Manifest("hints", r), env.Manifest("pool", r-1)} {
+		if m != nil {
+			key += "/" + m.Table + "=" + m.ContentDigest()
 		}
 	}
 	s.mu.Lock()
