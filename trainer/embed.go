@@ -18,7 +18,10 @@ import (
 	"sort"
 )
 
-//go:embed spade_trainer/*.py
+// The package's modules and the tiny model's tokenizer (tiny_tokenizer.json,
+// made by scripts/train_tiny_tokenizer.py).
+//
+//go:embed spade_trainer/*.py spade_trainer/tiny_tokenizer.json
 var sources embed.FS
 
 // Package is the Python package name, as passed to `python -m`.

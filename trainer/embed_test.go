@@ -9,13 +9,13 @@ import (
 
 func TestFilesAndWriteTo(t *testing.T) {
 	files := Files()
-	for _, want := range []string{"spade_trainer/__main__.py", "spade_trainer/cli.py", "spade_trainer/grpo.py", "spade_trainer/checkpoint.py", "spade_trainer/dist.py"} {
+	for _, want := range []string{"spade_trainer/__main__.py", "spade_trainer/cli.py", "spade_trainer/grpo.py", "spade_trainer/checkpoint.py", "spade_trainer/dist.py", "spade_trainer/tiny_tokenizer.json"} {
 		if !slices.Contains(files, want) {
 			t.Errorf("Files() lacks %s: %v", want, files)
 		}
 	}
 	for _, f := range files {
-		if filepath.Ext(f) != ".py" {
+		if filepath.Ext(f) != ".py" && f != "spade_trainer/tiny_tokenizer.json" {
 			t.Errorf("unexpected embedded file %s", f)
 		}
 	}

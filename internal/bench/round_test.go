@@ -61,8 +61,23 @@ func spadeEnviron(extra ...string) []string {
 }
 
 // runSpade runs the spade binary with args against store, with extra
-// environment variables, and measures it.
+// environment variables, and measures it; a failed run fails b.
 func runSpade(b *testing.B, bin, store string, env []string, args ...string) roundRun {
+	b.Helper()
+	run, stderr, err := runSpadeErr(b, bin, store, env, args...)
+	if err != nil {
+		b.Fatalf("spade %v: %v\n%s", args, err, stderr)
+	}
+	if run.stages, err = ParseStageLog(strings.NewReader(stderr)); err != nil {
+		b.Fatal(err)
+	}
+	return run
+}
+
+// runSpadeErr is runSpade for a run that may fail: the measured run, its
+// stderr and the process's error (nil when it exited 0). Stages are not
+// parsed.
+func runSpadeErr(b *testing.B, bin, store string, env []string, args ...string) (roundRun, string, error) {
 	b.Helper()
 	cmd := exec.Command(bin, append([]string{"--store", "file://" + store, "--run", "bench", "--log-format", "text"}, args...)...)
 	cmd.Env = spadeEnviron(env...)
@@ -96,13 +111,7 @@ func runSpade(b *testing.B, bin, store string, env []string, args ...string) rou
 		close(done)
 		run.maxRSS = <-polled
 	})
-	if err != nil {
-		b.Fatalf("spade %v: %v\n%s", args, err, stderr.String())
-	}
-	if run.stages, err = ParseStageLog(&stderr); err != nil {
-		b.Fatal(err)
-	}
-	return run
+	return run, stderr.String(), err
 }
 
 // BenchmarkRound runs procedural rounds (the offline backend, sandboxed

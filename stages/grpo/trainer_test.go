@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spade-pipeline/spade/internal/pyenv"
+	"github.com/spade-pipeline/spade/trainer"
 )
 
 func testSamples() []Sample {
@@ -38,6 +40,33 @@ func python3HasTorch(t *testing.T) {
 	if py := pyenv.Require(t, "torch", "transformers"); py != DefaultPython {
 		t.Skipf("skipping: the virtual environment is %s (SPADE_VENV), the trainer's default interpreter is %s", py, DefaultPython)
 	}
+}
+
+// tinyTokenCounts is the number of tokens of each text under the tiny
+// model's tokenizer (spade_trainer.tokenizer.tiny_tokenizer), asked of the
+// embedded trainer package in the virtual environment.
+func tinyTokenCounts(t *testing.T, texts ...string) []int {
+	t.Helper()
+	dir := t.TempDir()
+	if err := trainer.WriteTo(dir); err != nil {
+		t.Fatal(err)
+	}
+	arg, err := json.Marshal(texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(DefaultPython, "-c", "import json, sys\nfrom spade_trainer.tokenizer import tiny_tokenizer\n"+
+		"tok = tiny_tokenizer()\nprint(json.dumps([len(tok(x, add_special_tokens=False)['input_ids']) for x in json.loads(sys.argv[1])]))", string(arg))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("count tiny tokens: %v", err)
+	}
+	var counts []int
+	if err := json.Unmarshal(out, &counts); err != nil || len(counts) != len(texts) {
+		t.Fatalf("count tiny tokens: %q: %v", out, err)
+	}
+	return counts
 }
 
 func TestRunTrainerEndToEnd(t *testing.T) {
@@ -65,8 +94,9 @@ func TestRunTrainerEndToEnd(t *testing.T) {
 		t.Fatalf("steps = %+v", res.Steps)
 	}
 	// First inner step: ratio is exactly 1, so loss = -(1/T) sum w*A*n with
-	// n the trained tokens (content bytes + <|im_end|>) of each sample.
-	n := []float64{float64(len("open") + 1 + len("take key") + 1), float64(len("wait") + 1), float64(len("class Env: pass") + 1)}
+	// n the trained tokens (content tokens + <|im_end|>) of each sample.
+	c := tinyTokenCounts(t, "open", "take key", "wait", "class Env: pass")
+	n := []float64{float64(c[0] + 1 + c[1] + 1), float64(c[2] + 1), float64(c[3] + 1)}
 	T := n[0] + n[1] + n[2]
 	want := -(1*1*n[0] + 1*-1*n[1] + 4*0.25*n[2]) / T
 	if math.Abs(res.Steps[0].Loss-want) > 1e-6 {

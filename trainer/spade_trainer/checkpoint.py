@@ -11,8 +11,9 @@ the number of processes) and ``spade_checkpoint.json`` (lineage; written
 last, so its presence marks a complete checkpoint).
 
 ``tiny:SEED`` names the tiny test model: transformers' Qwen3ForCausalLM in
-a 2-layer, hidden-64 shape with the byte tokenizer (tokenizer.py),
-weights drawn from a generator seeded SEED.
+a 2-layer, hidden-64 shape with the tiny byte-level BPE tokenizer
+(tokenizer.tiny_tokenizer, vocabulary 4,096), weights drawn from a
+generator seeded SEED.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .tokenizer import SPADE_TOKENIZER_FILE, ByteTokenizer, HFChatEncoder
+from .tokenizer import TINY_MAX_LENGTH, HFChatEncoder, tiny_tokenizer
 
 CHECKPOINT_META = "spade_checkpoint.json"
 OPTIMIZER_DIR = "optimizer"
 FORMAT_VERSION = 2
-TINY_VOCAB = 320  # byte tokenizer's 259 ids padded to a multiple of 64
 
 # Files copied verbatim from a Hugging Face checkpoint's tokenizer.
 HF_TOKENIZER_FILES = (
@@ -49,10 +49,14 @@ HF_TOKENIZER_FILES = (
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def tiny_hf_config(vocab_size: int = TINY_VOCAB) -> dict:
-    """config.json of the tiny test model: Qwen3, 2 layers, hidden 64, 4
-    query / 2 KV heads of dim 16, intermediate 128, tied embeddings."""
-    tok = ByteTokenizer()
+def tiny_hf_config(tokenizer=None) -> dict:
+    """config.json of the tiny test model over ``tokenizer`` (default
+    tiny_tokenizer(); any transformers tokenizer with eos and pad tokens):
+    Qwen3, 2 layers, hidden 64, 4 query / 2 KV heads of dim 16,
+    intermediate 128, tied embeddings, vocabulary the tokenizer's size
+    rounded up to a multiple of 64."""
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    vocab_size = -(-len(tok) // 64) * 64
     return {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
@@ -63,14 +67,14 @@ def tiny_hf_config(vocab_size: int = TINY_VOCAB) -> dict:
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 16,
-        "max_position_embeddings": 16384,
+        "max_position_embeddings": TINY_MAX_LENGTH,
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "tie_word_embeddings": True,
         "initializer_range": 0.02,
         "bos_token_id": None,
-        "eos_token_id": tok.eos_id,
-        "pad_token_id": tok.pad_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
     }
 
 
@@ -79,7 +83,7 @@ class Policy:
     """A loaded model with its chat encoder and lineage."""
 
     model: torch.nn.Module
-    encoder: object  # ByteTokenizer or HFChatEncoder
+    encoder: HFChatEncoder
     source: str  # the checkpoint argument as given
     source_dir: Optional[str]  # None for tiny:SEED
     parent_step: int
@@ -122,14 +126,14 @@ def parse_tiny(spec: str) -> Optional[int]:
     return int(s)
 
 
-def new_tiny(seed: int) -> torch.nn.Module:
-    """The tiny model, weights drawn from a generator seeded ``seed``:
-    normal(0, 0.02) for matmul and embedding weights, ones for norms, in
-    named_parameters order (transformers' own init scheme, made
-    reproducible across machines)."""
+def new_tiny(seed: int, tokenizer=None) -> torch.nn.Module:
+    """The tiny model over ``tokenizer`` (tiny_hf_config), weights drawn
+    from a generator seeded ``seed``: normal(0, 0.02) for matmul and
+    embedding weights, ones for norms, in named_parameters order
+    (transformers' own init scheme, made reproducible across machines)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    d = tiny_hf_config()
+    d = tiny_hf_config(tokenizer)
     cfg = AutoConfig.for_model(d.pop("model_type"), **{k: v for k, v in d.items() if k != "architectures"})
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
@@ -140,6 +144,20 @@ def new_tiny(seed: int) -> torch.nn.Module:
             else:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * cfg.initializer_range)
     return model
+
+
+def write_tiny(out_dir: str, seed: int, tokenizer=None, save_dtype: str = "float32") -> None:
+    """Write the tiny model over ``tokenizer`` (default tiny_tokenizer())
+    with weights seeded ``seed`` as a checkpoint directory (save_weights:
+    config.json, safetensors in ``save_dtype``, the tokenizer's files),
+    which load_policy, transformers and the wire server load. With
+    tokenizer.byte_tokenizer() it is the tiny model as it was before the
+    BPE tokenizer (vocabulary 320, the same weights for a seed); the
+    trainer benchmark trains it for the byte-level workload."""
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    model = new_tiny(seed, tok)
+    policy = Policy(model, HFChatEncoder(tok), f"tiny:{seed}", None, 0)
+    save_weights(policy, model.state_dict(), out_dir, save_dtype)
 
 
 def read_meta(ckpt_dir: str) -> dict:
@@ -160,16 +178,18 @@ def load_policy(spec: str, attn_implementation: Optional[str] = None) -> Policy:
     attention ``attn_implementation`` (None: transformers' default; a
     custom name must be registered first, attention.register) and
     AutoModelForCausalLM (any architecture transformers has: Qwen3,
-    Qwen3-MoE, Llama, ...). The tokenizer is the byte tokenizer when the
-    checkpoint has spade_tokenizer.json, else AutoTokenizer's with the
-    checkpoint's chat template. Raises ValueError / FileNotFoundError /
-    OSError naming the path."""
+    Qwen3-MoE, Llama, ...). The tokenizer is AutoTokenizer's with the
+    checkpoint's chat template (tiny_tokenizer for tiny:SEED; checkpoints
+    of the tiny model written before it, with spade_tokenizer.json beside
+    a byte-level tokenizer.json, load the same way with the same ids).
+    Raises ValueError / FileNotFoundError / OSError naming the path."""
     seed = parse_tiny(spec)
     if seed is not None:
-        model = new_tiny(seed)
+        tok = tiny_tokenizer()
+        model = new_tiny(seed, tok)
         if attn_implementation:
             model.set_attn_implementation(attn_implementation)
-        return Policy(model, ByteTokenizer(), spec, None, 0)
+        return Policy(model, HFChatEncoder(tok), spec, None, 0)
     if not os.path.isdir(spec):
         raise FileNotFoundError(f"checkpoint {spec!r}: not a directory and not tiny:SEED")
     if not os.path.exists(os.path.join(spec, "config.json")):
@@ -177,10 +197,7 @@ def load_policy(spec: str, attn_implementation: Optional[str] = None) -> Policy:
     meta = read_meta(spec)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if os.path.exists(os.path.join(spec, SPADE_TOKENIZER_FILE)):
-        encoder: object = ByteTokenizer.load(spec)
-    else:
-        encoder = HFChatEncoder(AutoTokenizer.from_pretrained(spec))
+    encoder = HFChatEncoder(AutoTokenizer.from_pretrained(spec))
     kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
     model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32, **kw)
     return Policy(model, encoder, spec, spec, int(meta.get("step", 0)), int(meta.get("optimizer_step", 0)))
@@ -195,8 +212,9 @@ def _write_json(path: str, obj: object) -> None:
 def save_weights(policy: Policy, state_dict: Dict[str, torch.Tensor], out_dir: str, save_dtype: str) -> None:
     """Write the servable checkpoint: ``save_pretrained`` of the full
     (consolidated) state dict cast to ``save_dtype`` as safetensors, and the
-    tokenizer files (the byte tokenizer's, or those of the input
-    checkpoint). transformers, vLLM and SGLang load the result."""
+    tokenizer files (those of the input checkpoint, copied; for tiny:SEED
+    the tokenizer's save_pretrained: tokenizer.json, tokenizer_config.json,
+    chat_template.jinja). transformers, vLLM and SGLang load the result."""
     os.makedirs(out_dir, exist_ok=True)
     dtype = DTYPES[save_dtype]
     sd = {k: v.detach().to("cpu", dtype) for k, v in state_dict.items()}
@@ -218,9 +236,9 @@ def save_weights(policy: Policy, state_dict: Dict[str, torch.Tensor], out_dir: s
     with open(cfg_path, "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
-    if isinstance(policy.encoder, ByteTokenizer):
-        policy.encoder.save(out_dir, model_max_length=16384)
-    elif policy.source_dir:
+    if policy.source_dir is None:
+        policy.encoder.tok.save_pretrained(out_dir)
+    else:
         for name in HF_TOKENIZER_FILES:
             src = os.path.join(policy.source_dir, name)
             if os.path.exists(src) and not os.path.exists(os.path.join(out_dir, name)):

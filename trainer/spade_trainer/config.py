@@ -366,6 +366,10 @@ def parse_sample(line: str, where: str) -> Sample:
     )
     if not s.trained_messages():
         raise InputError(f"{where}: field messages: no assistant message to train on")
+    if s.trained_messages()[0] == 0:
+        # A chat template renders no prompt for an empty conversation, so
+        # the turn's tokens cannot be located (and nothing sampled it).
+        raise InputError(f"{where}: field messages[0].role: a trained assistant message needs a message before it (the prompt it answers)")
     return s
 
 

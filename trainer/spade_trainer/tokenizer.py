@@ -1,18 +1,22 @@
 """Tokenisation of chat samples into ids and per-token training masks.
 
-Two encoders share one interface, ``encode_chat(messages, train) ->
-(ids, mask)`` where ``train`` says which message indices are the role's own
-output; ``mask[t]`` is 1 when token t is a training target:
+Every checkpoint's text goes through :class:`HFChatEncoder`, which wraps a
+transformers tokenizer and its ``apply_chat_template``: ``encode_chat(messages,
+train) -> (ids, mask)`` where ``train`` says which message indices are the
+role's own output and ``mask[t]`` is 1 when token t is a training target. A
+trained message's span is found by rendering the conversation up to it
+(with the generation prompt) and through it.
 
-* :class:`ByteTokenizer`, the built-in tokenizer of the tiny model: ids
-  0..255 are the UTF-8 bytes, then the specials <|endoftext|> (256, padding),
-  <|im_start|> (257) and <|im_end|> (258). Chat layout as Qwen's ChatML:
-  ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message.
-* :class:`HFChatEncoder`, wrapping a transformers tokenizer and its
-  ``apply_chat_template``; a trained message's span is found by rendering
-  the conversation up to it (with the generation prompt) and through it.
+The tiny model's tokenizer (:func:`tiny_tokenizer`) is a byte-level BPE
+that Hugging Face tokenizers trained (scripts/train_tiny_tokenizer.py),
+shipped as ``tiny_tokenizer.json`` beside this module, with a ChatML chat
+template: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message.
+:func:`byte_tokenizer` is the byte-per-token tokenizer it had before (ids
+0..255 the UTF-8 bytes, then <|endoftext|>, <|im_start|>, <|im_end|>),
+kept for old checkpoints' ids, tests and the byte-level benchmark. Neither
+is hand-written: both are tokenizers objects.
 
-Both encode special-token text inside a message's content as ordinary
+Special-token text inside a message's content is encoded as ordinary
 text, never as the special id, so LLM- or environment-written text cannot
 forge turn boundaries.
 
@@ -26,7 +30,7 @@ Tool calls (:func:`template_messages`): an assistant message's
 with ``tools=`` the sample's declarations when the template renders tool
 calls (Qwen's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``);
 when it does not (the rendering with the calls equals the one without,
-as for ChatML, the byte tokenizer's and SmolLM2's templates), the calls
+as for ChatML, the tiny model's and SmolLM2's templates), the calls
 are appended to the content as spade's JSON list, the text the Go side
 sent before issue 25. ``context_ids`` renders a conversation with the
 generation prompt: the prompt a trained turn was sampled from when the
@@ -52,9 +56,10 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-# Marker file written next to a tiny-model checkpoint; its presence selects
-# the built-in tokenizer when the checkpoint is loaded again.
-SPADE_TOKENIZER_FILE = "spade_tokenizer.json"
+# The tiny model's tokenizer file (tokenizers' JSON), shipped with the package.
+TINY_TOKENIZER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_tokenizer.json")
+# model_max_length of the tiny tokenizers (the tiny model's max_position_embeddings).
+TINY_MAX_LENGTH = 16384
 
 # Go's unicode.IsSpace, which strings.TrimSpace uses: Python's str.isspace
 # also counts the separators U+001C..U+001F.
@@ -151,111 +156,49 @@ def _bytes_to_unicode() -> Dict[int, str]:
     return out
 
 
-class ByteTokenizer:
-    """Byte-level tokenizer with ChatML specials (see module doc)."""
+def _chatml_fast(tokenizer_object):
+    """A transformers fast tokenizer over a tokenizers.Tokenizer holding
+    the ChatML specials: eos <|im_end|>, pad <|endoftext|>, no bos, the
+    ChatML chat template (CHAT_TEMPLATE), model_max_length TINY_MAX_LENGTH."""
+    from transformers import PreTrainedTokenizerFast
 
-    specials = [ENDOFTEXT, IM_START, IM_END]
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer_object, eos_token=IM_END, pad_token=ENDOFTEXT, model_max_length=TINY_MAX_LENGTH
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
 
-    def __init__(self) -> None:
-        self.special_ids = {s: 256 + i for i, s in enumerate(self.specials)}
-        self.pad_id = self.special_ids[ENDOFTEXT]
-        self.im_start_id = self.special_ids[IM_START]
-        self.im_end_id = self.special_ids[IM_END]
-        self.vocab_size = 256 + len(self.specials)
-        self.eos_id = self.im_end_id
 
-    def encode(self, text: str) -> List[int]:
-        return list(text.encode("utf-8"))
+def tiny_tokenizer():
+    """The tiny model's tokenizer (tiny:SEED): the byte-level BPE of
+    TINY_TOKENIZER_FILE (vocabulary 4,096: the specials <|endoftext|> = 0,
+    <|im_start|> = 1, <|im_end|> = 2, the 256 byte symbols and merges;
+    trained by Hugging Face tokenizers on CPython's standard library,
+    scripts/train_tiny_tokenizer.py) as a transformers fast tokenizer with
+    the ChatML chat template. Raises OSError when the file is missing."""
+    from tokenizers import Tokenizer
 
-    def decode(self, ids: Sequence[int]) -> str:
-        out = bytearray()
-        inv = {v: k for k, v in self.special_ids.items()}
-        for i in ids:
-            if i < 256:
-                out.append(i)
-            elif i in inv:
-                out += inv[i].encode()
-        return out.decode("utf-8", errors="replace")
+    return _chatml_fast(Tokenizer.from_file(TINY_TOKENIZER_FILE))
 
-    def renders_tool_calls(self, messages: Sequence[dict], tools=None) -> bool:
-        """ChatML renders role and content only."""
-        return False
 
-    def context_ids(self, messages: Sequence[dict], tools=None) -> List[int]:
-        """messages rendered with the generation prompt (tools are not
-        rendered by ChatML)."""
-        return self.encode_chat(messages, [])[0] + [self.im_start_id] + self.encode("assistant\n")
+def byte_tokenizer():
+    """A byte-level BPE with no merges, as a transformers fast tokenizer
+    with the ChatML chat template: byte b is id b, then <|endoftext|> =
+    256, <|im_start|> = 257, <|im_end|> = 258 (vocabulary 259). It is the
+    tokenizer the tiny model had before issue 24's last change (every
+    UTF-8 byte a token, samples ~2.3x longer than under tiny_tokenizer);
+    checkpoints written then carry it as tokenizer.json and load through
+    AutoTokenizer with the same ids. Tests use it where ids must be read
+    off the bytes; the trainer benchmark uses it for the byte-level
+    workload."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    def encode_chat(self, messages: Sequence[dict], train: Sequence[int], tools=None) -> Tuple[List[int], List[int]]:
-        trained = set(train)
-        ids: List[int] = []
-        mask: List[int] = []
-        for i, m in enumerate(messages):
-            header = [self.im_start_id] + self.encode(m["role"] + "\n")
-            body = self.encode(m["content"]) + [self.im_end_id]
-            tail = self.encode("\n")
-            t = 1 if i in trained else 0
-            ids += header + body + tail
-            mask += [0] * len(header) + [t] * len(body) + [0] * len(tail)
-        return ids, mask
-
-    def save(self, out_dir: str, model_max_length: int) -> List[str]:
-        """Write the tokenizer files: our marker, a Hugging Face
-        ``tokenizer.json`` (byte-level BPE with an empty merge list, which
-        maps every byte to its own id exactly as this class does), and
-        ``tokenizer_config.json`` with the chat template. Returns names."""
-        b2u = _bytes_to_unicode()
-        vocab = {b2u[b]: b for b in range(256)}
-        added = [
-            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-            for s, i in self.special_ids.items()
-        ]
-        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-        tok_json = {
-            "version": "1.0",
-            "truncation": None,
-            "padding": None,
-            "added_tokens": added,
-            "normalizer": None,
-            "pre_tokenizer": byte_level,
-            "post_processor": None,
-            "decoder": byte_level,
-            "model": {
-                "type": "BPE",
-                "dropout": None,
-                "unk_token": None,
-                "continuing_subword_prefix": None,
-                "end_of_word_suffix": None,
-                "fuse_unk": False,
-                "byte_fallback": False,
-                "vocab": vocab,
-                "merges": [],
-            },
-        }
-        cfg = {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": model_max_length,
-            "bos_token": None,
-            "eos_token": IM_END,
-            "pad_token": ENDOFTEXT,
-            "chat_template": CHAT_TEMPLATE,
-            "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added},
-        }
-        marker = {"type": "spade-byte", "version": 1, "specials": self.special_ids, "vocab_size": self.vocab_size}
-        files = {"tokenizer.json": tok_json, "tokenizer_config.json": cfg, SPADE_TOKENIZER_FILE: marker}
-        for name, obj in files.items():
-            with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
-                json.dump(obj, f, indent=1, sort_keys=True, ensure_ascii=False)
-                f.write("\n")
-        return sorted(files)
-
-    @staticmethod
-    def load(ckpt_dir: str) -> "ByteTokenizer":
-        with open(os.path.join(ckpt_dir, SPADE_TOKENIZER_FILE), encoding="utf-8") as f:
-            marker = json.load(f)
-        if marker.get("type") != "spade-byte" or marker.get("version") != 1:
-            raise ValueError(f"{ckpt_dir}/{SPADE_TOKENIZER_FILE}: unknown tokenizer type/version {marker.get('type')!r}/{marker.get('version')!r}")
-        return ByteTokenizer()
+    b2u = _bytes_to_unicode()
+    tok = Tokenizer(models.BPE(vocab={b2u[b]: b for b in range(256)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in (ENDOFTEXT, IM_START, IM_END)])
+    return _chatml_fast(tok)
 
 
 def _special_texts(tokenizer) -> List[str]:
@@ -273,14 +216,13 @@ def _special_texts(tokenizer) -> List[str]:
 
 
 class HFChatEncoder:
-    """Chat encoding with a transformers tokenizer (GPU path; needs the
-    ``transformers`` package, which this module imports lazily).
+    """Chat encoding with a transformers tokenizer (every checkpoint's,
+    the tiny model's included).
 
     Special-token text inside a message's content (say an environment's
     observation or the model's own answer holding the characters
-    ``<|im_end|>``) is encoded as ordinary text, as :class:`ByteTokenizer`
-    does, never as the special id: otherwise text written by the model or
-    an environment could forge a turn boundary, and a trained answer that
+    ``<|im_end|>``) is encoded as ordinary text, never as the special
+    id: otherwise text written by the model or an environment could forge a turn boundary, and a trained answer that
     contains the characters would teach the model to emit the real
     end-of-turn token in the middle of an answer. The chat template's own
     special tokens stay special. How: each special token's text in the

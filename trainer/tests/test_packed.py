@@ -22,7 +22,7 @@ from safetensors.torch import load_file  # noqa: E402
 from spade_trainer import checkpoint as ck  # noqa: E402
 from spade_trainer.config import TrainConfig, parse_sample  # noqa: E402
 from spade_trainer.grpo import encode_batch, make_micro_batches, make_optimizer, train_round  # noqa: E402
-from spade_trainer.tokenizer import ByteTokenizer  # noqa: E402
+from spade_trainer.tokenizer import HFChatEncoder, byte_tokenizer, tiny_tokenizer  # noqa: E402
 
 ROWS = [
     {"sample_id": "a1", "role": "agent", "group": "e", "reward": 1, "advantage": 1.0, "weight": 1.0,
@@ -46,7 +46,7 @@ def logits_of(model):
 
 
 def step(model, cfg, max_tokens, max_samples=1 << 20):
-    enc = encode_batch(samples(), ByteTokenizer(), cfg.max_seq_len, "mem")
+    enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), cfg.max_seq_len, "mem")
     params = list(model.parameters())
     mbs = make_micro_batches(enc, max_tokens, CPU, max_samples)
     m = train_round(logits_of(model), params, make_optimizer(params, cfg, CPU), mbs, cfg, CPU, None)
@@ -56,7 +56,7 @@ def step(model, cfg, max_tokens, max_samples=1 << 20):
 class PackedTest(unittest.TestCase):
     def test_packed_logits_equal_unpacked(self):
         model = ck.new_tiny(1).eval()
-        enc = encode_batch(samples(), ByteTokenizer(), 8192, "mem")
+        enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), 8192, "mem")
         (mb,) = make_micro_batches(enc, 1 << 20, CPU)
         self.assertEqual(mb.tokens, sum(len(e.ids) for e in enc))
         with torch.no_grad():
@@ -107,7 +107,7 @@ class PackedTest(unittest.TestCase):
         ref = ck.new_tiny(1)
         var = ck.new_tiny(1)
         var.set_attn_implementation(name)
-        enc = encode_batch(samples(), ByteTokenizer(), 8192, "mem")
+        enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), 8192, "mem")
         (mb,) = make_micro_batches(enc, 1 << 20, CPU)
         self.assertEqual(mb.cu_seq_lens.tolist()[-1], mb.tokens)
         packed = ck.model_logits(var, mb.ids, mb.position_ids, mb.cu_seq_lens, mb.max_len)
@@ -135,7 +135,7 @@ class PackedTest(unittest.TestCase):
         only (logits_to_keep = MicroBatch.keep): the same loss, grad norm
         and update as from every position's logits."""
         cfg = TrainConfig(lr=1e-3, inner_steps=2)
-        enc = encode_batch(samples(), ByteTokenizer(), cfg.max_seq_len, "mem")
+        enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), cfg.max_seq_len, "mem")
         runs = []
         for fn in (lambda m: (lambda mb: ck.model_logits(m, mb.ids, mb.position_ids)), logits_of):
             model = ck.new_tiny(6)
@@ -243,7 +243,7 @@ class CLITest(unittest.TestCase):
         model.set_attn_implementation(attention.default_implementation(CPU))  # the CLI's
         params = list(model.parameters())
         opt = make_optimizer(params, tcfg, CPU)
-        enc = encode_batch(samples(), ByteTokenizer(), tcfg.max_seq_len, "mem")
+        enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), tcfg.max_seq_len, "mem")
         # Bit for bit only at the CLI's thread count (cli(): OMP_NUM_THREADS=1):
         # CPU kernels split their reductions by thread.
         threads = torch.get_num_threads()
@@ -262,7 +262,9 @@ class CLITest(unittest.TestCase):
         ck1f, m1f = self.run_round("tiny:5", "ck1f", dict(cfg, save_dtype="float32"))
         self.assertEqual(m2p[-1]["world_size"], 2)
         self.assertAlmostEqual(m2p[1]["loss"], m1f[1]["loss"], places=6)
-        self.assertAlmostEqual(m2p[1]["grad_norm"], m1f[1]["grad_norm"], places=4)
+        # The norm sums ~336k squared fp32 gradients in another order (per
+        # shard, then across ranks): equal to a relative 1e-4.
+        self.assertAlmostEqual(m2p[1]["grad_norm"], m1f[1]["grad_norm"], delta=1e-4 * m1f[1]["grad_norm"])
         a, b = load_file(os.path.join(ck2p, "model.safetensors")), load_file(os.path.join(ck1f, "model.safetensors"))
         self.assertEqual(set(a), set(b))
         for k in a:
@@ -273,15 +275,15 @@ class MoETest(unittest.TestCase):
     def test_tiny_qwen3_moe_step(self):
         from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-        tok = ByteTokenizer()
+        tok = byte_tokenizer()
         cfg = Qwen3MoeConfig(vocab_size=320, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
-                             decoder_sparse_step=1, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
+                             decoder_sparse_step=1, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         torch.manual_seed(0)
         with tempfile.TemporaryDirectory() as d:
             src = os.path.join(d, "moe")
             Qwen3MoeForCausalLM(cfg).save_pretrained(src)
-            tok.save(src, 4096)
+            tok.save_pretrained(src)
             before = load_file(os.path.join(src, "model.safetensors"))
             p = os.path.join(d, "c.json")
             with open(p, "w") as f:

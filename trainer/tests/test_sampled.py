@@ -32,7 +32,13 @@ from qwen_templates import QWEN3, QWEN25, SMOLLM2, make_checkpoint  # noqa: E402
 from spade_trainer import checkpoint as ck  # noqa: E402
 from spade_trainer.config import InputError, TrainConfig, parse_sample  # noqa: E402
 from spade_trainer.grpo import encode_batch, grpo_loss, make_micro_batches, tis_weights, train_round  # noqa: E402
-from spade_trainer.tokenizer import ByteTokenizer, HFChatEncoder, spade_tool_calls_json  # noqa: E402
+from spade_trainer.tokenizer import HFChatEncoder, byte_tokenizer, spade_tool_calls_json, tiny_tokenizer  # noqa: E402
+
+
+def byte_encoder() -> HFChatEncoder:
+    """The byte-level ChatML encoder: byte b is id b, <|im_start|> 257,
+    <|im_end|> 258 (ids inside the tiny model's vocabulary)."""
+    return HFChatEncoder(byte_tokenizer())
 from spade_trainer.wire_server import Engine, make_server, parse_tool_calls  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -186,7 +192,7 @@ class ParseTest(unittest.TestCase):
     def test_token_id_outside_the_vocabulary(self):
         r = row("s", "agent", [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "completion_token_ids": [65, 400]}])
         with self.assertRaisesRegex(InputError, r"b:1: field messages\[1\].completion_token_ids: token id 400 is outside"):
-            encode_batch(parse([r]), ByteTokenizer(), 8192, "b", vocab_size=320)
+            encode_batch(parse([r]), byte_encoder(), 8192, "b", vocab_size=320)
 
 
 class ByteToolTest(unittest.TestCase):
@@ -196,18 +202,17 @@ class ByteToolTest(unittest.TestCase):
 
     def test_tool_calls_as_spade_json_and_tool_messages(self):
         stats = {}
-        (e,) = encode_batch(parse([row("t", "agent", TOOL_MSGS, tools=TOOLS)]), ByteTokenizer(), 8192, "mem", stats=stats)
-        b = ByteTokenizer()
+        (e,) = encode_batch(parse([row("t", "agent", TOOL_MSGS, tools=TOOLS)]), byte_encoder(), 8192, "mem", stats=stats)
         trained = bytes(t for t, m in zip(e.ids, e.mask) if m and t < 256).decode()
         want_json = '[{"id":"call_1","name":"move","arguments":"{\\"dir\\": \\"north\\"}"}]'
         self.assertEqual(spade_tool_calls_json([CALL]), want_json)
         self.assertEqual(trained, want_json + "done")
-        tool_turn = [b.im_start_id] + b.encode("tool\na wall") + [b.im_end_id]
+        tool_turn = [257] + list(b"tool\na wall") + [258]
         self.assertIn(tool_turn, [e.ids[i : i + len(tool_turn)] for i in range(len(e.ids))])
         self.assertEqual((stats["tool_calls_as_text"], stats["text_samples"], stats["pieces"]), (1, 1, 1))
 
     def test_byte_token_path(self):
-        b = ByteTokenizer()
+        b = byte_encoder()
         msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "completion_token_ids": [121, 111, 258], "completion_logprobs": [-1.0, -2.0, -0.5]}]
         stats = {}
         (e,) = encode_batch(parse([row("b", "agent", msgs)]), b, 8192, "mem", stats=stats)
@@ -308,7 +313,7 @@ class TokenIdsTest(unittest.TestCase):
         self.assertAlmostEqual(mj[0]["loss"], -(n1 + n2 - 0.5 * n3) / (n1 + n2 + n3), places=6)
 
     def test_overlong_applies_per_piece(self):
-        b = ByteTokenizer()
+        b = byte_encoder()
         msgs = [{"role": "user", "content": "x" * 40}, {"role": "assistant", "content": "a", "completion_token_ids": [97, 258], "prompt_token_ids": [1] * 40},
                 {"role": "user", "content": "y"}, {"role": "assistant", "content": "b", "completion_token_ids": [98, 258], "prompt_token_ids": [2] * 10}]
         stats = {}
@@ -456,7 +461,7 @@ class TISTest(unittest.TestCase):
         gradient as the weights say."""
         msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ab", "completion_token_ids": [97, 98, 258]}]
         model = ck.new_tiny(2)
-        base = encode_batch(parse([row("t", "agent", msgs)]), ByteTokenizer(), 8192, "mem")
+        base = encode_batch(parse([row("t", "agent", msgs)]), byte_encoder(), 8192, "mem")
         m0, g0, _ = sgd_round(model, base)
         (mb,) = make_micro_batches(base, 1 << 20, CPU)
         with torch.no_grad():
@@ -468,7 +473,7 @@ class TISTest(unittest.TestCase):
             with self.subTest(shift=shift):
                 mm = copy.deepcopy(msgs)
                 mm[1]["completion_logprobs"] = [x - shift for x in own_lp]
-                enc = encode_batch(parse([row("t", "agent", mm)]), ByteTokenizer(), 8192, "mem")
+                enc = encode_batch(parse([row("t", "agent", mm)]), byte_encoder(), 8192, "mem")
                 m, g, _ = sgd_round(model, enc, TrainConfig(lr=0.0, grad_clip=0.0, tis_cap=2.0))
                 self.assertAlmostEqual(m[0]["tis_clip_fraction"], want_frac)
                 self.assertLess(m[0]["logprob_mismatch_mean"] - shift, 1e-5)
@@ -484,7 +489,7 @@ def tiny_checkpoint() -> str:
     d = os.path.join(tmp(), "tiny3")
     if not os.path.exists(d):
         ck.new_tiny(3).save_pretrained(d)
-        ByteTokenizer().save(d, 4096)
+        tiny_tokenizer().save_pretrained(d)
     return d
 
 
@@ -500,7 +505,7 @@ class CLITest(unittest.TestCase):
         ch = body["choices"][0]
         a = {"role": "assistant", "content": ch["message"]["content"], "completion_token_ids": ch["token_ids"],
              "completion_logprobs": [e["logprob"] for e in ch["logprobs"]["content"]], "prompt_token_ids": body["prompt_token_ids"]}
-        self.assertEqual(body["prompt_token_ids"], ByteTokenizer().context_ids(msgs))
+        self.assertEqual(body["prompt_token_ids"], HFChatEncoder(tiny_tokenizer()).context_ids(msgs))
         rows = [row("s1", "agent", msgs + [a], adv=1.0), row("s2", "agent", TOOL_MSGS, adv=-1.0, tools=TOOLS)]
         d = tempfile.mkdtemp(dir=tmp())
         batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))

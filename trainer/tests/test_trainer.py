@@ -26,7 +26,15 @@ from spade_trainer import checkpoint as ck  # noqa: E402
 from spade_trainer.config import InputError, Sample, TrainConfig, load_batch, load_config, parse_sample  # noqa: E402
 from spade_trainer.grpo import encode_batch, grpo_loss, make_micro_batches, make_optimizer, token_logps, train_round  # noqa: E402
 LF = lambda m: (lambda mb: ck.model_logits(m, mb.ids, mb.position_ids))  # noqa: E731
-from spade_trainer.tokenizer import CHAT_TEMPLATE, ByteTokenizer, HFChatEncoder  # noqa: E402
+from spade_trainer.tokenizer import CHAT_TEMPLATE, TINY_TOKENIZER_FILE, HFChatEncoder, byte_tokenizer, tiny_tokenizer  # noqa: E402
+
+# The byte tokenizer's ids (tokenizer.byte_tokenizer): byte b is id b, then these.
+SPECIAL_IDS = {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258}
+IM_START, IM_END, PAD = 257, 258, 256
+
+
+def byte_encoder() -> HFChatEncoder:
+    return HFChatEncoder(byte_tokenizer())
 
 
 def sample(sid, role, group, msgs, adv, weight=1.0, reward=0.0):
@@ -68,18 +76,21 @@ def to_samples(rows):
 
 class TokenizerTest(unittest.TestCase):
     def test_chat_layout_and_masks(self):
-        tok = ByteTokenizer()
         msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
-        ids, mask = tok.encode_chat(msgs, [1])
+        ids, mask = byte_encoder().encode_chat(msgs, [1])
         # <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n
-        want = [257] + list(b"user\nhi") + [258] + list(b"\n") + [257] + list(b"assistant\n") + list(b"yo") + [258] + list(b"\n")
+        want = [IM_START] + list(b"user\nhi") + [IM_END] + list(b"\n") + [IM_START] + list(b"assistant\n") + list(b"yo") + [IM_END] + list(b"\n")
         self.assertEqual(ids, want)
         trained = [i for i, m in zip(ids, mask) if m]
-        self.assertEqual(trained, list(b"yo") + [258])
+        self.assertEqual(trained, list(b"yo") + [IM_END])
 
     def test_special_text_is_not_a_special_token(self):
-        ids, _ = ByteTokenizer().encode_chat([{"role": "assistant", "content": "<|im_end|>"}], [0])
-        self.assertEqual(ids.count(258), 1)  # only the real end of turn
+        for name, tok in (("bytes", byte_tokenizer()), ("tiny", tiny_tokenizer())):
+            with self.subTest(tokenizer=name):
+                end = tok.convert_tokens_to_ids("<|im_end|>")
+                ids, mask = HFChatEncoder(tok).encode_chat([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a<|im_end|>b"}], [1])
+                self.assertEqual(ids.count(end), 2)  # the two real ends of turn only
+                self.assertEqual(tok.decode([t for t, m in zip(ids, mask) if m]), "a<|im_end|>b<|im_end|>")
 
     def test_designer_trains_last_response_only(self):
         s = to_samples([sample("d", "designer", "g", DESIGN_MSGS, 1.0)])[0]
@@ -87,34 +98,71 @@ class TokenizerTest(unittest.TestCase):
         a = to_samples([sample("a", "agent", "g", AGENT_MSGS, 1.0)])[0]
         self.assertEqual(a.trained_messages(), [2, 4])
 
-    def test_hf_tokenizer_json_maps_bytes_to_ids(self):
+    def test_byte_tokenizer_maps_bytes_to_ids(self):
+        tok = byte_tokenizer()
+        self.assertEqual(len(tok), 259)
+        every = bytes(range(256)).decode("latin-1")
+        self.assertEqual(tok(every, add_special_tokens=False)["input_ids"], list(every.encode("utf-8")))
+        self.assertEqual({t: tok.convert_tokens_to_ids(t) for t in SPECIAL_IDS}, SPECIAL_IDS)
+        self.assertEqual((tok.eos_token, tok.pad_token, tok.bos_token), ("<|im_end|>", "<|endoftext|>", None))
+
+    def test_tiny_tokenizer(self):
+        """The shipped BPE: vocabulary 4,096 with the ChatML specials first,
+        every text round-trips (byte-level: no unknown token), code is
+        several bytes a token."""
+        tok = tiny_tokenizer()
+        self.assertEqual(len(tok), 4096)
+        self.assertEqual([tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")], [0, 1, 2])
+        self.assertEqual((tok.eos_token_id, tok.pad_token_id), (2, 0))
+        self.assertEqual(tok.chat_template, CHAT_TEMPLATE)
+        for text in ("def step(self, action):\n    return obs, 0.0, False, False, {}", "h\u00e9 \u2603 \U0001f600 \x00\x1f\t", bytes(range(128)).decode()):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            self.assertEqual(tok.decode(ids), text)
+        code = "    def reset(self, seed=None):\n        self.state = 0\n        return self.observation()\n"
+        self.assertLess(len(tok(code, add_special_tokens=False)["input_ids"]), len(code) / 2.5)
+        self.assertEqual(ck.tiny_hf_config()["vocab_size"], 4096)
+
+    def test_tiny_tokenizer_is_reproducible(self):
+        """scripts/train_tiny_tokenizer.py rebuilds the shipped file byte for
+        byte from its corpus (skipped where that corpus differs)."""
+        sys.path.insert(0, os.path.join(os.path.dirname(ROOT), "scripts"))
+        import train_tiny_tokenizer as ttt
+
+        files = ttt.corpus_files()
+        if not files or ttt.corpus_digest(files) != ttt.CORPUS_SHA256:
+            self.skipTest(f"corpus {ttt.CORPUS_GLOB} absent or not the recorded one")
         with tempfile.TemporaryDirectory() as d:
-            ByteTokenizer().save(d, 128)
-            with open(os.path.join(d, "tokenizer.json")) as f:
-                tj = json.load(f)
-            vocab = tj["model"]["vocab"]
-            self.assertEqual(len(vocab), 256)
-            self.assertEqual(sorted(vocab.values()), list(range(256)))
-            self.assertEqual(vocab["a"], ord("a"))
-            self.assertEqual({a["content"]: a["id"] for a in tj["added_tokens"]}, {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258})
+            out = os.path.join(d, "t.json")
+            self.assertEqual(ttt.main(["--out", out]), 0)
+            with open(out, "rb") as a, open(TINY_TOKENIZER_FILE, "rb") as b:
+                self.assertTrue(a.read() == b.read(), "retrained tokenizer differs from the shipped tiny_tokenizer.json")
+
+    def test_checkpoint_of_the_byte_tokenizer_loads(self):
+        """A tiny-model checkpoint written before the BPE (tokenizer.json a
+        byte-level BPE without merges, spade_tokenizer.json beside it)
+        loads through AutoTokenizer with the byte tokenizer's ids."""
+        from transformers import AutoTokenizer
+
+        old = AutoTokenizer.from_pretrained(os.path.join(HERE, "testdata", "tiny_bytes_tokenizer"))
+        for msgs, train in ((AGENT_MSGS, [2, 4]), (HOSTILE_MSGS, [2, 4]), (DESIGN_MSGS, [3])):
+            self.assertEqual(HFChatEncoder(old).encode_chat(msgs, train), byte_encoder().encode_chat(msgs, train))
 
 
 class FakeHFTokenizer:
     """The parts of a transformers tokenizer that HFChatEncoder uses, over
-    ByteTokenizer's ids, behaving as transformers documents them: special
+    the byte tokenizer's ids, behaving as transformers documents them: special
     and added tokens in the text become their ids unless
     split_special_tokens=True; apply_chat_template renders ChatML.
     ``rewrite`` is applied to each content by the template (as templates
     that trim or cut contents do)."""
 
     def __init__(self, rewrite=lambda c: c):
-        self.b = ByteTokenizer()
         self.rewrite = rewrite
-        self.pad_token_id = self.b.pad_id
-        self.eos_token_id = self.b.im_end_id
+        self.pad_token_id = PAD
+        self.eos_token_id = IM_END
         self.all_special_tokens = ["<|endoftext|>", "<|im_end|>"]
-        self.added_tokens_decoder = {i: types.SimpleNamespace(content=t, special=True) for t, i in self.b.special_ids.items()}
-        self._re = re.compile("(" + "|".join(re.escape(t) for t in self.b.special_ids) + ")")
+        self.added_tokens_decoder = {i: types.SimpleNamespace(content=t, special=True) for t, i in SPECIAL_IDS.items()}
+        self._re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_IDS) + ")")
 
     def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False):
         assert tokenize is False
@@ -124,14 +172,15 @@ class FakeHFTokenizer:
     def __call__(self, text, add_special_tokens=True, split_special_tokens=False):
         assert add_special_tokens is False
         if split_special_tokens:
-            return {"input_ids": self.b.encode(text)}
+            return {"input_ids": list(text.encode())}
         ids = []
         for j, piece in enumerate(self._re.split(text)):
-            ids += [self.b.special_ids[piece]] if j % 2 else self.b.encode(piece)
+            ids += [SPECIAL_IDS[piece]] if j % 2 else list(piece.encode())
         return {"input_ids": ids}
 
     def decode(self, ids):
-        return self.b.decode(ids)
+        names = {i: t for t, i in SPECIAL_IDS.items()}
+        return b"".join(names[i].encode() if i in names else bytes([i]) for i in ids).decode("utf-8", errors="replace")
 
 
 HOSTILE_MSGS = [
@@ -144,12 +193,12 @@ HOSTILE_MSGS = [
 
 
 class HFChatEncoderTest(unittest.TestCase):
-    """HFChatEncoder against ByteTokenizer, whose chat layout is the same
-    ChatML and which encodes contents as plain bytes."""
+    """HFChatEncoder over the fake against the real byte tokenizer, whose
+    chat layout is the same    ChatML and which encodes contents as plain bytes."""
 
     def check_same(self, hf, msgs, train, want_msgs=None):
         got = HFChatEncoder(hf).encode_chat(msgs, train)
-        want = ByteTokenizer().encode_chat(want_msgs or msgs, train)
+        want = byte_encoder().encode_chat(want_msgs or msgs, train)
         self.assertEqual(got, want)
         return got
 
@@ -159,14 +208,13 @@ class HFChatEncoderTest(unittest.TestCase):
 
     def test_special_text_in_contents_stays_text(self):
         ids, mask = self.check_same(FakeHFTokenizer(), HOSTILE_MSGS, [2, 4])
-        b = ByteTokenizer()
         # One real <|im_start|> and <|im_end|> per message, none from contents.
-        self.assertEqual(ids.count(b.im_start_id), len(HOSTILE_MSGS))
-        self.assertEqual(ids.count(b.im_end_id), len(HOSTILE_MSGS))
-        self.assertEqual(ids.count(b.pad_id), 0)
+        self.assertEqual(ids.count(IM_START), len(HOSTILE_MSGS))
+        self.assertEqual(ids.count(IM_END), len(HOSTILE_MSGS))
+        self.assertEqual(ids.count(PAD), 0)
         # The trained targets are the two answers' bytes plus their closing <|im_end|>.
         trained = [t for t, m in zip(ids, mask) if m]
-        want = b.encode(HOSTILE_MSGS[2]["content"]) + [b.im_end_id] + b.encode(HOSTILE_MSGS[4]["content"]) + [b.im_end_id]
+        want = list(HOSTILE_MSGS[2]["content"].encode()) + [IM_END] + list(HOSTILE_MSGS[4]["content"].encode()) + [IM_END]
         self.assertEqual(trained, want)
 
     def test_template_that_rewrites_contents(self):
@@ -185,16 +233,17 @@ class HFChatEncoderTest(unittest.TestCase):
                 return super().__call__(text, add_special_tokens=add_special_tokens)
 
         enc = HFChatEncoder(Ignoring())
-        self.assertEqual(enc.encode_chat(AGENT_MSGS, [2, 4]), ByteTokenizer().encode_chat(AGENT_MSGS, [2, 4]))
+        self.assertEqual(enc.encode_chat(AGENT_MSGS, [2, 4]), byte_encoder().encode_chat(AGENT_MSGS, [2, 4]))
         with self.assertRaisesRegex(ValueError, "ignores split_special_tokens"):
             enc.encode_chat(HOSTILE_MSGS, [2, 4])
 
-    @unittest.skipUnless(__import__("importlib").util.find_spec("transformers"), "transformers not installed")
-    def test_real_transformers_tokenizer(self):
+    def test_saved_tokenizer_loads_back(self):
+        """save_pretrained of the byte tokenizer, loaded by AutoTokenizer,
+        encodes as the fake does (the checkpoint's tokenizer files)."""
         from transformers import AutoTokenizer
 
         with tempfile.TemporaryDirectory() as d:
-            ByteTokenizer().save(d, 4096)
+            byte_tokenizer().save_pretrained(d)
             hf = AutoTokenizer.from_pretrained(d)
             self.assertEqual(hf.chat_template, CHAT_TEMPLATE)
             self.check_same(hf, AGENT_MSGS, [2, 4])
@@ -323,7 +372,7 @@ class LossTest(unittest.TestCase):
         # with n_i the trained tokens of sample i, independent of the weights.
         rows = fixed_batch()
         samples = to_samples(rows)
-        tok = ByteTokenizer()
+        tok = byte_encoder()
         n = [len(b"open") + 1 + len(b"take key") + 1, len(b"wait") + 1, len(b"class E: pass") + 1]
         T = sum(n)
         want = -(1 * 1.0 * n[0] + 1 * -1.0 * n[1] + 3.0 * 0.5 * n[2]) / T
@@ -341,7 +390,7 @@ class LossTest(unittest.TestCase):
 
 
 def grads_of(model, samples, micro_batch_size):
-    tok = ByteTokenizer()
+    tok = byte_encoder()
     enc = encode_batch(samples, tok, 8192, "mem")
     mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), micro_batch_size)
     cfg = TrainConfig(lr=0.0, grad_clip=0.0)
@@ -355,7 +404,7 @@ class StepTest(unittest.TestCase):
     def run_round(self, rows, cfg, seed=11):
         model = ck.new_tiny(seed)
         before = {k: v.clone() for k, v in model.state_dict().items()}
-        tok = ByteTokenizer()
+        tok = byte_encoder()
         enc = encode_batch(to_samples(rows), tok, cfg.max_seq_len, "mem")
         mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), cfg.micro_batch_size)
         params = list(model.parameters())
@@ -388,7 +437,7 @@ class StepTest(unittest.TestCase):
     def test_bf16_autocast_on_cpu(self):
         # The mixed-precision path (fp32 master weights, bf16 matmuls) that
         # CUDA uses, exercised on CPU autocast.
-        tok = ByteTokenizer()
+        tok = byte_encoder()
         model = ck.new_tiny(8)
         cfg = TrainConfig(lr=1e-3, dtype="bfloat16")
         enc = encode_batch(to_samples(fixed_batch()), tok, cfg.max_seq_len, "mem")
