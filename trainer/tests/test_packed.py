@@ -198,6 +198,30 @@ def cli(args, nproc=0, timeout=600):
     return subprocess.run(pre + ["-m", "spade_trainer", *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def serve_once(ckpt):
+    """(token ids, log-probs) of one greedy chat completion of 8 tokens
+    from ckpt served by spade_trainer.wire_server on a loopback port."""
+    import threading
+    import urllib.request
+
+    from spade_trainer.wire_server import Engine, make_server
+
+    srv = make_server(Engine(ckpt, "policy"))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        req = {"model": "policy", "messages": [{"role": "user", "content": "obs: a door"}], "max_tokens": 8, "temperature": 0,
+               "logprobs": True, "return_token_ids": True}
+        r = urllib.request.Request(f"http://127.0.0.1:{srv.server_port}/v1/chat/completions", data=json.dumps(req).encode(),
+                                   headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(r, timeout=120) as resp:
+            body = json.loads(resp.read())
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    ch = body["choices"][0]
+    return ch["token_ids"], [e["logprob"] for e in ch["logprobs"]["content"]]
+
+
 class CLITest(unittest.TestCase):
     def setUp(self):
         self.d = tempfile.mkdtemp()
@@ -269,6 +293,14 @@ class CLITest(unittest.TestCase):
         self.assertEqual(set(a), set(b))
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+        # The 2-process consolidated checkpoint is served by the wire server
+        # (vLLM's chat-completions format over loopback HTTP) and answers as
+        # the 1-process one does.
+        answers = [serve_once(c) for c in (ck2p, ck1f)]
+        self.assertEqual(answers[0][0], answers[1][0], "the two checkpoints sampled other tokens")
+        self.assertTrue(answers[0][0], "no token sampled")
+        for x, y in zip(answers[0][1], answers[1][1]):
+            self.assertAlmostEqual(x, y, delta=1e-3)
 
 
 class MoETest(unittest.TestCase):

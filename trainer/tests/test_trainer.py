@@ -5,6 +5,8 @@ Run: /usr/bin/python3 -m unittest discover -s trainer/tests
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -133,7 +135,9 @@ class TokenizerTest(unittest.TestCase):
             self.skipTest(f"corpus {ttt.CORPUS_GLOB} absent or not the recorded one")
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "t.json")
-            self.assertEqual(ttt.main(["--out", out]), 0)
+            with contextlib.redirect_stdout(io.StringIO()) as said:
+                self.assertEqual(ttt.main(["--out", out]), 0)
+            self.assertIn(ttt.CORPUS_SHA256, said.getvalue())
             with open(out, "rb") as a, open(TINY_TOKENIZER_FILE, "rb") as b:
                 self.assertTrue(a.read() == b.read(), "retrained tokenizer differs from the shipped tiny_tokenizer.json")
 
