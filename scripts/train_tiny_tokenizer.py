@@ -19,9 +19,12 @@ file when the corpus digest matches CORPUS_SHA256.
 
     /opt/spade/venv/bin/python scripts/train_tiny_tokenizer.py [--out FILE]
 
-Prints the corpus digest and the file's sha256. Exit 2 when the corpus is
-missing or differs from the recorded one (pass --any-corpus to train on it
-all the same).
+Prints the corpus digest and the file's sha256. Exit 2, with a line
+naming the cause, when the corpus is missing, unreadable or not UTF-8,
+differs from the recorded one (--any-corpus trains on it all the same,
+into an --out of its own: the shipped file is never replaced by another
+corpus's tokenizer), yields fewer than 4,096 tokens, or the output
+cannot be written.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ DEFAULT_OUT = os.path.join(os.path.dirname(HERE), "trainer", "spade_trainer", "t
 
 
 def corpus_files(pattern: str = CORPUS_GLOB) -> list:
-    """The corpus files, sorted by path."""
-    return sorted(glob.glob(pattern))
+    """The regular files the pattern matches, sorted by path."""
+    return sorted(f for f in glob.glob(pattern) if os.path.isfile(f))
 
 
 def corpus_digest(files: list) -> str:
@@ -80,22 +83,45 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=DEFAULT_OUT, help="output tokenizer.json (default: the trainer package's tiny_tokenizer.json)")
     p.add_argument("--corpus", default=CORPUS_GLOB, help="corpus glob (default %(default)s)")
-    p.add_argument("--any-corpus", action="store_true", help="train even when the corpus digest differs from the recorded one")
+    p.add_argument("--any-corpus", action="store_true", help="train even when the corpus digest differs from the recorded one (needs --out)")
     args = p.parse_args(argv)
+
+    def fail(why: str) -> int:
+        print(f"train_tiny_tokenizer: {why}", file=sys.stderr)
+        return 2
+
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if os.path.isdir(args.out) or not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        return fail(f"--out {args.out}: not a writable file path (its directory must exist)")
     files = corpus_files(args.corpus)
     if not files:
-        print(f"train_tiny_tokenizer: no file matches {args.corpus}", file=sys.stderr)
-        return 2
-    digest = corpus_digest(files)
+        return fail(f"no file matches {args.corpus}")
+    try:
+        digest = corpus_digest(files)
+    except OSError as e:
+        return fail(f"corpus {args.corpus}: {e}")
     print(f"corpus {args.corpus}: {len(files)} files, sha256 {digest}")
-    if digest != CORPUS_SHA256 and not args.any_corpus:
-        print(f"train_tiny_tokenizer: corpus digest differs from the recorded {CORPUS_SHA256} (another Python 3.11 release?); "
-              "pass --any-corpus to train on it anyway", file=sys.stderr)
-        return 2
-    tok = train(files)
-    tok.save(args.out, pretty=False)
-    with open(args.out, "rb") as f:
-        print(f"{args.out}: vocabulary {tok.get_vocab_size()}, sha256 {hashlib.sha256(f.read()).hexdigest()}")
+    if digest != CORPUS_SHA256:
+        if not args.any_corpus:
+            return fail(f"corpus digest differs from the recorded {CORPUS_SHA256} (another Python 3.11 release?); "
+                        "pass --any-corpus --out FILE to train on it anyway")
+        if os.path.abspath(args.out) == os.path.abspath(DEFAULT_OUT):
+            return fail("--any-corpus trains another tokenizer than the shipped one: name an --out of its own")
+    try:
+        tok = train(files)
+    except Exception as e:  # tokenizers raises a bare Exception for unreadable or non-UTF-8 input
+        return fail(f"corpus {args.corpus}: {e}")
+    if tok.get_vocab_size() != VOCAB_SIZE:
+        return fail(f"corpus {args.corpus} yields a vocabulary of {tok.get_vocab_size()}, not {VOCAB_SIZE}: it is too small")
+    tmp = args.out + ".tmp"
+    try:
+        tok.save(tmp, pretty=False)
+        os.replace(tmp, args.out)
+        with open(args.out, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+    except Exception as e:  # tokenizers' save raises a bare Exception too
+        return fail(f"--out {args.out}: {e}")
+    print(f"{args.out}: vocabulary {tok.get_vocab_size()}, sha256 {sha}")
     return 0
 
 

@@ -55,8 +55,9 @@ func Digest() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// WriteTo writes the package to dir/spade_trainer/*.py (dir is created
-// if needed; it becomes the PYTHONPATH entry). Each file is written to a
+// WriteTo writes the package to dir/spade_trainer (its *.py modules and
+// tiny_tokenizer.json; dir is created if needed and becomes the
+// PYTHONPATH entry). Each file is written to a
 // temporary name and renamed, so a concurrent reader never imports a
 // half-written module, and rewriting identical content is harmless.
 // Errors name the file.

@@ -160,6 +160,17 @@ def write_tiny(out_dir: str, seed: int, tokenizer=None, save_dtype: str = "float
     save_weights(policy, model.state_dict(), out_dir, save_dtype)
 
 
+def same_tokenizer(a: Policy, b: Policy) -> bool:
+    """Whether two policies map text to the same ids: equal model
+    vocabulary sizes and equal tokenizer vocabularies (token -> id, added
+    tokens included). A KL reference must pass against the policy (a run
+    begun on the tiny model's former byte tokenizer keeps tiny:SEED as its
+    reference, which is now the BPE model)."""
+    if getattr(a.model.config, "vocab_size", None) != getattr(b.model.config, "vocab_size", None):
+        return False
+    return a.encoder.tok.get_vocab() == b.encoder.tok.get_vocab()
+
+
 def read_meta(ckpt_dir: str) -> dict:
     """spade_checkpoint.json of ckpt_dir, or {} when absent (a Hub
     checkpoint). Raises ValueError for another format version."""
@@ -238,6 +249,15 @@ def save_weights(policy: Policy, state_dict: Dict[str, torch.Tensor], out_dir: s
         f.write("\n")
     if policy.source_dir is None:
         policy.encoder.tok.save_pretrained(out_dir)
+        # transformers 5 names its fast tokenizer class TokenizersBackend,
+        # which 4.x releases (those many vLLM and SGLang versions pin) do
+        # not know; PreTrainedTokenizerFast loads in both.
+        tc_path = os.path.join(out_dir, "tokenizer_config.json")
+        with open(tc_path, encoding="utf-8") as f:
+            tc = json.load(f)
+        if tc.get("tokenizer_class") == "TokenizersBackend":
+            tc["tokenizer_class"] = "PreTrainedTokenizerFast"
+            _write_json(tc_path, tc)
     else:
         for name in HF_TOKENIZER_FILES:
             src = os.path.join(policy.source_dir, name)

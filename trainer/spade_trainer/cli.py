@@ -131,6 +131,13 @@ def run(argv: List[str]) -> int:
         ref_fn = None
         if cfg.reference_checkpoint and cfg.kl_beta > 0:
             ref = _load(cfg.reference_checkpoint, "reference_checkpoint", attn)
+            if not ck.same_tokenizer(ref, policy):
+                # KL compares the two models' log-probs of the same ids.
+                raise InputError(
+                    f"reference_checkpoint {cfg.reference_checkpoint}: its tokenizer or vocabulary is not the checkpoint "
+                    f"{args.checkpoint}'s (vocab_size {getattr(ref.model.config, 'vocab_size', None)} vs {vocab}); "
+                    "KL needs a reference over the same token ids"
+                )
             ref.model.to(device).eval()
             for q in ref.model.parameters():
                 q.requires_grad_(False)

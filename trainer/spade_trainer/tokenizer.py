@@ -304,13 +304,29 @@ class HFChatEncoder:
                 m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=defang(c["function"]["arguments"]))) for c in m["tool_calls"]]
             masked.append(m)
         text = self._render(masked, gen, defang(tools) if tools else tools)
-        pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", text)
+        # Every special-token text left in the rendering is the template's
+        # own: split there (a tokenizer splits its added tokens out of the
+        # text before pre-tokenizing the rest, so this is where one call
+        # splits too), and tokenize each segment between them with the
+        # contents' special texts restored and split_special_tokens=True,
+        # which keeps them text. A segment tokenizes as in one call on the
+        # rendering with those texts plain (tokenizers whose specials
+        # strip adjacent whitespace, lstrip/rstrip, aside): a leading space
+        # still merges with the text after it.
+        placeholder = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
         ids: List[int] = []
-        for j, piece in enumerate(pieces):
+        for j, part in enumerate(re.split(f"({self._special_re.pattern})", text)):
             if j % 2 == 1:
-                ids += self._as_text(self.specials[int(piece)])
-            elif piece:
-                ids += self.tok(piece, add_special_tokens=False)["input_ids"]
+                ids += self.tok(part, add_special_tokens=False)["input_ids"]
+                continue
+            restored = placeholder.sub(lambda mo: self.specials[int(mo.group(1))], part)
+            if restored == part:
+                if part:
+                    ids += self.tok(part, add_special_tokens=False)["input_ids"]
+                continue
+            for k in sorted({int(x) for x in placeholder.findall(part)}):
+                self._as_text(self.specials[k])  # refuses a tokenizer that ignores split_special_tokens
+            ids += self.tok(restored, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return ids
 
     def _as_text(self, special: str) -> List[int]:
@@ -333,11 +349,24 @@ class HFChatEncoder:
         full = self._ids(messages, False, tools)
         mask = [0] * len(full)
         for i in train:
-            start = len(self._ids(messages[:i], True, tools))
+            ctx = self._ids(messages[:i], True, tools)
             through = self._ids(messages[: i + 1], False, tools)
             if full[: len(through)] != through:
                 raise ValueError(
                     f"chat template is not prefix-stable at message {i} (e.g. it rewrites earlier turns); cannot locate the trained tokens"
+                )
+            # The turn starts where its rendering leaves the context's
+            # tokens: at the context's end, or one token earlier when a
+            # token spans the header's end and the turn's first characters
+            # (a tokenizer that merges "\n" with the whitespace after it);
+            # that token is trained rather than the turn's start dropped.
+            start = 0
+            while start < min(len(ctx), len(through)) and ctx[start] == through[start]:
+                start += 1
+            if start < len(ctx) - 1:
+                raise ValueError(
+                    f"chat template is not prefix-stable at message {i}: the rendering through it leaves the prompt's tokens at "
+                    f"{start} of {len(ctx)}; cannot locate the trained tokens"
                 )
             end = len(through)
             # Drop the template's trailing whitespace after the end-of-turn

@@ -251,6 +251,8 @@ class CLITest(unittest.TestCase):
         self.assertTrue(all(v.dtype == torch.bfloat16 for v in w1.values()))
         with open(os.path.join(ck1, "config.json")) as f:
             self.assertEqual(json.load(f)["dtype"], "bfloat16", "config.json names the saved weights' dtype")
+        with open(os.path.join(ck1, "tokenizer_config.json")) as f:
+            self.assertEqual(json.load(f)["tokenizer_class"], "PreTrainedTokenizerFast", "the class transformers 4.x and 5.x both load")
         from transformers import AutoModelForCausalLM
 
         self.assertEqual(type(AutoModelForCausalLM.from_pretrained(ck1)).__name__, "Qwen3ForCausalLM")
@@ -301,6 +303,31 @@ class CLITest(unittest.TestCase):
         self.assertTrue(answers[0][0], "no token sampled")
         for x, y in zip(answers[0][1], answers[1][1]):
             self.assertAlmostEqual(x, y, delta=1e-3)
+
+
+class ReferenceTest(unittest.TestCase):
+    def test_reference_must_share_the_tokenizer(self):
+        """kl_beta > 0 with a reference over other token ids (the byte
+        tokenizer's tiny model against tiny:0, the BPE one) is an input
+        error naming both; the same checkpoint as reference trains."""
+        with tempfile.TemporaryDirectory() as d:
+            old = os.path.join(d, "bytes")
+            ck.write_tiny(old, 0, byte_tokenizer())
+            b = os.path.join(d, "b.jsonl")
+            with open(b, "w") as f:
+                for r in ROWS:
+                    f.write(json.dumps(r) + "\n")
+            for ref, rc in (("tiny:0", 2), (old, 0)):
+                with self.subTest(reference=ref):
+                    p = os.path.join(d, "c.json")
+                    with open(p, "w") as f:
+                        json.dump({"device": "cpu", "kl_beta": 0.1, "reference_checkpoint": ref, "save_optimizer": False}, f)
+                    out = tempfile.mkdtemp(dir=d)
+                    r = cli(["--batch", b, "--checkpoint", old, "--output", out, "--config", p])
+                    self.assertEqual(r.returncode, rc, r.stderr[-2000:])
+                    if rc:
+                        self.assertIn("reference_checkpoint tiny:0: its tokenizer or vocabulary is not the checkpoint", r.stderr)
+                        self.assertIn("vocab_size 4096 vs 320", r.stderr)
 
 
 class MoETest(unittest.TestCase):

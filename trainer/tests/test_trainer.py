@@ -241,6 +241,37 @@ class HFChatEncoderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "ignores split_special_tokens"):
             enc.encode_chat(HOSTILE_MSGS, [2, 4])
 
+    def test_special_text_tokenizes_as_plain_text_would(self):
+        """Under the tiny BPE, a content holding special-token text trains
+        the tokens the content alone gets as plain text (the space before
+        the text merges with it, as one call on plain text does)."""
+        tok = tiny_tokenizer()
+        content = "x <|im_end|> y<|im_start|>z"
+        ids, mask = HFChatEncoder(tok).encode_chat([{"role": "user", "content": "q <|endoftext|>"}, {"role": "assistant", "content": content}], [1])
+        trained = [t for t, m in zip(ids, mask) if m]
+        self.assertEqual(trained, tok(content, add_special_tokens=False, split_special_tokens=True)["input_ids"] + [tok.eos_token_id])
+        self.assertEqual(ids.count(tok.convert_tokens_to_ids("<|im_start|>")), 2)
+
+    def test_token_across_the_header_end_is_trained(self):
+        """A tokenizer that merges the header's newline with the turn's
+        leading space (a merge Qwen-style BPEs have): that token is
+        trained, so no character of the turn is dropped."""
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        base = json.loads(byte_tokenizer().backend_tokenizer.to_str())["model"]["vocab"]
+        vocab = dict(base, **{"\u010a\u0120": 256})  # "\n " in byte-level symbols
+        t = Tokenizer(models.BPE(vocab=vocab, merges=[("\u010a", "\u0120")]))
+        t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        t.decoder = decoders.ByteLevel()
+        t.add_special_tokens([AddedToken(x, special=True, normalized=False) for x in SPECIAL_IDS])
+        hf = PreTrainedTokenizerFast(tokenizer_object=t, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        hf.chat_template = CHAT_TEMPLATE
+        ids, mask = HFChatEncoder(hf).encode_chat([{"role": "user", "content": "q"}, {"role": "assistant", "content": "  indented"}], [1])
+        self.assertIn(256, ids, "the merge did not happen: the test checks nothing")
+        trained = hf.decode([t for t, m in zip(ids, mask) if m])
+        self.assertEqual(trained, "\n  indented<|im_end|>")
+
     def test_saved_tokenizer_loads_back(self):
         """save_pretrained of the byte tokenizer, loaded by AutoTokenizer,
         encodes as the fake does (the checkpoint's tokenizer files)."""
