@@ -43,7 +43,7 @@ import json
 import os
 import re
 import secrets
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -243,6 +243,33 @@ class HFChatEncoder:
         self.specials = _special_texts(tokenizer)
         # Longest first, so a special that contains another is replaced whole.
         self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.specials, key=len, reverse=True))) if self.specials else None
+        self._segments_exact: Optional[bool] = None  # _segments_match_one_call, computed once
+
+    def _segments_match_one_call(self) -> bool:
+        """Whether tokenizing a rendering piecewise, split at its special
+        tokens, gives the ids of one call on it. True for byte-level BPEs
+        (Qwen, Llama 3, GPT-2 style, the tiny model's): a tokenizer splits
+        its added tokens out first and pre-tokenizes each section alone.
+        False when a special strips the whitespace beside it
+        (lstrip/rstrip) or the pre-tokenizer marks the start of each call
+        (SentencePiece-style Metaspace, "▁" prepended): checked on the
+        flags and on a probe conversation rendered by the template."""
+        if self._segments_exact is None:
+            self._segments_exact = False
+            flagged = any(getattr(t, "lstrip", False) or getattr(t, "rstrip", False)
+                          for t in (getattr(self.tok, "added_tokens_decoder", None) or {}).values())
+            if not flagged and self._special_re is not None:
+                try:
+                    text = self._render([{"role": "user", "content": "Hi there."}, {"role": "assistant", "content": "ok, then"}], False, None)
+                except Exception:  # a template that cannot render the probe: keep the piecewise rule
+                    return False
+                one = list(self.tok(text, add_special_tokens=False)["input_ids"])
+                seg: List[int] = []
+                for part in re.split(f"({self._special_re.pattern})", text):
+                    if part:
+                        seg += self.tok(part, add_special_tokens=False)["input_ids"]
+                self._segments_exact = one == seg
+        return self._segments_exact
 
     def _render(self, messages: Sequence[dict], gen: bool, tools) -> str:
         kw = {"tools": tools} if tools else {}
@@ -272,7 +299,12 @@ class HFChatEncoder:
             return False
 
         def texts(m: dict) -> list:
-            return [m.get("content")] + [c["function"]["arguments"] for c in m.get("tool_calls") or []]
+            # Every model- or environment-written string the template may
+            # print: the content, each tool call's arguments, name and id,
+            # a tool result's tool_call_id.
+            calls = m.get("tool_calls") or []
+            return ([m.get("content"), m.get("tool_call_id")] + [c["function"]["arguments"] for c in calls]
+                    + [c["function"].get("name") for c in calls] + [c.get("id") for c in calls])
 
         if self._special_re is None or not (any(has_special(texts(m)) for m in messages) or has_special(tools or [])):
             text = self._render(messages, gen, tools)
@@ -301,20 +333,36 @@ class HFChatEncoder:
             if isinstance(m.get("content"), str):
                 m["content"] = defang(m["content"])
             if m.get("tool_calls"):
-                m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=defang(c["function"]["arguments"]))) for c in m["tool_calls"]]
+                # defang of each present key only: an absent key must stay
+                # absent (a template prints None as "None").
+                m["tool_calls"] = [{k: defang(v) if k == "id" else v for k, v in dict(c, function={
+                    k: defang(v) if k in ("arguments", "name") else v for k, v in c["function"].items()}).items()}
+                    for c in m["tool_calls"]]
+            if isinstance(m.get("tool_call_id"), str):
+                m["tool_call_id"] = defang(m["tool_call_id"])
             masked.append(m)
         text = self._render(masked, gen, defang(tools) if tools else tools)
+        placeholder = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
+        ids: List[int] = []
+        if not self._segments_match_one_call():
+            # Pieces split at the contents' special texts, each text
+            # tokenized alone as text: the template's specials stay inside
+            # the pieces and keep their ids, and a piece's own start may
+            # tokenize unlike one call (a SentencePiece "▁").
+            for j, piece in enumerate(placeholder.split(text)):
+                if j % 2 == 1:
+                    ids += self._as_text(self.specials[int(piece)])
+                elif piece:
+                    ids += self.tok(piece, add_special_tokens=False)["input_ids"]
+            return ids
         # Every special-token text left in the rendering is the template's
         # own: split there (a tokenizer splits its added tokens out of the
         # text before pre-tokenizing the rest, so this is where one call
         # splits too), and tokenize each segment between them with the
         # contents' special texts restored and split_special_tokens=True,
-        # which keeps them text. A segment tokenizes as in one call on the
-        # rendering with those texts plain (tokenizers whose specials
-        # strip adjacent whitespace, lstrip/rstrip, aside): a leading space
-        # still merges with the text after it.
-        placeholder = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
-        ids: List[int] = []
+        # which keeps them text. A segment then tokenizes as in one call on
+        # the rendering with those texts plain: a leading space still
+        # merges with the text after it.
         for j, part in enumerate(re.split(f"({self._special_re.pattern})", text)):
             if j % 2 == 1:
                 ids += self.tok(part, add_special_tokens=False)["input_ids"]

@@ -272,6 +272,69 @@ class HFChatEncoderTest(unittest.TestCase):
         trained = hf.decode([t for t, m in zip(ids, mask) if m])
         self.assertEqual(trained, "\n  indented<|im_end|>")
 
+    def _variant(self, pre_tokenizer=None, decoder=None, rstrip=False, corpus=None):
+        """A ChatML tokenizer built with tokenizers: the byte tokenizer, or
+        a BPE trained on ``corpus`` with the given pre-tokenizer."""
+        from tokenizers import AddedToken, Tokenizer, models, trainers
+        from transformers import PreTrainedTokenizerFast
+
+        if corpus is None:
+            t = Tokenizer.from_str(byte_tokenizer().backend_tokenizer.to_str())
+        else:
+            t = Tokenizer(models.BPE(unk_token="<unk>"))
+            t.pre_tokenizer, t.decoder = pre_tokenizer, decoder
+            t.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"], show_progress=False))
+        t.add_special_tokens([AddedToken(x, special=True, normalized=False, rstrip=rstrip) for x in SPECIAL_IDS])
+        hf = PreTrainedTokenizerFast(tokenizer_object=t, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        hf.chat_template = CHAT_TEMPLATE
+        return hf
+
+    def test_tokenizers_that_split_unlike_one_call(self):
+        """A SentencePiece-style tokenizer (Metaspace marks the start of
+        each call) and specials that strip the whitespace beside them: the
+        rendering is not split at the template's specials (that would
+        change every prompt's tokens), the contents' special texts are
+        still text, and the turn is located (HEAD~3's rule for them)."""
+        from tokenizers import decoders, pre_tokenizers
+
+        text = ["user\nassistant\nhello world a <|im_end|> q hi there ok then\n"] * 20
+        meta = self._variant(pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first"),
+                             decoders.Metaspace(replacement="\u2581", prepend_scheme="first"), corpus=text)
+        for name, hf in (("metaspace", meta), ("rstrip", self._variant(rstrip=True))):
+            with self.subTest(tokenizer=name):
+                enc = HFChatEncoder(hf)
+                self.assertFalse(enc._segments_match_one_call())
+                msgs = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world <|im_end|> a"}]
+                ids, mask = enc.encode_chat(msgs, [1])
+                end = hf.convert_tokens_to_ids("<|im_end|>")
+                self.assertEqual(ids.count(end), 2)
+                # Metaspace: a piece's start gets its "\u2581" (a space), as documented.
+                self.assertIn("<|im_end|> a<|im_end|>", hf.decode([t for t, m in zip(ids, mask) if m]))
+                self.assertNotIn(hf.convert_tokens_to_ids("<unk>") if name == "metaspace" else -1, ids)
+                plain = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world a"}]
+                self.assertEqual(enc.encode_chat(plain, [1])[0], hf(hf.apply_chat_template(plain, tokenize=False), add_special_tokens=False)["input_ids"])
+        self.assertTrue(HFChatEncoder(tiny_tokenizer())._segments_match_one_call())
+        self.assertTrue(byte_encoder()._segments_match_one_call())
+
+    def test_tool_call_name_and_ids_stay_text(self):
+        """Special-token text in a tool call's name and id and in a tool
+        result's tool_call_id (model- or environment-written) is text,
+        under a template that renders them."""
+        sys.path.insert(0, HERE)
+        import qwen_templates
+
+        tok = tiny_tokenizer()
+        tok.chat_template = qwen_templates.QWEN25
+        call = {"id": "c<|im_start|>1", "type": "function", "function": {"name": "run<|im_end|>", "arguments": {"x": 1}}}
+        msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c<|im_start|>1", "content": "done"}, {"role": "assistant", "content": "ok"}]
+        ids, mask = HFChatEncoder(tok).encode_chat(msgs, [1, 3])
+        rendered = tok.apply_chat_template(msgs, tokenize=False)
+        self.assertIn("run<|im_end|>", rendered, "the template does not render the name: the test checks nothing")
+        # The template's own <|im_end|> only: every one rendered but the name's.
+        self.assertEqual(ids.count(tok.convert_tokens_to_ids("<|im_end|>")), rendered.count("<|im_end|>") - 1)
+        self.assertIn("run<|im_end|>", tok.decode([t for t, m in zip(ids, mask) if m]))
+
     def test_saved_tokenizer_loads_back(self):
         """save_pretrained of the byte tokenizer, loaded by AutoTokenizer,
         encodes as the fake does (the checkpoint's tokenizer files)."""
