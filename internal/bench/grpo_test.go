@@ -97,11 +97,7 @@ func BenchmarkTrainerRound(b *testing.B) {
 		bases := make([]string, len(variants))
 		for i := range variants {
 			bases[i] = b.TempDir()
-			runSpade(b, bin, bases[i], envOf(i), "stage", "corpus", "--round", "0")
-			runSpade(b, bin, bases[i], envOf(i), "commit", "--round", "0", "--stage", "corpus", "--seal")
-			for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool"} {
-				runSpade(b, bin, bases[i], envOf(i), "stage", st, "--round", "1")
-			}
+			prepareGRPO(b, bin, bases[i], envOf(i))
 		}
 		wall := make([][]float64, len(variants))
 		cpuS := make([][]float64, len(variants))
@@ -137,6 +133,18 @@ func BenchmarkTrainerRound(b *testing.B) {
 	}
 }
 
+// prepareGRPO runs round 0's corpus (sealed) and round 1's stages up to
+// pool with bin in store, so that `spade stage grpo --round 1` is what
+// remains to measure.
+func prepareGRPO(b *testing.B, bin, store string, env []string) {
+	b.Helper()
+	runSpade(b, bin, store, env, "stage", "corpus", "--round", "0")
+	runSpade(b, bin, store, env, "commit", "--round", "0", "--stage", "corpus", "--seal")
+	for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool"} {
+		runSpade(b, bin, store, env, "stage", st, "--round", "1")
+	}
+}
+
 // baselineTrainerRound is BenchmarkTrainerRound's old-trainer run (see
 // there): it records the baseline's CPU and its ratios to the medians of
 // cur (the default variant's CPU-s) and bytes (the byte-tokenizer
@@ -149,11 +157,7 @@ func baselineTrainerRound(b *testing.B, old, py, section string, cur, bytes []fl
 	}
 	env := []string{"SPADE_GRPO_TRAINER=torch", "SPADE_GRPO_BASE_CHECKPOINT=tiny:0", "SPADE_GRPO_PYTHON=" + py, "SPADE_GRPO_TIMEOUT_S=" + strconv.Itoa(timeout)}
 	store := b.TempDir()
-	runSpade(b, old, store, env, "stage", "corpus", "--round", "0")
-	runSpade(b, old, store, env, "commit", "--round", "0", "--stage", "corpus", "--seal")
-	for _, st := range []string{"sample", "design", "validate", "hint", "rollout", "label", "memory", "pool"} {
-		runSpade(b, old, store, env, "stage", st, "--round", "1")
-	}
+	prepareGRPO(b, old, store, env)
 	r, stderr, err := runSpadeErr(b, old, store, env, "stage", "grpo", "--round", "1")
 	name := "old trainer (" + os.Getenv("BENCH_BASELINE") + ": padded micro-batches, built-in Qwen3, byte tokenizer) on its default round"
 	note := "finished"

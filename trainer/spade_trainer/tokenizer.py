@@ -222,8 +222,9 @@ class HFChatEncoder:
     Special-token text inside a message's content (say an environment's
     observation or the model's own answer holding the characters
     ``<|im_end|>``) is encoded as ordinary text, never as the special
-    id: otherwise text written by the model or an environment could forge a turn boundary, and a trained answer that
-    contains the characters would teach the model to emit the real
+    id: otherwise text written by the model or an environment could forge
+    a turn boundary, and a trained answer that contains the characters
+    would teach the model to emit the real
     end-of-turn token in the middle of an answer. The chat template's own
     special tokens stay special. How: each special token's text in the
     contents is replaced by a placeholder before the template is rendered
@@ -243,6 +244,8 @@ class HFChatEncoder:
         self.specials = _special_texts(tokenizer)
         # Longest first, so a special that contains another is replaced whole.
         self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.specials, key=len, reverse=True))) if self.specials else None
+        # The same alternation captured: re.split keeps the specials, at odd indices.
+        self._split_re = re.compile(f"({self._special_re.pattern})") if self._special_re else None
         self._segments_exact: Optional[bool] = None  # _segments_match_one_call, computed once
 
     def _segments_match_one_call(self) -> bool:
@@ -264,10 +267,7 @@ class HFChatEncoder:
                 except Exception:  # a template that cannot render the probe: keep the piecewise rule
                     return False
                 one = list(self.tok(text, add_special_tokens=False)["input_ids"])
-                seg: List[int] = []
-                for part in re.split(f"({self._special_re.pattern})", text):
-                    if part:
-                        seg += self.tok(part, add_special_tokens=False)["input_ids"]
+                seg = [t for part in self._split_re.split(text) if part for t in self.tok(part, add_special_tokens=False)["input_ids"]]
                 self._segments_exact = one == seg
         return self._segments_exact
 
@@ -333,11 +333,19 @@ class HFChatEncoder:
             if isinstance(m.get("content"), str):
                 m["content"] = defang(m["content"])
             if m.get("tool_calls"):
-                # defang of each present key only: an absent key must stay
-                # absent (a template prints None as "None").
-                m["tool_calls"] = [{k: defang(v) if k == "id" else v for k, v in dict(c, function={
-                    k: defang(v) if k in ("arguments", "name") else v for k, v in c["function"].items()}).items()}
-                    for c in m["tool_calls"]]
+                calls = []
+                for c in m["tool_calls"]:
+                    # Only the keys present: an absent key stays absent (a
+                    # template prints None as "None").
+                    c, fn = dict(c), dict(c["function"])
+                    for k in ("arguments", "name"):
+                        if k in fn:
+                            fn[k] = defang(fn[k])
+                    if "id" in c:
+                        c["id"] = defang(c["id"])
+                    c["function"] = fn
+                    calls.append(c)
+                m["tool_calls"] = calls
             if isinstance(m.get("tool_call_id"), str):
                 m["tool_call_id"] = defang(m["tool_call_id"])
             masked.append(m)
@@ -363,7 +371,7 @@ class HFChatEncoder:
         # which keeps them text. A segment then tokenizes as in one call on
         # the rendering with those texts plain: a leading space still
         # merges with the text after it.
-        for j, part in enumerate(re.split(f"({self._special_re.pattern})", text)):
+        for j, part in enumerate(self._split_re.split(text)):
             if j % 2 == 1:
                 ids += self.tok(part, add_special_tokens=False)["input_ids"]
                 continue
