@@ -13,13 +13,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/filestore"
 	"github.com/spade-pipeline/spade/pipeline/storage/s3store"
 	"github.com/spade-pipeline/spade/stages/all"
-	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 func init() {

@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/evaluate"
+	"github.com/spade-pipeline/spade/stages/eval"
 )
 
 func init() {
@@ -112,7 +113,7 @@ some fail and the server no longer answers.`,
 			}
 			eng := &engine.Engines{Config: &cfg, Store: a.store, Log: a.log}
 			defer eng.Close()
-			rows, err := evaluate.ServeAndScore(ctx, eng, a.store, ck, engine.ServeTag{Run: g.runName, Round: round, Stage: evaluate.StageName}, round)
+			rows, err := evaluate.ServeAndScore(ctx, eng, a.store, ck, engine.ServeTag{Run: g.runName, Round: round, Stage: eval.StageName}, round)
 			if err != nil {
 				return err
 			}

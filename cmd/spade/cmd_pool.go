@@ -8,11 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/poolimport"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/corpus"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/pool"
+	"github.com/spade-pipeline/spade/stages/validate"
 )
 
 // The pool command registers itself through extraCommands.
@@ -29,7 +30,7 @@ type poolImportJSON struct {
 	Valid           int           `json:"valid"`
 	Invalid         []invalidJSON `json:"invalid"`
 	Error           string        `json:"error,omitempty"`
-	*pool.ImportReport
+	*poolimport.Report
 }
 
 // invalidJSON is one environment that failed validation.
@@ -44,7 +45,7 @@ type invalidJSON struct {
 // (docs/cli.md, docs/recipes.md "Fixed-pool baselines").
 func newPoolCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "pool", Short: "Manage a fixed environment pool (design.mode fixed_pool)"}
-	var opts pool.ImportOptions
+	var opts poolimport.Options
 	var asJSON bool
 	imp := &cobra.Command{
 		Use:   "import PATH...",
@@ -72,10 +73,10 @@ Example:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			opts.Paths = args
-			var rep pool.ImportReport // what was read, also in a failure's JSON
+			var rep poolimport.Report // what was read, also in a failure's JSON
 			fail := func(err error) error {
 				if asJSON {
-					_ = json.NewEncoder(os.Stdout).Encode(poolImportJSON{Error: err.Error(), Invalid: []invalidJSON{}, ImportReport: &rep})
+					_ = json.NewEncoder(os.Stdout).Encode(poolImportJSON{Error: err.Error(), Invalid: []invalidJSON{}, Report: &rep})
 				}
 				return err
 			}
@@ -93,9 +94,9 @@ Example:
 			if err := engine.CheckConfig(&a.cfg); err != nil {
 				return fail(usageError{err})
 			}
-			entries, read, err := pool.ReadImport(ctx, opts)
+			entries, read, err := poolimport.Read(ctx, opts)
 			rep = read
-			var pe *pool.PathError
+			var pe *poolimport.PathError
 			if errors.As(err, &pe) {
 				return fail(usageError{err})
 			}
@@ -104,7 +105,7 @@ Example:
 			}
 			eng := &engine.Engines{Config: &a.cfg, Store: a.store, Log: a.log}
 			defer eng.Close()
-			st := &pool.Import{Eng: eng, Entries: entries, Skill: opts.Skill}
+			st := &validate.PoolImport{Eng: eng, Entries: entries, Skill: opts.Skill}
 			r := &pipeline.Runner{Store: a.store, Run: g.runName, Config: a.cfg, Stages: []pipeline.Stage{corpus.Embedded{WithPool: true}, st}, Log: a.log}
 			res, err := r.RunRound(ctx, 0)
 			if err != nil {
@@ -150,8 +151,8 @@ Example:
 		},
 	}
 	f := imp.Flags()
-	f.StringVar(&opts.Format, "format", pool.FormatAuto, "input format: auto (by extension; a directory is dir), dir, py, jsonl or parquet")
-	f.StringVar(&opts.Skill, "skill", "", "skill of environments whose row and class name none (default "+pool.DefaultSkill+")")
+	f.StringVar(&opts.Format, "format", poolimport.FormatAuto, "input format: auto (by extension; a directory is dir), dir, py, jsonl or parquet")
+	f.StringVar(&opts.Skill, "skill", "", "skill of environments whose row and class name none (default "+poolimport.DefaultSkill+")")
 	f.BoolVar(&asJSON, "json", false, "print the import report as JSON")
 	cmd.AddCommand(imp)
 	return cmd
@@ -159,12 +160,12 @@ Example:
 
 // poolSummary counts the committed environments of round 0 (manifest m)
 // and lists the invalid ones with their reasons.
-func poolSummary(cmd *cobra.Command, a *app, m *pipeline.Manifest, rep *pool.ImportReport, already bool) (poolImportJSON, error) {
+func poolSummary(cmd *cobra.Command, a *app, m *pipeline.Manifest, rep *poolimport.Report, already bool) (poolImportJSON, error) {
 	envs, err := pipeline.ReadManifestRows(cmd.Context(), a.store, schemas.Environments, m)
 	if err != nil {
 		return poolImportJSON{}, err
 	}
-	out := poolImportJSON{AlreadyImported: already, Environments: len(envs), Invalid: []invalidJSON{}, ImportReport: rep}
+	out := poolImportJSON{AlreadyImported: already, Environments: len(envs), Invalid: []invalidJSON{}, Report: rep}
 	for _, e := range envs {
 		if e.Valid {
 			out.Valid++

@@ -12,12 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/docs"
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/evaluate"
-	"github.com/spade-pipeline/spade/stages/report"
+	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/stages/roundmetrics"
 )
 

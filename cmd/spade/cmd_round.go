@@ -5,22 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/spade-pipeline/spade/stages/evaluate"
 	"math"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/spade-pipeline/spade/engines/evaluate"
+
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/stages/all"
-	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 // runner builds the pipeline runner with every stage.

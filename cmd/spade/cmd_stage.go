@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
-	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 func newStageCmd(g *globals) *cobra.Command {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/track"
 	"github.com/spade-pipeline/spade/pipeline"
-	"github.com/spade-pipeline/spade/stages/track"
 )
 
 func init() {

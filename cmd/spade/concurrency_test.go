@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
 )
 
 // variantDesigner is modeltest's default handler with one environment per

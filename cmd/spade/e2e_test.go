@@ -322,7 +322,7 @@ func TestEnvCheckCLI(t *testing.T) {
 		r := spade(t, ".", nil, "env", "check", ex)
 		require.Equal(t, 0, r.code, "%s: %s%s", ex, r.stdout, r.stderr)
 	}
-	files, err := filepath.Glob("../../stages/envcheck/testdata/hostile/*.py")
+	files, err := filepath.Glob("../../engines/envcheck/testdata/hostile/*.py")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 15)
 	for _, f := range files {
@@ -333,7 +333,7 @@ func TestEnvCheckCLI(t *testing.T) {
 			first, _, _ := strings.Cut(string(src), "\n")
 			fields := strings.Fields(strings.TrimPrefix(first, "# expect:"))
 			require.NotEmpty(t, fields, "%s: first line must be '# expect: CHECK ...'", f)
-			// The daemons run `sleep {{MARKER}}` (stages/envcheck's test puts
+			// The daemons run `sleep {{MARKER}}` (engines/envcheck's test puts
 			// a unique duration there): left literal, sleep would exit at once
 			// and the daemon could be gone before the cleanup check looks.
 			if strings.Contains(string(src), "{{MARKER}}") {
@@ -372,7 +372,7 @@ func TestEnvCheckCLI(t *testing.T) {
 		r = spade(t, ".", nil, "--config", cfg, "env", "check", "../../docs/examples/guess_game.py")
 		require.NotEqual(t, 0, r.code)
 		require.Contains(t, r.stderr, "/nonexistent/python3")
-		r = spade(t, ".", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.25"}, "env", "check", "--json", "../../stages/envcheck/testdata/hostile/infinite_loop_step.py")
+		r = spade(t, ".", []string{"SPADE_SANDBOX_CALL_TIMEOUT_S=0.25"}, "env", "check", "--json", "../../engines/envcheck/testdata/hostile/infinite_loop_step.py")
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Contains(t, r.stdout, "no reply within 250ms")
 	})
@@ -464,7 +464,7 @@ func TestInterruptMessage(t *testing.T) {
 // TestEnvCheckInterrupted: SIGINT during env check exits 130 ("interrupted"),
 // not 1 with the file reported invalid by the checks it cut short.
 func TestEnvCheckInterrupted(t *testing.T) {
-	cmd := exec.Command(spadeBin, "env", "check", "--timeout", "60s", "../../stages/envcheck/testdata/hostile/infinite_loop_step.py")
+	cmd := exec.Command(spadeBin, "env", "check", "--timeout", "60s", "../../engines/envcheck/testdata/hostile/infinite_loop_step.py")
 	cmd.Env = append(os.Environ(), "SPADE_SANDBOX_CALL_TIMEOUT_S=30")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -14,12 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/internal/pyenv"
 	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
-	"github.com/spade-pipeline/spade/stages/report"
 )
 
 // evalTinyTask is an lm-evaluation-harness task on disk: "What is a + b?"

@@ -22,13 +22,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/internal/testutil/s3server"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/diff"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/stages/all"
-	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 var opsUpdate = flag.Bool("update", false, "rewrite golden files (testdata/ops/golden_digests.json)")

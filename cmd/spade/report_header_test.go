@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
-	"github.com/spade-pipeline/spade/stages/report"
 )
 
 // TestReportHeaderRoles: the report's header says what answers each role

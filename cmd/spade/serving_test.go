@@ -24,9 +24,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
+	"github.com/spade-pipeline/spade/engines/model/serving"
 	"github.com/spade-pipeline/spade/internal/pyenv"
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
-	"github.com/spade-pipeline/spade/stages/model/serving"
 	"github.com/spade-pipeline/spade/trainer"
 )
 

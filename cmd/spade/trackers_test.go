@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/track"
 	"github.com/spade-pipeline/spade/internal/pyenv"
-	"github.com/spade-pipeline/spade/stages/track"
 )
 
 // startMLflow starts a real MLflow tracking server (the pinned venv's
@@ -97,7 +97,7 @@ func TestTrackers(t *testing.T) {
 	r := o.spade(t, nil, "track", "--round", "1")
 	require.Equal(t, exitUsage, r.code, "no trackers configured: %s", r.stderr)
 
-	helper, err := filepath.Abs("../../stages/track/spade_track.py")
+	helper, err := filepath.Abs("../../engines/track/spade_track.py")
 	require.NoError(t, err)
 	req, err := json.Marshal(map[string]string{"run": "default", "experiment": "spade", "mlflow_tracking_uri": mlflowURL,
 		"wandb_dir": wandbDir, "tensorboard_dir": tbDir, "track_helper": helper})

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
-	"github.com/spade-pipeline/spade/stages/model/openai"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
+	"github.com/spade-pipeline/spade/engines/model/openai"
 )
 
 // The test binary re-executes itself as the model server, so that the

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
 )
 
 // The round benchmark's model server: modeltest's default handler playing

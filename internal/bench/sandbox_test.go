@@ -11,14 +11,14 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
-	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/sandbox"
+	"github.com/spade-pipeline/spade/engines/envcheck"
+	"github.com/spade-pipeline/spade/engines/sandbox"
 )
 
 const sandboxReps = 5
 
 // BenchmarkSandbox measures, in one run: step() throughput of a trivial
-// environment (stages/sandbox/testdata/counter.py) on two sandboxed
+// environment (engines/sandbox/testdata/counter.py) on two sandboxed
 // programs; a process-per-call executor on the same environment; and full
 // validations (envcheck.Check of docs/examples/guess_game.py), one at a
 // time and two at a time. Besides wall-clock rates it reports CPU per operation including
@@ -27,7 +27,7 @@ const sandboxReps = 5
 // >= 20,000 steps/s, >= 100x process-per-call, >= 50 validations/s.
 func BenchmarkSandbox(b *testing.B) {
 	root := repoRoot(b)
-	counterPath := filepath.Join(root, "stages/sandbox/testdata/counter.py")
+	counterPath := filepath.Join(root, "engines/sandbox/testdata/counter.py")
 	counter, err := os.ReadFile(counterPath)
 	if err != nil {
 		b.Fatal(err)
@@ -123,7 +123,7 @@ func BenchmarkSandbox(b *testing.B) {
 				p := pool.New().WithMaxGoroutines(workers)
 				for range calls {
 					p.Go(func() {
-						out, err := exec.Command(python, "-S", filepath.Join(root, "stages/sandbox/testdata/process_per_call.py"), filepath.Join(root, "stages/sandbox/python"), counterPath).Output()
+						out, err := exec.Command(python, "-S", filepath.Join(root, "engines/sandbox/testdata/process_per_call.py"), filepath.Join(root, "engines/sandbox/python"), counterPath).Output()
 						var res []any
 						if err != nil || json.Unmarshal(out, &res) != nil || len(res) != 5 {
 							b.Errorf("process-per-call: output %q: %v", out, err)

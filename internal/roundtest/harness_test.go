@@ -17,13 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/sqlview"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	_ "github.com/spade-pipeline/spade/pipeline/storage/backends" // file:// and friends
 	"github.com/spade-pipeline/spade/stages/all"
-	"github.com/spade-pipeline/spade/stages/engine"
 )
 
 // workDir holds every run and the CLI binary of this test binary; removed

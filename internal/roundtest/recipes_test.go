@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/reward"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/diff"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/label"
 )
 
 // The recipe tests run the files of configs/ offline: each ablation's
@@ -143,7 +143,7 @@ func TestAblations(t *testing.T) {
 				}
 				hist = append(hist, ls)
 			}
-			base := label.Baselines(hist, f.cfg.Label.LearningPotential)
+			base := reward.Baselines(hist, f.cfg.Label.LearningPotential)
 			_, rs := rows(t, f.db, `SELECT skill, valid, win_rate, designer_reward FROM labels WHERE round = 5`)
 			require.NotEmpty(t, rs)
 			for _, x := range rs {

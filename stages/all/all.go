@@ -16,11 +16,11 @@
 package all
 
 import (
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/stages/corpus"
 	"github.com/spade-pipeline/spade/stages/design"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/evaluate"
+	"github.com/spade-pipeline/spade/stages/eval"
 	"github.com/spade-pipeline/spade/stages/grpo"
 	"github.com/spade-pipeline/spade/stages/hint"
 	"github.com/spade-pipeline/spade/stages/label"
@@ -46,6 +46,6 @@ func Stages(eng *engine.Engines) []pipeline.Stage {
 		pool.Stage{},
 		&grpo.Stage{Log: eng.Log},
 		roundmetrics.Stage{},
-		&evaluate.Stage{Eng: eng},
+		&eval.Stage{Eng: eng},
 	}
 }

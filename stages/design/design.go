@@ -15,17 +15,16 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/spade-pipeline/spade/engines/draw"
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/envcheck"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/procedural"
+	"github.com/spade-pipeline/spade/engines/prompt"
+	"github.com/spade-pipeline/spade/engines/sandbox"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/design/prompt"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/memory"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/procedural"
-	"github.com/spade-pipeline/spade/stages/sample"
-	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
 // SeedsPerPrompt is n of the memory seed selection (public code: 2).
@@ -189,7 +188,7 @@ func (s *Stage) PartsInFlight(c *config.Config) int {
 // of cpu each.
 func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb *sandbox.Sandbox, cpu *engine.Limiter, sl schemas.Slot, docs []docRow, mem []schemas.MemoryEntry) []schemas.Design {
 	rng := rand.New(rand.NewPCG(uint64(sl.Seed), 7))
-	seeds, negs := memory.SelectSeeds(mem, sl.Skill, SeedsPerPrompt, rng)
+	seeds, negs := draw.Seeds(mem, sl.Skill, SeedsPerPrompt, rng)
 	// The slot's setting ("game", "tool_use") is already the template's
 	// kind; the prompt's Setting section is the theme: the grounding
 	// documents' domains.
@@ -237,7 +236,7 @@ func generate(ctx context.Context, cfg *config.Config, backend model.Backend, sb
 		d.Prompt = string(pj)
 		req := model.Request{
 			Messages: msgs, N: 1, Temperature: cfg.Design.Temperature, TopP: cfg.Design.TopP, MaxTokens: cfg.Design.MaxTokens,
-			Seed: sample.Seed(sl.Seed, "design", attempt),
+			Seed: pipeline.DeriveSeed(sl.Seed, "design", attempt),
 			Meta: map[string]string{
 				procedural.MetaTask: "design", procedural.MetaKind: sl.Kind, procedural.MetaSkill: sl.Skill,
 				procedural.MetaSetting: sl.Setting, procedural.MetaSlot: sl.SlotID, procedural.MetaAttempt: strconv.Itoa(attempt),

@@ -8,11 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/prompt"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/design/prompt"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/model"
 )
 
 // TestDocExcerptChars pins the unit of DocExcerptChars: code points, not

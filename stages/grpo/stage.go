@@ -16,13 +16,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/reward"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/label"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/sample"
 	"github.com/spade-pipeline/spade/trainer"
 )
 
@@ -64,9 +63,9 @@ func (*Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, b
 			// range) and the labels of the window s..r-1 (label(r) is
 			// already an input).
 			ins = append(ins, pipeline.Input{Table: "environments", Round: s})
-			ins = append(ins, label.HistoryInputs(s, ri.Round)...)
+			ins = append(ins, reward.HistoryInputs(s, ri.Round)...)
 			if c.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
-				ins = append(ins, label.HistoryInputs(1, s)...)
+				ins = append(ins, reward.HistoryInputs(1, s)...)
 			}
 		}
 	}
@@ -656,7 +655,7 @@ func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
 		tc.MismatchWarn = g.MismatchWarn
 	}
 	tc.SaveOptimizer = g.KeepOptimizerRounds > 0
-	tc.Seed = sample.Seed(ri.Seed, "grpo", ri.Round)
+	tc.Seed = pipeline.DeriveSeed(ri.Seed, "grpo", ri.Round)
 	if g.KLBeta > 0 {
 		// The trainer's default reference is its input checkpoint, whose
 		// log-probs equal the pre-step policy's: with one inner step the
@@ -750,9 +749,9 @@ func readDelayedLabels(ctx context.Context, env *pipeline.Env, sr int) ([]schema
 		}
 		window = append(window, ls)
 	}
-	var base map[string]label.EMA
+	var base map[string]reward.EMA
 	if env.Config.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
-		if base, err = label.ReadBaselines(ctx, env, 1, env.Round.Round); err != nil {
+		if base, err = reward.ReadBaselines(ctx, env, 1, env.Round.Round); err != nil {
 			return nil, err
 		}
 	}
@@ -774,10 +773,10 @@ func readDelayedLabels(ctx context.Context, env *pipeline.Env, sr int) ([]schema
 //     plays (the public blend's "matched timing": pooling later unhinted
 //     plays against earlier hinted ones would bias it down);
 //
-// and label.DesignerRewardOf combines them under label.designer_reward.
+// and reward.DesignerRewardOf combines them under label.designer_reward.
 // The returned rows are round s's labels with DesignerReward replaced;
 // a window without round s's labels gives none.
-func DelayedLabels(cfg *config.Config, envs []schemas.Environment, window [][]schemas.Label, base map[string]label.EMA) []schemas.Label {
+func DelayedLabels(cfg *config.Config, envs []schemas.Environment, window [][]schemas.Label, base map[string]reward.EMA) []schemas.Label {
 	if len(window) == 0 {
 		return nil
 	}
@@ -798,11 +797,11 @@ func DelayedLabels(cfg *config.Config, envs []schemas.Environment, window [][]sc
 	out := make([]schemas.Label, 0, len(window[0]))
 	for _, l := range window[0] {
 		l.DesignerReward = nil
-		in := label.RewardInput{Valid: l.Valid, Regret: l.Regret, Width: width[l.EnvID], Unhinted: rounds[l.EnvID] * cfg.Rollout.GroupSize, Baseline: base[l.Skill].Baseline()}
+		in := reward.RewardInput{Valid: l.Valid, Regret: l.Regret, Width: width[l.EnvID], Unhinted: rounds[l.EnvID] * cfg.Rollout.GroupSize, Baseline: base[l.Skill].Baseline()}
 		if n := rounds[l.EnvID]; n > 0 {
 			in.WinRate = sum[l.EnvID] / float64(n)
 		}
-		if r, ok := label.DesignerRewardOf(cfg.Label, in); ok {
+		if r, ok := reward.DesignerRewardOf(cfg.Label, in); ok {
 			l.DesignerReward = &r
 		}
 		out = append(out, l)

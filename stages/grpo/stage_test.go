@@ -16,13 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/reward"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	_ "github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/label"
-	"github.com/spade-pipeline/spade/stages/sample"
 )
 
 func rollout(env string, hinted bool, sample int, ret float64) schemas.Rollout {
@@ -278,7 +277,7 @@ func TestTrainerConfigKLReference(t *testing.T) {
 	require.Equal(t, 3e-6, tc.LR)
 	require.Equal(t, 0.28, tc.ClipEpsilon)
 	require.Equal(t, 4096, tc.MaxSeqLen)
-	require.Equal(t, sample.Seed(11, "grpo", 3), tc.Seed)
+	require.Equal(t, pipeline.DeriveSeed(11, "grpo", 3), tc.Seed)
 
 	cfg.GRPO.KLBeta = 0.04
 	tc = trainerConfig(&cfg, ri)
@@ -518,6 +517,6 @@ func TestDelayedLabels(t *testing.T) {
 	}
 	// learning_potential over the same window: |0.5 - 0.3| for a.
 	cfg.Label.DesignerReward = config.DesignerRewardLearningPotential
-	got = DelayedLabels(&cfg, envs, window, map[string]label.EMA{"k": {Fast: 0.4, Slow: 0.3, Rounds: 2}})
+	got = DelayedLabels(&cfg, envs, window, map[string]reward.EMA{"k": {Fast: 0.4, Slow: 0.3, Rounds: 2}})
 	require.InDelta(t, 0.2, *got[0].DesignerReward, 1e-12)
 }

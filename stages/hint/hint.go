@@ -10,15 +10,14 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/procedural"
+	"github.com/spade-pipeline/spade/engines/prompt"
 	"github.com/spade-pipeline/spade/internal/textcut"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/design/prompt"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/procedural"
-	"github.com/spade-pipeline/spade/stages/sample"
 )
 
 // MaxHintBytes bounds a stored hint, in bytes: a longer (trimmed) model
@@ -129,7 +128,7 @@ func write(ctx context.Context, env *pipeline.Env, backend model.Backend, e sche
 	samp := env.Config.Hint.Sampling()
 	resp, err := backend.Chat(ctx, model.Request{
 		Messages: msgs, N: 1, Temperature: samp.Temperature, TopP: samp.TopP, MaxTokens: samp.MaxTokens,
-		Seed: sample.Seed(env.Round.Seed, "hint", env.Round.Round, e.EnvID),
+		Seed: pipeline.DeriveSeed(env.Round.Seed, "hint", env.Round.Round, e.EnvID),
 		Meta: map[string]string{procedural.MetaTask: "hint", procedural.MetaSource: e.Source},
 	})
 	if err != nil {

@@ -8,15 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/engine"
 	"github.com/spade-pipeline/spade/stages/hint"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
 )
 
 // envFixture writes the hint stage's input, the environments table, on

@@ -7,11 +7,13 @@ import (
 	"context"
 	"sort"
 
+	"github.com/spade-pipeline/spade/engines/reward"
+
+	"github.com/spade-pipeline/spade/engines/draw"
+	"github.com/spade-pipeline/spade/engines/metrics"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/metrics"
-	poolstage "github.com/spade-pipeline/spade/stages/pool"
 )
 
 // Stage is the label stage; it runs every round.
@@ -26,7 +28,7 @@ func (Stage) Outputs() []pipeline.Output { return []pipeline.Output{{Table: "lab
 // Plan implements pipeline.Stage: on a regeneration round the candidates
 // come from environments(r); otherwise from the pool carried from r-1.
 // With label.designer_reward learning_potential a regeneration round also
-// reads the labels of every earlier round (HistoryInputs), the skills'
+// reads the labels of every earlier round (reward.HistoryInputs), the skills'
 // baselines.
 func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bool) {
 	if ri.Round < 1 {
@@ -36,7 +38,7 @@ func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bo
 	if ri.Regeneration {
 		ins = append(ins, pipeline.Input{Table: "environments", Round: ri.Round})
 		if c != nil && c.Label.DesignerRewardKind() == config.DesignerRewardLearningPotential {
-			ins = append(ins, HistoryInputs(1, ri.Round)...)
+			ins = append(ins, reward.HistoryInputs(1, ri.Round)...)
 		}
 	} else {
 		ins = append(ins, pipeline.Input{Table: "pool", Round: ri.Round - 1})
@@ -45,10 +47,10 @@ func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bo
 }
 
 // ConfigSubset implements pipeline.Stage: the label settings, and under
-// design.mode fixed_pool the round's draw from the pool (pool.DrawSize)
+// design.mode fixed_pool the round's draw from the pool (draw.PoolSize)
 // with them.
 func (Stage) ConfigSubset(c *config.Config) any {
-	if n := poolstage.DrawSize(c); n > 0 {
+	if n := draw.PoolSize(c); n > 0 {
 		return struct {
 			Label config.Label
 			Draw  int
@@ -95,7 +97,7 @@ func Compute(c Candidate, plays []schemas.Rollout, lo, hi float64, regen bool) s
 }
 
 // ComputeFor is Compute with the band and the designer reward formula of
-// cfg (label.designer_reward, DesignerRewardOf).
+// cfg (label.designer_reward, reward.DesignerRewardOf).
 func ComputeFor(cfg config.Label, c Candidate, plays []schemas.Rollout, regen bool) schemas.Label {
 	lo, hi := cfg.BandLow, cfg.BandHigh
 	l := schemas.Label{EnvID: c.EnvID, SlotID: c.SlotID, Skill: c.Skill, Valid: c.Valid}
@@ -140,7 +142,7 @@ func ComputeFor(cfg config.Label, c Candidate, plays []schemas.Rollout, regen bo
 	if !regen {
 		return l
 	}
-	if r, ok := DesignerRewardOf(cfg, RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow, WinRate: l.WinRate, Unhinted: nU, Baseline: c.Baseline}); ok {
+	if r, ok := reward.DesignerRewardOf(cfg, reward.RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow, WinRate: l.WinRate, Unhinted: nU, Baseline: c.Baseline}); ok {
 		l.DesignerReward = &r
 	}
 	return l
@@ -155,8 +157,8 @@ func ComputeFor(cfg config.Label, c Candidate, plays []schemas.Rollout, regen bo
 // nothing, so it has no hinted plays): its quality is unmeasured, and it
 // gets no reward rather than the invalid environment's -1, which would
 // punish the designer for a failed model call (docs/regret.md).
-func DesignerReward(c Candidate, l schemas.Label) (reward float64, ok bool) {
-	return DesignerRewardOf(config.Label{DesignerReward: config.DesignerRewardRegret}, RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow})
+func DesignerReward(c Candidate, l schemas.Label) (r float64, ok bool) {
+	return reward.DesignerRewardOf(config.Label{DesignerReward: config.DesignerRewardRegret}, reward.RewardInput{Valid: c.Valid, Regret: l.Regret, Width: c.RewardHigh - c.RewardLow})
 }
 
 // Run implements pipeline.Stage.Run: one labels row per candidate, in
@@ -188,14 +190,14 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		if err != nil {
 			return err
 		}
-		for _, p := range poolstage.Draw(pool, ri, env.Config) {
+		for _, p := range draw.Pool(pool, ri, env.Config) {
 			cands = append(cands, Candidate{EnvID: p.EnvID, SlotID: p.SlotID, Skill: p.Skill, Valid: true, RewardLow: 0, RewardHigh: 1})
 		}
 	}
 	sort.Slice(cands, func(a, b int) bool { return cands[a].EnvID < cands[b].EnvID })
 	c := env.Config.Label
 	if ri.Regeneration && c.DesignerRewardKind() == config.DesignerRewardLearningPotential {
-		base, err := ReadBaselines(ctx, env, 1, ri.Round)
+		base, err := reward.ReadBaselines(ctx, env, 1, ri.Round)
 		if err != nil {
 			return err
 		}
@@ -207,30 +209,4 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		pipeline.Emit(out, schemas.Labels, "labels", ComputeFor(c, cand, byEnv[cand.EnvID], ri.Regeneration))
 	}
 	return nil
-}
-
-// HistoryInputs are the labels of rounds from..to-1, the inputs that
-// ReadBaselines reads.
-func HistoryInputs(from, to int) []pipeline.Input {
-	var ins []pipeline.Input
-	for r := max(1, from); r < to; r++ {
-		ins = append(ins, pipeline.Input{Table: "labels", Round: r})
-	}
-	return ins
-}
-
-// ReadBaselines reads the labels of rounds from..to-1 and folds them into
-// the skills' learning-potential averages (Baselines, with the run's
-// label.learning_potential rates). Errors are pipeline.ReadAll's,
-// returned unwrapped.
-func ReadBaselines(ctx context.Context, env *pipeline.Env, from, to int) (map[string]EMA, error) {
-	var rounds [][]schemas.Label
-	for r := max(1, from); r < to; r++ {
-		ls, err := pipeline.ReadAll(ctx, env, schemas.Labels, "labels", r)
-		if err != nil {
-			return nil, err
-		}
-		rounds = append(rounds, ls)
-	}
-	return Baselines(rounds, env.Config.Label.LearningPotential), nil
 }

@@ -6,8 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/metrics"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/metrics"
 )
 
 // play builds one rollout row; err marks a failed play.
@@ -294,4 +295,19 @@ func TestNoHintNoDesignerReward(t *testing.T) {
 	require.Nil(t, l.Regret)
 	require.Nil(t, l.DesignerReward)
 	require.True(t, l.Learnable, "admission still follows the win rate")
+}
+
+// TestComputeForBlend labels one environment end to end: 4 unhinted plays,
+// 2 won (win rate 0.5, mean return 0.5), 4 hinted with mean 0.75 (regret
+// 0.25 -> scaled 1.67, clipped to 1): 0.6 + 0.4 = 1.
+func TestComputeForBlend(t *testing.T) {
+	cfg := config.Default().Label
+	cfg.DesignerReward = config.DesignerRewardBlend
+	plays := cat(arm(false, 1, 1, 0, 0), arm(true, 1, 1, 1, 0))
+	l := ComputeFor(cfg, validCand, plays, true)
+	require.NotNil(t, l.DesignerReward)
+	require.InDelta(t, 1.0, *l.DesignerReward, 1e-12)
+	require.InDelta(t, 0.25, *l.Regret, 1e-12)
+	l = ComputeFor(cfg, validCand, plays, false)
+	require.Nil(t, l.DesignerReward, "no designer reward between regenerations")
 }

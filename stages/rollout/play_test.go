@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/sandbox"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
 // goAgent answers every turn with the action "go".

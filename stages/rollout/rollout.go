@@ -16,18 +16,17 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/spade-pipeline/spade/engines/action"
+	"github.com/spade-pipeline/spade/engines/draw"
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/envcheck"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/procedural"
+	"github.com/spade-pipeline/spade/engines/prompt"
+	"github.com/spade-pipeline/spade/engines/sandbox"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/design/prompt"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/procedural"
-	poolstage "github.com/spade-pipeline/spade/stages/pool"
-	"github.com/spade-pipeline/spade/stages/rollout/action"
-	"github.com/spade-pipeline/spade/stages/sample"
-	"github.com/spade-pipeline/spade/stages/sandbox"
 )
 
 // Termination values of a play (schemas.Rollout.Termination).
@@ -91,14 +90,14 @@ func (s *Stage) Serve(ctx context.Context, env *pipeline.Env) (func(), error) {
 
 // ConfigSubset implements pipeline.Stage.
 // Under design.mode fixed_pool the round's draw from the pool
-// (pool.DrawSize) is part of it; 0, and left out, otherwise.
+// (draw.PoolSize) is part of it; 0, and left out, otherwise.
 func (*Stage) ConfigSubset(c *config.Config) any {
 	return struct {
 		Rollout config.Rollout
 		Model   config.Model
 		Sandbox config.Sandbox
 		Draw    int `json:",omitempty"`
-	}{c.Rollout, c.Model, c.Sandbox, poolstage.DrawSize(c)}
+	}{c.Rollout, c.Model, c.Sandbox, draw.PoolSize(c)}
 }
 
 // Target is one environment to play.
@@ -195,7 +194,7 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range poolstage.Draw(pool, ri, env.Config) {
+	for _, p := range draw.Pool(pool, ri, env.Config) {
 		out = append(out, poolTarget(p))
 	}
 	return out, nil
@@ -289,7 +288,7 @@ func (s *Stage) PartsInFlight(c *config.Config) int {
 // PlaySeed derives the reset seed of one play from (run seed, round, env,
 // arm, sample): unique per play and reproducible.
 func PlaySeed(runSeed int64, round int, envID string, hinted bool, sampleIdx int) int64 {
-	return sample.Seed(runSeed, "play", round, envID, hinted, sampleIdx) & (1<<53 - 1)
+	return pipeline.DeriveSeed(runSeed, "play", round, envID, hinted, sampleIdx) & (1<<53 - 1)
 }
 
 // play is one play to make: an environment, an arm and a sample.
@@ -407,7 +406,7 @@ func rewardBounds(t Target, meta sandbox.Meta) (lo, hi float64, ok bool) {
 // blocks) is split from its answer (model.ReplyParts) and kept in the
 // transcript, never sent back; a tool call is the action of a tool-use
 // play; otherwise the action is extracted from the answer by
-// rollout.action_format (stages/rollout/action), and a reply without one
+// rollout.action_format (engines/action), and a reply without one
 // is stepped as it is and counted in r.Unextracted. A reply cut at
 // rollout.max_tokens (finish_reason "length") is not stepped: it ends the
 // play as an agent failure. r.Replies and r.FinishReasons record every

@@ -6,11 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/model/modeltest"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 	"github.com/spade-pipeline/spade/stages/grpo"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/model/modeltest"
 )
 
 // TestTokenIDsStored: against a server that returns token ids and

@@ -13,12 +13,12 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spade-pipeline/spade/engines/metrics"
+	"github.com/spade-pipeline/spade/engines/model"
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/metrics"
-	"github.com/spade-pipeline/spade/stages/model"
-	"github.com/spade-pipeline/spade/stages/report"
 )
 
 // Stage is the metrics stage; it runs every round, last.
@@ -101,7 +101,7 @@ const (
 // of the metrics table rather than written. An empty pool is logged as a
 // warning, not returned. Errors, returned unwrapped unless noted: reading
 // an input (pipeline.ReadAll: the store's error, pipeline.ErrIntegrity,
-// table.ErrCorrupt, a schema mismatch); and the stages/metrics function
+// table.ErrCorrupt, a schema mismatch); and the engines/metrics function
 // that refuses its input (metrics.ErrNonFinite, a win rate outside
 // [0, 1], a band outside [0, 1] or reversed, an empty skill name, a failed
 // Vendi eigendecomposition), the win-rate summary's wrapped as "win
@@ -264,11 +264,11 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 			emit(VendiPerN, "", v)
 		}
 		if env.Config.Metrics.HasEmbedding(config.EmbeddingsSBERT) {
-			v, err := vendiPerNSBERT(ctx, env.Config.Metrics.Python, sources)
+			v, err := metrics.VendiPerNSBERTOf(ctx, env.Config.Metrics.Python, sources)
 			if err != nil {
 				return err
 			}
-			emit(VendiPerNSBERT, "", v)
+			emit(metrics.VendiPerNSBERT, "", v)
 		}
 	}
 	var domains []string

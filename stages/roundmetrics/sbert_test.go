@@ -7,13 +7,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/metrics"
 	"github.com/spade-pipeline/spade/internal/pyenv"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/metrics"
 	"github.com/spade-pipeline/spade/stages/roundmetrics"
 )
 
@@ -32,7 +32,7 @@ func TestSBERT(t *testing.T) {
 	guess2 := "class Env:\n    \"\"\"The player guesses a hidden integer from 1 to 100 and is rewarded 1 for the right guess.\"\"\"\n    def reset(self, seed=None):\n        self.hidden = 17\n"
 	maze := "class Env:\n    \"\"\"Route planning on a grid: move a robot around walls to the exit in as few steps as possible.\"\"\"\n    def step(self, action):\n        return self.grid, -1.0, False, False, {}\n"
 	sources := []string{guess, guess, guess2, maze}
-	emb, err := roundmetrics.SBERTEmbed(ctx, py, sources)
+	emb, err := metrics.SBERTEmbed(ctx, py, sources)
 	require.NoError(t, err)
 	require.Len(t, emb, 4)
 	dot := func(a, b []float64) float64 {
@@ -43,7 +43,7 @@ func TestSBERT(t *testing.T) {
 		return s
 	}
 	for i, e := range emb {
-		require.Len(t, e, roundmetrics.SBERTDim)
+		require.Len(t, e, metrics.SBERTDim)
 		require.InDelta(t, 1, dot(e, e), 1e-5, "row %d is unit length", i)
 	}
 	require.Equal(t, emb[0], emb[1], "the same text, the same embedding")
@@ -79,14 +79,14 @@ func TestSBERT(t *testing.T) {
 		require.NoError(t, err, "round %d", rnd)
 	}
 	got, _, _ := metricsOf(t, st, "m", 1)
-	require.Equal(t, direct/4, got[roundmetrics.VendiPerNSBERT], "SBERT Vendi per environment, as from the direct call")
+	require.Equal(t, direct/4, got[metrics.VendiPerNSBERT], "SBERT Vendi per environment, as from the direct call")
 	tfidf, err := metrics.VendiPerN(sources, metrics.DefaultLSADim)
 	require.NoError(t, err)
 	require.Equal(t, tfidf, got[roundmetrics.VendiPerN], "TF-IDF Vendi beside it")
-	require.False(t, math.IsNaN(got[roundmetrics.VendiPerNSBERT]))
+	require.False(t, math.IsNaN(got[metrics.VendiPerNSBERT]))
 
 	// A missing interpreter is an error naming it, and the stage fails.
-	_, err = roundmetrics.SBERTEmbed(ctx, "/nonexistent/python", sources)
+	_, err = metrics.SBERTEmbed(ctx, "/nonexistent/python", sources)
 	require.ErrorContains(t, err, "/nonexistent/python")
 	require.ErrorContains(t, err, "make venv")
 }

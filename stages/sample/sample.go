@@ -7,7 +7,6 @@ package sample
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 
 	"github.com/spade-pipeline/spade/pipeline"
@@ -96,17 +95,6 @@ func gcd(a, b int) int {
 	return a
 }
 
-// Seed derives a seed from the run seed and labels, stable across
-// platforms and Go versions (FNV-1a over the labels, mixed with the seed).
-func Seed(runSeed int64, labels ...any) int64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d", runSeed)
-	for _, l := range labels {
-		fmt.Fprintf(h, "\x00%v", l)
-	}
-	return int64(h.Sum64() & (1<<63 - 1))
-}
-
 // drawRows picks k row indexes from [0, n): without replacement while k <=
 // n (Floyd's algorithm, O(k) memory), then cycling.
 func drawRows(rng *rand.Rand, n, k int64) []int64 {
@@ -147,7 +135,7 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		return fmt.Errorf("corpus of run %s is empty", env.Round.Run)
 	}
 	ri := env.Round
-	rng := rand.New(rand.NewPCG(uint64(Seed(ri.Seed, "sample", ri.Round)), 0x5ade))
+	rng := rand.New(rand.NewPCG(uint64(pipeline.DeriveSeed(ri.Seed, "sample", ri.Round)), 0x5ade))
 	perSlot := c.DocsPerSlot
 	if env.Config.Ablation.NoGrounding {
 		// The no-corpus ablation: no documents, and the generic game in
@@ -169,7 +157,7 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		s := schemas.Slot{
 			SlotID: fmt.Sprintf("r%06d-s%04d", ri.Round, i), Regeneration: int64(ri.RegenIndex),
 			Index: int64(i), Skill: skill, Setting: setting, Kind: kind,
-			Seed: Seed(ri.Seed, "slot", ri.Round, i),
+			Seed: pipeline.DeriveSeed(ri.Seed, "slot", ri.Round, i),
 		}
 		for d := 0; d < perSlot; d++ {
 			j := i*perSlot + d

@@ -11,12 +11,12 @@ import (
 
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/spade-pipeline/spade/engines/action"
+	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/envcheck"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/stages/engine"
-	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/rollout/action"
 )
 
 // EnvsPerPart is the unit of sharded validation work: the number of

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spade-pipeline/spade/stages/envcheck"
-	"github.com/spade-pipeline/spade/stages/sandbox"
+	"github.com/spade-pipeline/spade/engines/envcheck"
+	"github.com/spade-pipeline/spade/engines/sandbox"
 )
 
 // TestEnvironmentRowTools checks the invariant the rollout stage relies on
