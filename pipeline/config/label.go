@@ -1,0 +1,106 @@
+package config
+
+// Label configures regret labelling.
+type Label struct {
+	// BandLow is the lower end of the learnable band of win rates,
+	// inclusive (SPADE.md: [0.2, 0.8]); 0 <= BandLow <= BandHigh <= 1.
+	BandLow float64 `yaml:"band_low" json:"band_low"`
+	// BandHigh is the upper end of the learnable band, inclusive (default
+	// 0.8).
+	BandHigh float64 `yaml:"band_high" json:"band_high"`
+	// DesignerReward is the designer reward formula (docs/regret.md):
+	// "regret" (default: clip(regret / reward width, -1, 1)), "blend"
+	// (the public recipes' REWARD_VARIANT=blend), "learning_potential"
+	// or "solve_rate" (the public code's reward ablations). Pinned as ""
+	// when "regret", so runs pinned before the setting keep their digest.
+	DesignerReward string `yaml:"designer_reward" json:"designer_reward,omitempty"`
+	// Blend holds the parameters of the blend and solve_rate rewards.
+	Blend Blend `yaml:"blend" json:"blend,omitzero"`
+	// LearningPotential holds the EMA rates of the learning_potential
+	// reward.
+	LearningPotential LearningPotential `yaml:"learning_potential" json:"learning_potential,omitzero"`
+}
+
+// Blend parameterises the blend designer reward (public code:
+// spade/core/utils/delayed_env_rewards.py recompute_delayed_env_rewards_blend,
+// with the recipes' flags of cmd/games/train_spade_*.sh):
+//
+//	blend = PlateauWeight x plateau(win rate) + RegretWeight x R
+//	R     = clip(regret / width / RegretScale, 0, 1)   (RegretFloor)
+//	      = regret / width / RegretScale               (otherwise)
+//
+// plateau is 1 on [PlateauLow, PlateauHigh] and falls linearly to 0 over
+// PlateauRamp on either side. solve_rate is plateau(win rate) alone.
+type Blend struct {
+	// PlateauWeight weights the plateau of the win rate (public: 0.6);
+	// >= 0.
+	PlateauWeight float64 `yaml:"plateau_weight" json:"plateau_weight"`
+	// RegretWeight weights the scaled regret (public: 0.4); >= 0.
+	RegretWeight float64 `yaml:"regret_weight" json:"regret_weight"`
+	// RegretScale divides the width-normalised regret (public
+	// --spade-regret-scale 0.15); > 0.
+	RegretScale float64 `yaml:"regret_scale" json:"regret_scale"`
+	// RegretFloor clips the scaled regret to [0, 1] (public
+	// --spade-regret-floor, set in every recipe). Without it a negative
+	// regret can make the blend negative, and a negative blend is masked:
+	// the design is not a training sample.
+	RegretFloor bool `yaml:"regret_floor" json:"regret_floor"`
+	// PlateauLow and PlateauHigh bound the plateau's top, in win rate
+	// (public 0.4 and 0.6); 0 <= low <= high <= 1.
+	PlateauLow float64 `yaml:"plateau_low" json:"plateau_low"`
+	// PlateauHigh is the top's upper end (public 0.6).
+	PlateauHigh float64 `yaml:"plateau_high" json:"plateau_high"`
+	// PlateauRamp is the width in win rate over which the plateau falls
+	// from 1 to 0 outside its top (public 0.25); > 0.
+	PlateauRamp float64 `yaml:"plateau_ramp" json:"plateau_ramp"`
+}
+
+// DefaultBlend is the public recipes' blend (cmd/games/train_spade_30b.sh,
+// REWARD_VARIANT=blend).
+func DefaultBlend() Blend {
+	return Blend{PlateauWeight: 0.6, RegretWeight: 0.4, RegretScale: 0.15, RegretFloor: true, PlateauLow: 0.4, PlateauHigh: 0.6, PlateauRamp: 0.25}
+}
+
+// LearningPotential parameterises the learning_potential designer reward
+// |win rate - baseline(skill)|, the baseline being the slow one of two
+// exponential moving averages of the skill's per-round mean win rate
+// (public code: spade/core/learning_potential.py, where a rate weights the
+// new value: mu <- (1 - gamma) mu + gamma x).
+type LearningPotential struct {
+	// GammaFast is the fast average's rate (public recipes --spade-gamma1
+	// 0.98); in (0, 1], > GammaSlow. Only the slow average enters the
+	// reward; the fast one is kept for the potential metric.
+	GammaFast float64 `yaml:"gamma_fast" json:"gamma_fast"`
+	// GammaSlow is the slow average's rate (public recipes --spade-gamma2
+	// 0.85); in (0, 1).
+	GammaSlow float64 `yaml:"gamma_slow" json:"gamma_slow"`
+}
+
+// DefaultLearningPotential is the public recipes' rates.
+func DefaultLearningPotential() LearningPotential {
+	return LearningPotential{GammaFast: 0.98, GammaSlow: 0.85}
+}
+
+// The designer reward formulas of label.designer_reward.
+const (
+	DesignerRewardRegret            = "regret"
+	DesignerRewardBlend             = "blend"
+	DesignerRewardLearningPotential = "learning_potential"
+	DesignerRewardSolveRate         = "solve_rate"
+)
+
+// DesignerRewardKind returns label.designer_reward with "" (a run pinned
+// before the setting existed) read as "regret".
+func (l Label) DesignerRewardKind() string {
+	if l.DesignerReward == "" {
+		return DesignerRewardRegret
+	}
+	return l.DesignerReward
+}
+
+// Memory configures environment memory (SPADE.md step 7).
+type Memory struct {
+	// Capacity is the most entries the memory holds (default 200, as in
+	// the paper; > 0); the oldest are evicted first (FIFO).
+	Capacity int `yaml:"capacity" json:"capacity"`
+}

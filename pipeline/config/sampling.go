@@ -1,0 +1,100 @@
+package config
+
+// Sampling is one role's sampling settings, the temperature, top_p and
+// max_tokens of design.*, hint.* and rollout.*.
+type Sampling struct {
+	// Temperature is the sampling temperature (>= 0).
+	Temperature float64
+	// TopP is the nucleus-sampling mass in (0, 1]; 0 sends none.
+	TopP float64
+	// MaxTokens bounds one completion, in tokens (> 0).
+	MaxTokens int
+}
+
+// Sampling returns the designer's sampling settings.
+func (d Design) Sampling() Sampling { return Sampling{d.Temperature, d.TopP, d.MaxTokens} }
+
+// Sampling returns the hint writer's sampling settings.
+func (h Hint) Sampling() Sampling { return Sampling{h.Temperature, h.TopP, h.MaxTokens} }
+
+// Sampling returns the agent's sampling settings (per turn).
+func (r Rollout) Sampling() Sampling { return Sampling{r.Temperature, r.TopP, r.MaxTokens} }
+
+// Design configures generation (SPADE.md step 3).
+type Design struct {
+	// Mode says where a run's environments come from: "designer" (the
+	// default: SPADE's self-play, the designer writes a fresh pool every
+	// regenerate_every rounds) or "fixed_pool" (the fixed-environment
+	// baselines of SPADE.md "Baselines and ablations": the pool that
+	// `spade pool import` commits at round 0 is played and trained on
+	// every round, no round regenerates, and the designer and the hint
+	// writer are never called; docs/recipes.md "Fixed-pool baselines").
+	// Pinned blank while "designer", so runs pinned before the setting
+	// existed keep their digest.
+	Mode string `yaml:"mode" json:"mode,omitempty"`
+	// MaxAttempts bounds generation attempts per slot (paper: 5).
+	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"`
+	// SlotsPerPart is the unit of sharded work.
+	SlotsPerPart int `yaml:"slots_per_part" json:"slots_per_part"`
+	// Temperature is the designer's sampling temperature (>= 0; default
+	// 1.0; public code 0.6). MaxTokens bounds a designer answer (default
+	// 4,096; public code 16,384).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+}
+
+// Hint configures the hint call (SPADE.md step 5).
+type Hint struct {
+	// Temperature is the hint writer's sampling temperature (>= 0;
+	// default 1.0; public code 0.3). MaxTokens bounds a hint (default 512;
+	// public code 4,096, 2,048 for tool use).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+}
+
+// Rollout configures plays (SPADE.md step 6).
+type Rollout struct {
+	// GroupSize is G: plays per arm (hinted / unhinted) per environment.
+	GroupSize int `yaml:"group_size" json:"group_size"`
+	// MaxTurns caps any environment's turn limit.
+	MaxTurns int `yaml:"max_turns" json:"max_turns"`
+	// EnvsPerPart is the unit of sharded work (bounds memory per part).
+	EnvsPerPart int `yaml:"envs_per_part" json:"envs_per_part"`
+	// Temperature is the agent's sampling temperature (>= 0; default
+	// 1.0; public code 0.6). MaxTokens bounds one agent turn (default 512;
+	// public code 8,192).
+	Temperature float64 `yaml:"temperature" json:"temperature"`
+	// TopP is the nucleus-sampling mass, in (0, 1]; 0 (default) sends
+	// none, so the server's default applies.
+	TopP float64 `yaml:"top_p" json:"top_p,omitempty"`
+	// MaxTokens bounds one completion, in tokens (> 0); an answer cut at
+	// it (finish_reason "length") is not an answer (docs/models.md).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
+	// MaxContextTokens bounds one play, in tokens: when a turn's prompt
+	// and completion together reach it, the play ends truncated (0, the
+	// default, sets no bound; public code: 32,768).
+	MaxContextTokens int `yaml:"max_context_tokens" json:"max_context_tokens"`
+	// ActionFormat says how the action is read from the agent's reply and
+	// what the agent's system prompt asks for: valid_actions (default),
+	// boxed (the public code's \boxed{}), answer_tag (<answer>...</answer>)
+	// or raw (the whole reply); docs/models.md.
+	ActionFormat string `yaml:"action_format" json:"action_format"`
+}
+
+// The values of design.mode.
+const (
+	// DesignModeDesigner is SPADE's self-play: a designer writes the pool.
+	DesignModeDesigner = "designer"
+	// DesignModeFixedPool plays and trains on an imported pool only.
+	DesignModeFixedPool = "fixed_pool"
+)

@@ -1,0 +1,30 @@
+package config
+
+// Sandbox configures the Python sandbox (docs/sandbox.md).
+type Sandbox struct {
+	// Python is the interpreter that runs environments (default
+	// /usr/bin/python3); it must be outside any home directory, which the
+	// sandbox hides.
+	Python string `yaml:"python" json:"python"`
+	// Strict refuses to run without bubblewrap.
+	Strict bool `yaml:"strict" json:"strict"`
+	// CallTimeoutS is the wall-clock limit of one reset, step or close call,
+	// in seconds (default 5, > 0), enforced with SIGKILL.
+	CallTimeoutS float64 `yaml:"call_timeout_s" json:"call_timeout_s"`
+	// MemoryMB is the address-space limit (RLIMIT_AS) per sandbox process,
+	// in MiB (default 512, > 0).
+	MemoryMB int `yaml:"memory_mb" json:"memory_mb"`
+	// ForkEpisodes runs every episode in a forked child of the loaded
+	// program instead of in the program's process (sandbox.Config
+	// .ForkEpisodes). It can change what a program that keeps state outside
+	// its instances returns, so it is pinned.
+	//
+	// Empty in the digest when false, so runs pinned before the setting
+	// existed keep their digest.
+	ForkEpisodes bool `yaml:"fork_episodes" json:"fork_episodes,omitempty"`
+	// ProgramsPerSandbox is how many programs one bubblewrap sandbox serves
+	// before it is replaced (sandbox.Config.ProgramsPerSandbox; 1 = a fresh
+	// sandbox per program). Operational: every program runs in a fresh
+	// process either way.
+	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty"`
+}
