@@ -1,16 +1,13 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"github.com/spade-pipeline/spade/engines/pyhelper"
 )
 
 // VendiPerNSBERT is the metric name of the Vendi score per environment
@@ -42,40 +39,23 @@ type sbertReply struct {
 // helper's stderr: a missing interpreter or package, a failed or
 // cancelled run (ctx), or a reply that is not one SBERTDim-row per text.
 func SBERTEmbed(ctx context.Context, python string, texts []string) ([][]float64, error) {
-	dir, err := os.MkdirTemp("", "spade-sbert-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "sbert_embed.py")
-	if err := os.WriteFile(script, sbertScript, 0o644); err != nil {
-		return nil, err
-	}
 	in, err := json.Marshal(map[string][]string{"texts": texts})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, python, script)
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PYTHONHASHSEED=0")
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 2000 {
-			msg = "..." + msg[len(msg)-2000:]
-		}
-		hint := ""
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || strings.Contains(msg, "No module named") {
-			hint = " (metrics.python must be the pinned venv's interpreter: run `make venv`)"
-		}
-		return nil, fmt.Errorf("sbert embeddings: %s %s: %w%s: %s", python, "sbert_embed.py", err, hint, msg)
+	out, err := pyhelper.Run(ctx, pyhelper.Script{Name: "sbert_embed.py", Source: sbertScript}, pyhelper.Call{
+		Python: python, Setting: "metrics.python", Stdin: in, StderrTail: 2000,
+		Env: []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PYTHONHASHSEED=0"},
+	})
+	var pe *pyhelper.Error
+	if errors.As(err, &pe) {
+		return nil, fmt.Errorf("sbert embeddings: %s %s: %w%s: %s", python, "sbert_embed.py", pe.Err, pe.Hint, pe.Stderr)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var rep sbertReply
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal(out, &rep); err != nil {
 		return nil, fmt.Errorf("sbert embeddings: %s sbert_embed.py: reply is not JSON: %w", python, err)
 	}
 	if len(rep.Embeddings) != len(texts) {

@@ -7,17 +7,14 @@
 package track
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 
+	"github.com/spade-pipeline/spade/engines/pyhelper"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -130,37 +127,20 @@ func LogRound(ctx context.Context, st storage.Store, run string, r int, cfg *con
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "spade-track-")
+	stdout, err := pyhelper.Run(ctx, pyhelper.Script{Name: "spade_track.py", Source: helper}, pyhelper.Call{
+		Python: o.Python, Setting: "observe.python", Stdin: in, StderrTail: 3000,
+		Env: []string{"WANDB_SILENT=true", "MLFLOW_ENABLE_ASYNC_LOGGING=false"},
+	})
+	var pe *pyhelper.Error
+	if errors.As(err, &pe) {
+		return nil, fmt.Errorf("trackers %s, round %d of run %s: %s spade_track.py: %w%s: %s", strings.Join(o.Trackers, ", "), r, run, o.Python, pe.Err, pe.Hint, pe.Stderr)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "spade_track.py")
-	if err := os.WriteFile(script, helper, 0o644); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, o.Python, script)
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Env = append(os.Environ(), "WANDB_SILENT=true", "MLFLOW_ENABLE_ASYNC_LOGGING=false")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 3000 {
-			msg = "..." + msg[len(msg)-3000:]
-		}
-		hint := ""
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || strings.Contains(msg, "No module named") {
-			hint = " (observe.python must be the pinned venv's interpreter: run `make venv`)"
-		}
-		return nil, fmt.Errorf("trackers %s, round %d of run %s: %s spade_track.py: %w%s: %s", strings.Join(o.Trackers, ", "), r, run, o.Python, err, hint, msg)
-	}
 	var res map[string]string
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("trackers, round %d of run %s: %s spade_track.py: reply is not JSON (%w): %.500s", r, run, o.Python, err, stdout.String())
+	if err := json.Unmarshal(stdout, &res); err != nil {
+		return nil, fmt.Errorf("trackers, round %d of run %s: %s spade_track.py: reply is not JSON (%w): %.500s", r, run, o.Python, err, stdout)
 	}
 	return res, nil
 }
