@@ -7,31 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spade-pipeline/spade/internal/testutil/shareddata"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
-// unarxiveSample finds shared/datasets/unarxive-sample by walking up from
-// the package directory: the repository sits at <parent>/main (or another
-// clone name) and shared/ at <parent>/shared. The corpus is a required
-// test input, so its absence fails the test.
+// unarxiveSample is the unarXive sample the repository ships
+// (datasets/testdata/unarxive-sample); its absence fails the test.
 func unarxiveSample(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "datasets", "unarxive-sample", "arXiv_src_2212_086.jsonl.gz")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("shared/datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz not found in any parent directory of the package")
-		}
-		dir = parent
-	}
+	return shareddata.Path(t, "datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz")
 }
 
 // unarxiveOptions is the documented import of the unarXive sample (see

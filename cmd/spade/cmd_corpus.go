@@ -31,7 +31,7 @@ corpus: importing a different one into a run that has a corpus is refused
 contents, same options, by any path from any directory) does nothing.
 
 Example (the unarXive sample):
-  spade corpus import --run arxiv ../shared/datasets/unarxive-sample/arXiv_src_2212_086.jsonl.gz \
+  spade corpus import --run arxiv datasets/testdata/unarxive-sample/arXiv_src_2212_086.jsonl.gz \
     --id paper_id --title metadata.title --text abstract.text --text 'body_text[].text' \
     --license metadata.license --domain discipline`,
 		Args: cobra.MinimumNArgs(1),
