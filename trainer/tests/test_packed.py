@@ -202,11 +202,11 @@ def cli(args, nproc=0, timeout=600):
 
 def serve_once(ckpt):
     """(token ids, log-probs) of one greedy chat completion of 8 tokens
-    from ckpt served by spade_trainer.wire_server on a loopback port."""
+    from ckpt served by wire_server (trainer/tests) on a loopback port."""
     import threading
     import urllib.request
 
-    from spade_trainer.wire_server import Engine, make_server
+    from wire_server import Engine, make_server
 
     srv = make_server(Engine(ckpt, "policy"))
     threading.Thread(target=srv.serve_forever, daemon=True).start()

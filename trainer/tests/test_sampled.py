@@ -40,7 +40,7 @@ def byte_encoder() -> HFChatEncoder:
     """The byte-level ChatML encoder: byte b is id b, <|im_start|> 257,
     <|im_end|> 258 (ids inside the tiny model's vocabulary)."""
     return HFChatEncoder(byte_tokenizer())
-from spade_trainer.wire_server import Engine, make_server, parse_tool_calls  # noqa: E402
+from wire_server import Engine, make_server, parse_tool_calls  # noqa: E402
 
 CPU = torch.device("cpu")
 HAVE_SMOL = os.path.exists(os.path.join(SMOLLM2, "model.safetensors"))
@@ -640,8 +640,8 @@ class WireServerTest(unittest.TestCase):
         """The argv form (port 0 prints the port) on a tiny checkpoint,
         tools rendered by its ChatML, the 422 mode."""
         d = tiny_checkpoint()
-        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        p = subprocess.Popen([sys.executable, "-m", "spade_trainer.wire_server", d, "--host", "127.0.0.1", "--port", "0",
+        env = dict(os.environ, PYTHONPATH=HERE, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        p = subprocess.Popen([sys.executable, "-m", "wire_server", d, "--host", "127.0.0.1", "--port", "0",
                               "--served-model-name", "tiny", "--ignore-token-fields"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             line = p.stdout.readline()
