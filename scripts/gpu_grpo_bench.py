@@ -165,7 +165,9 @@ def one_rank_group(device: torch.device) -> None:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (module doc); sizes left unset get their defaults
+    in pick_device."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu-smoke", action="store_true", help="tiny config on CPU (tests the script; no MFU unless --peak-tflops)")
     p.add_argument("--shape", choices=["0.6b", "4b"], default="0.6b", help="model shape (default 0.6b)")
@@ -182,8 +184,13 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, help="peak dense bf16 TFLOP/s (overrides the device table)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print only one JSON result line")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
 
+
+def pick_device(a: argparse.Namespace):
+    """The device (CPU for --cpu-smoke, else CUDA), with a's unset sizes
+    filled in for it; None, after a message on stderr, when CUDA is
+    missing or a size is out of range (exit status 2)."""
     if a.cpu_smoke:
         device = torch.device("cpu")
         a.batch = a.batch or 4
@@ -192,19 +199,38 @@ def main(argv=None) -> int:
     else:
         if not torch.cuda.is_available():
             print("gpu_grpo_bench: CUDA is not available (use --cpu-smoke to test the script on CPU)", file=sys.stderr)
-            return 2
+            return None
         device = torch.device("cuda")
         a.batch = a.batch or 64
         a.seq_len = a.seq_len or 4096
         a.max_tokens = a.max_tokens or 16384
     if min(a.batch, a.seq_len, a.max_tokens, a.steps) < 1 or a.seq_len < 4 or a.warmup < 0:
         print("gpu_grpo_bench: need positive sizes (seq-len >= 4) and warmup >= 0", file=sys.stderr)
-        return 2
-    fsdp = a.fsdp if a.fsdp is not None else device.type == "cuda"
-    # bf16 compute: FSDP2's parameter dtype when sharded, else autocast.
-    dtype = torch.bfloat16 if device.type == "cuda" else None
+        return None
+    return device
 
-    cfg = bench_config(a.cpu_smoke, a.shape)
+
+def bench_train_config(max_tokens: int) -> TrainConfig:
+    """The step's trainer settings, every field given (TrainConfig has no
+    defaults: the grpo stage's come from Go): lr 1e-6, the symmetric clip
+    0.2, no KL, gradient clip 1.0, one inner step, AdamW (0.9, 0.999,
+    1e-8) without weight decay, and a token budget of max_tokens per
+    packed micro-batch. Only the fields train_round and make_optimizer
+    read matter here; the others are the grpo stage's values."""
+    return TrainConfig(
+        lr=1e-6, clip_epsilon=0.2, clip_epsilon_high=0.0, kl_beta=0.0, grad_clip=1.0, inner_steps=1,
+        micro_batch_size=1024, max_tokens_per_micro_batch=max_tokens, seed=0, dtype="auto", device="auto",
+        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, max_seq_len=8192, overlong="truncate_left",
+        save_dtype="bfloat16", reference_checkpoint="", attn_implementation="", gradient_checkpointing=False,
+        offload=False, compile=False, resume_optimizer=True, save_optimizer=True, tis_cap=0.0, mismatch_warn=0.1,
+    )
+
+
+def prepare_model(a: argparse.Namespace, cfg: Qwen3Config, device: torch.device, fsdp: bool, dtype):
+    """Seed torch, build the model (build_model) with a.attn or the
+    trainer's default attention, turn on activation checkpointing with
+    --grad-ckpt and shard it with FSDP2 when fsdp; return (model, its
+    trainable parameters, the attention implementation)."""
     torch.manual_seed(a.seed)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -218,8 +244,66 @@ def main(argv=None) -> int:
         D.shard(model, dtype, False)
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
+    return model, params, attn
+
+
+def time_steps(one_step, a: argparse.Namespace, device: torch.device):
+    """Run a.warmup untimed steps, then a.steps timed ones; return
+    (warm-up seconds, each timed step's seconds, the last step's
+    metrics), or None after a message on stderr when a step fails (out
+    of memory or another RuntimeError). The process group is torn down
+    either way."""
+    try:
+        t0 = time.perf_counter()
+        for _ in range(a.warmup):
+            one_step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        warm_s = time.perf_counter() - t0
+        times = []
+        last = {}
+        for _ in range(a.steps):
+            s = time.perf_counter()
+            last = one_step()
+            times.append(time.perf_counter() - s)
+    except OOM_ERROR as e:
+        print(f"gpu_grpo_bench: {type(e).__name__}: {e}; try a smaller --max-tokens or --grad-ckpt", file=sys.stderr)
+        return None
+    except RuntimeError as e:
+        print(f"gpu_grpo_bench: {e}", file=sys.stderr)
+        return None
+    finally:
+        D.teardown()
+    return warm_s, times, last
+
+
+def print_report(result: dict, a: argparse.Namespace, warm_s: float) -> None:
+    """The human-readable lines after a run (not with --json); warm_s is
+    the warm-up's seconds, unrounded."""
+    print(f"warm-up: {a.warmup} steps in {warm_s:.1f} s (excluded)")
+    print(f"step: median {result['step_s_median']:.3f} s over {a.steps} steps; {result['tokens_per_s']:,.0f} tokens/s; {result['achieved_tflops']:.1f} model TFLOP/s")
+    if result["mfu"] is not None:
+        print(f"MFU: {100 * result['mfu']:.1f}% of {result['peak_tflops']:.0f} TFLOP/s peak dense bf16")
+    else:
+        print("MFU: n/a (unknown device peak; pass --peak-tflops)")
+    if result["peak_memory_bytes"] is not None:
+        print(f"peak memory: {result['peak_memory_bytes'] / 2**30:.1f} GiB")
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    device = pick_device(a)
+    if device is None:
+        return 2
+    fsdp = a.fsdp if a.fsdp is not None else device.type == "cuda"
+    # bf16 compute: FSDP2's parameter dtype when sharded, else autocast.
+    dtype = torch.bfloat16 if device.type == "cuda" else None
+
+    cfg = bench_config(a.cpu_smoke, a.shape)
+    model, params, attn = prepare_model(a, cfg, device, fsdp, dtype)
     n_params = sum(q.numel() for q in params)
-    tcfg = TrainConfig(lr=1e-6, grad_clip=1.0, max_tokens_per_micro_batch=a.max_tokens)
+    tcfg = bench_train_config(a.max_tokens)
     opt = make_optimizer(params, tcfg, device)
     fwd = torch.compile(model) if a.compile else model
     micro = make_micro_batches(synthetic_batch(a.batch, a.seq_len, cfg.vocab_size, a.seed), a.max_tokens, device)
@@ -237,36 +321,16 @@ def main(argv=None) -> int:
         print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_attention_heads}/{cfg.num_key_value_heads}x{cfg.head_dim}, "
               f"intermediate {cfg.intermediate_size}, vocab {cfg.vocab_size}; parameters {n_params:,}")
         print(f"batch: {a.batch} x {a.seq_len} tokens, {len(micro)} packed micro-batches of <= {a.max_tokens} tokens")
-    try:
-        t0 = time.perf_counter()
-        for _ in range(a.warmup):
-            one_step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        warm_s = time.perf_counter() - t0
-        times = []
-        last = {}
-        for _ in range(a.steps):
-            s = time.perf_counter()
-            last = one_step()
-            times.append(time.perf_counter() - s)
-    except OOM_ERROR as e:
-        print(f"gpu_grpo_bench: {type(e).__name__}: {e}; try a smaller --max-tokens or --grad-ckpt", file=sys.stderr)
+    timed = time_steps(one_step, a, device)
+    if timed is None:
         return 1
-    except RuntimeError as e:
-        print(f"gpu_grpo_bench: {e}", file=sys.stderr)
-        return 1
-    finally:
-        D.teardown()
-    loss_v, gn_v = last["loss"], last["grad_norm"]
+    warm_s, times, last = timed
     step_s = sorted(times)[len(times) // 2]  # median
     flops = model_flops_per_step(cfg, tokens_per_step, a.seq_len)
     peak = a.peak_tflops
     if peak is None and device.type == "cuda":
         peak = peak_tflops_for(name)
     achieved = flops / step_s / 1e12
-    mfu = achieved / peak if peak else None
     result = {
         "device": name,
         "shape": "smoke" if a.cpu_smoke else a.shape,
@@ -287,20 +351,13 @@ def main(argv=None) -> int:
         "model_tflops_per_step": flops / 1e12,
         "achieved_tflops": achieved,
         "peak_tflops": peak,
-        "mfu": mfu,
+        "mfu": achieved / peak if peak else None,
         "peak_memory_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-        "loss": loss_v,
-        "grad_norm": gn_v,
+        "loss": last["loss"],
+        "grad_norm": last["grad_norm"],
     }
     if not a.json:
-        print(f"warm-up: {a.warmup} steps in {warm_s:.1f} s (excluded)")
-        print(f"step: median {step_s:.3f} s over {a.steps} steps; {result['tokens_per_s']:,.0f} tokens/s; {achieved:.1f} model TFLOP/s")
-        if mfu is not None:
-            print(f"MFU: {100 * mfu:.1f}% of {peak:.0f} TFLOP/s peak dense bf16")
-        else:
-            print("MFU: n/a (unknown device peak; pass --peak-tflops)")
-        if result["peak_memory_bytes"] is not None:
-            print(f"peak memory: {result['peak_memory_bytes'] / 2**30:.1f} GiB")
+        print_report(result, a, warm_s)
     print(json.dumps(result, sort_keys=True))
     return 0
 

@@ -13,19 +13,20 @@ import (
 
 	"github.com/spade-pipeline/spade/engines/model/serving"
 	"github.com/spade-pipeline/spade/internal/pyenv"
-	"github.com/spade-pipeline/spade/trainer"
 )
 
-// wireServerCommand is the argv of the trainer package's vLLM-wire server
-// (spade_trainer.wire_server: SmolLM2 sampled with a KV cache, answering
-// with token_ids, logprobs.content and prompt_token_ids as vLLM's chat
-// completions do), under env(1) with the environment it needs, and with
+// wireServerCommand is the argv of the trainer tests' vLLM-wire server
+// (trainer/tests/wire_server.py: SmolLM2 sampled with a KV cache,
+// answering with token_ids, logprobs.content and prompt_token_ids as
+// vLLM's chat completions do; a test server, so not embedded in the
+// binary), under env(1) with the environment it needs, and with
 // {checkpoint}, {port} and {served_model} left for spade to fill.
 func wireServerCommand(t *testing.T, py string) []string {
-	src := t.TempDir()
-	require.NoError(t, trainer.WriteTo(src))
+	src, err := filepath.Abs(filepath.Join("..", "..", "trainer", "tests"))
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(src, "wire_server.py"))
 	return []string{"env", "PYTHONPATH=" + src, "HF_HUB_OFFLINE=1", "OMP_NUM_THREADS=1",
-		py, "-m", "spade_trainer.wire_server", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}", "--served-model-name", "{served_model}"}
+		py, "-m", "wire_server", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}", "--served-model-name", "{served_model}"}
 }
 
 // yamlList writes argv as a YAML flow sequence of quoted strings.

@@ -8,6 +8,10 @@ import (
 )
 
 // GRPO configures the training step (SPADE.md step 8, docs/training.md).
+// The trainer's settings among these reach the torch trainer through
+// stages/grpo.NewTrainerConfig, which maps them to the trainer's JSON keys
+// (clip_eps to clip_epsilon, ...); their defaults are Default()'s, and the
+// trainer applies none of its own.
 type GRPO struct {
 	// Trainer is "none", "torch" (the project's PyTorch trainer) or "command".
 	Trainer string `yaml:"trainer" json:"trainer"`

@@ -635,37 +635,6 @@ func TorchCommand(g config.GRPO, rdzvID string) []string {
 	return append(argv, "-m", trainer.Package)
 }
 
-// trainerConfig returns the trainer config of a round: the trainer's
-// defaults with grpo.lr, grpo.clip_eps, grpo.clip_eps_high, grpo.kl_beta,
-// grpo.max_seq_len, the AdamW settings, dtypes, token budget, activation
-// checkpointing, attention and offload, optimizer state saved when
-// grpo.keep_optimizer_rounds > 0,
-// the seed derived from the run seed and the round and, when grpo.kl_beta
-// > 0, grpo.base_checkpoint as the KL reference.
-func trainerConfig(c *config.Config, ri pipeline.RoundInfo) TrainerConfig {
-	g := c.GRPO
-	tc := DefaultTrainerConfig()
-	tc.LR, tc.ClipEpsilon, tc.ClipEpsilonHigh, tc.KLBeta, tc.MaxSeqLen = g.LR, g.ClipEps, g.ClipEpsHigh, g.KLBeta, g.MaxSeqLen
-	tc.AdamBeta1, tc.AdamBeta2, tc.WeightDecay = g.AdamBeta1, g.AdamBeta2, g.WeightDecay
-	tc.Dtype, tc.SaveDtype, tc.MaxTokensPerMicroBatch = g.Dtype, g.SaveDtype, g.MaxTokensPerMicroBatch
-	tc.GradientCheckpointing, tc.Offload = g.GradientCheckpointing, g.Offload
-	tc.AttnImplementation = g.AttnImplementation
-	tc.TISCap = g.TISCap
-	if g.MismatchWarn > 0 {
-		tc.MismatchWarn = g.MismatchWarn
-	}
-	tc.SaveOptimizer = g.KeepOptimizerRounds > 0
-	tc.Seed = pipeline.DeriveSeed(ri.Seed, "grpo", ri.Round)
-	if g.KLBeta > 0 {
-		// The trainer's default reference is its input checkpoint, whose
-		// log-probs equal the pre-step policy's: with one inner step the
-		// k3 term and its gradient would be exactly 0. DeepSeekMath's
-		// reference is the initial model.
-		tc.ReferenceCheckpoint = g.BaseCheckpoint
-	}
-	return tc
-}
-
 // fetchCheckpoint copies a stored checkpoint into dir, verifying sha256
 // (pipeline.ReadCheckpointFile: a file `spade gc` removed by a retention
 // rule is an error wrapping pipeline.ErrRemovedByGC).

@@ -194,111 +194,6 @@ func WriteBatch(w io.Writer, samples []Sample) error {
 	return nil
 }
 
-// TrainerConfig is the trainer's JSON config file; keys and meanings are
-// the Python TrainConfig's (docs/training.md "Config"). Every field is
-// written, so start from DefaultTrainerConfig.
-type TrainerConfig struct {
-	// LR is the AdamW learning rate.
-	LR float64 `json:"lr"`
-	// ClipEpsilon is the GRPO/PPO ratio clip: ratio in [1-eps, 1+eps].
-	ClipEpsilon float64 `json:"clip_epsilon"`
-	// ClipEpsilonHigh, when > 0, is the upper clip instead (ratio in
-	// [1-ClipEpsilon, 1+ClipEpsilonHigh]; DAPO's clip-higher, 0.28 in
-	// SPADE's public code); 0 means ClipEpsilon.
-	ClipEpsilonHigh float64 `json:"clip_epsilon_high"`
-	// KLBeta weights the k3 KL(policy || reference) term; 0 disables it.
-	KLBeta float64 `json:"kl_beta"`
-	// GradClip is the max global gradient L2 norm; 0 disables clipping.
-	GradClip float64 `json:"grad_clip"`
-	// InnerSteps is the number of optimiser steps on the batch per round.
-	InnerSteps int `json:"inner_steps"`
-	// MicroBatchSize caps the samples packed into one forward/backward
-	// (gradient accumulation over the batch; same gradient whatever the
-	// size); default 1024.
-	MicroBatchSize int `json:"micro_batch_size"`
-	// MaxTokensPerMicroBatch is the token budget of one packed micro-batch
-	// (no padding; a longer sample gets one of its own); default 16384.
-	MaxTokensPerMicroBatch int `json:"max_tokens_per_micro_batch"`
-	// Seed is the torch seed (torch.manual_seed); the grpo stage derives
-	// it from the run seed and the round.
-	Seed int64 `json:"seed"`
-	// Dtype is the compute dtype: auto (bf16 on CUDA, fp32 on CPU),
-	// float32, bfloat16, float16 (autocast with one process, FSDP2's
-	// parameter dtype under torchrun). Master weights, gradient reduction
-	// and AdamW state stay fp32.
-	Dtype string `json:"dtype"`
-	// Device is auto, cpu, cuda or cuda:N.
-	Device string `json:"device"`
-	// WeightDecay is AdamW's decoupled weight decay (default 0, so with
-	// KLBeta 0 a batch whose advantages are all 0 has a zero gradient: a
-	// fresh AdamW leaves the weights unchanged, resumed AdamW moments still
-	// move them; the KL term to a reference other than the policy has a
-	// gradient of its own).
-	WeightDecay float64 `json:"weight_decay"`
-	// AdamBeta1 is AdamW's first-moment decay, in [0, 1) (default 0.9).
-	AdamBeta1 float64 `json:"adam_beta1"`
-	// AdamBeta2 is AdamW's second-moment decay, in [0, 1) (default 0.999).
-	AdamBeta2 float64 `json:"adam_beta2"`
-	// AdamEps is AdamW's epsilon (default 1e-8).
-	AdamEps float64 `json:"adam_eps"`
-	// MaxSeqLen is the longest sample in tokens.
-	MaxSeqLen int `json:"max_seq_len"`
-	// Overlong says what happens to a longer sample: "truncate_left" (the
-	// default: keep its last MaxSeqLen tokens, dropping it if no trained
-	// token remains), "drop", or "error". Counts come in the trainer's
-	// "encode" event.
-	Overlong string `json:"overlong"`
-	// SaveDtype is the servable weights' dtype: float32, bfloat16 (the
-	// default), float16; the fp32 master weights go with the optimizer
-	// state.
-	SaveDtype string `json:"save_dtype"`
-	// ReferenceCheckpoint is the KL reference; "" = the input checkpoint.
-	ReferenceCheckpoint string `json:"reference_checkpoint"`
-	// AttnImplementation is the trainer's attention over packed
-	// micro-batches: "" (flash_attention_2 on CUDA with flash_attn
-	// installed, else varlen_sdpa: SDPA per packed sample,
-	// trainer/spade_trainer/attention.py), varlen_sdpa, or transformers'
-	// sdpa, eager, flash_attention_2, flash_attention_3, flex_attention.
-	AttnImplementation string `json:"attn_implementation"`
-	// GradientCheckpointing recomputes each layer's activations in the
-	// backward pass (less memory, more compute); default false.
-	GradientCheckpointing bool `json:"gradient_checkpointing"`
-	// Offload puts parameters, gradients and optimizer state in CPU memory
-	// between uses (FSDP2 CPUOffloadPolicy; torchrun only); default false.
-	Offload bool `json:"offload"`
-	// Compile runs the model under torch.compile when this torch has it
-	// (torch >= 2); default false.
-	Compile bool `json:"compile"`
-	// ResumeOptimizer loads the fp32 master weights and AdamW state saved
-	// with an input checkpoint directory (optimizer/, written by
-	// torch.distributed.checkpoint); default true.
-	ResumeOptimizer bool `json:"resume_optimizer"`
-	// SaveOptimizer writes them with the new checkpoint; default true.
-	SaveOptimizer bool `json:"save_optimizer"`
-	// TISCap, when > 0, weights each trained token that has a sampler
-	// log-prob by min(exp(logp_old - logp_sampler), TISCap), detached
-	// (truncated importance sampling; the public code's --use-tis, cap
-	// 2.0); 0 (default) is off.
-	TISCap float64 `json:"tis_cap"`
-	// MismatchWarn is the mean |logp_trainer - logp_sampler| (nats) above
-	// which the trainer warns on stderr (default 0.1).
-	MismatchWarn float64 `json:"mismatch_warn"`
-}
-
-// DefaultTrainerConfig returns the trainer's defaults (the Python
-// TrainConfig's): lr 1e-6, clip 0.2, no KL, grad clip 1.0, one inner step,
-// packed micro-batches of up to 16,384 tokens, weight decay 0 (a
-// zero-advantage batch has a zero gradient), bf16 servable weights,
-// optimizer state saved and resumed.
-func DefaultTrainerConfig() TrainerConfig {
-	return TrainerConfig{
-		LR: 1e-6, ClipEpsilon: 0.2, GradClip: 1.0, InnerSteps: 1, MicroBatchSize: 1024, MaxTokensPerMicroBatch: 16384,
-		Dtype: "auto", Device: "auto", AdamBeta1: 0.9, AdamBeta2: 0.999, AdamEps: 1e-8,
-		MaxSeqLen: 8192, Overlong: "truncate_left", SaveDtype: "bfloat16", ResumeOptimizer: true, SaveOptimizer: true,
-		MismatchWarn: config.DefaultMismatchWarn,
-	}
-}
-
 // MetricsSource says where the trainer writes its metrics lines.
 type MetricsSource string
 
@@ -332,7 +227,8 @@ type TrainerSpec struct {
 	WorkDir string
 	// Samples is the batch, written in this order.
 	Samples []Sample
-	// Config is written to WorkDir/config.json; start from
+	// Config is written to WorkDir/config.json (every key; the trainer
+	// refuses a missing one); build it with NewTrainerConfig or start from
 	// DefaultTrainerConfig.
 	Config TrainerConfig
 	// Metrics is where metrics come from; "" means MetricsFile.
@@ -466,11 +362,11 @@ func RunTrainer(ctx context.Context, spec TrainerSpec) (TrainResult, error) {
 		return TrainResult{}, err
 	}
 	cfgPath := filepath.Join(spec.WorkDir, "config.json")
-	cfgJSON, err := json.MarshalIndent(spec.Config, "", " ")
+	cfgJSON, err := encodeTrainerConfig(spec.Config)
 	if err != nil {
-		return TrainResult{}, fmt.Errorf("trainer config: %w", err)
+		return TrainResult{}, err
 	}
-	if err := os.WriteFile(cfgPath, append(cfgJSON, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, cfgJSON, 0o644); err != nil {
 		return TrainResult{}, fmt.Errorf("write trainer config: %w", err)
 	}
 	argv := spec.Command
@@ -587,7 +483,7 @@ func checkSpec(spec TrainerSpec) error {
 	case spec.Metrics != "" && spec.Metrics != MetricsFile && spec.Metrics != MetricsStdout:
 		return fmt.Errorf("trainer spec: metrics source %q: want file or stdout", spec.Metrics)
 	case spec.Config.InnerSteps < 1 || spec.Config.MicroBatchSize < 1 || spec.Config.MaxSeqLen < 1 || spec.Config.MaxTokensPerMicroBatch < 1:
-		return fmt.Errorf("trainer spec: config inner_steps %d, micro_batch_size %d, max_tokens_per_micro_batch %d, max_seq_len %d must be >= 1 (start from DefaultTrainerConfig)",
+		return fmt.Errorf("trainer spec: config inner_steps %d, micro_batch_size %d, max_tokens_per_micro_batch %d, max_seq_len %d must be >= 1 (build it with NewTrainerConfig)",
 			spec.Config.InnerSteps, spec.Config.MicroBatchSize, spec.Config.MaxTokensPerMicroBatch, spec.Config.MaxSeqLen)
 	}
 	entries, err := os.ReadDir(spec.OutputDir)

@@ -36,6 +36,11 @@ def _no_duplicate_keys(pairs):
 class TrainConfig:
     """Training hyper-parameters; JSON keys are the field names.
 
+    The fields are the Go side's grpo.TrainerConfig (stages/grpo), which
+    defines the contract and fills every key: they have no default values
+    here, and load_config refuses a missing or an unknown key. Code that
+    builds a TrainConfig itself (tests, benchmarks) passes every field.
+
     lr: AdamW learning rate. clip_epsilon: PPO/GRPO ratio clip below 1
     (and above 1 unless clip_epsilon_high > 0: DAPO's asymmetric
     clip-higher, 0.28 in SPADE's public code). kl_beta: weight of the k3
@@ -51,8 +56,8 @@ class TrainConfig:
     dtype under torchrun; master weights, gradient reduction and AdamW
     state stay float32. device: "auto" (cuda if available), "cpu", "cuda",
     "cuda:N" (under torchrun on CUDA each rank takes cuda:LOCAL_RANK).
-    weight_decay: AdamW decoupled decay; 0 by default so a zero-advantage
-    batch has a zero gradient (a fresh AdamW then leaves the weights
+    weight_decay: AdamW decoupled decay; with 0 (the grpo default) a
+    zero-advantage batch has a zero gradient (a fresh AdamW then leaves the weights
     unchanged; resumed moments still move them by their momentum).
     max_seq_len: the longest sample in tokens; overlong: what happens to a
     longer one: "truncate_left" (keep its last max_seq_len tokens if any
@@ -76,33 +81,33 @@ class TrainConfig:
     w_t = min(exp(logp_old_t - logp_sampler_t), tis_cap) (0 = off; grpo.py).
     """
 
-    lr: float = 1e-6
-    clip_epsilon: float = 0.2
-    clip_epsilon_high: float = 0.0
-    kl_beta: float = 0.0
-    grad_clip: float = 1.0
-    inner_steps: int = 1
-    micro_batch_size: int = 1024
-    max_tokens_per_micro_batch: int = 16384
-    seed: int = 0
-    dtype: str = "auto"
-    device: str = "auto"
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    max_seq_len: int = 8192
-    overlong: str = "truncate_left"
-    save_dtype: str = "bfloat16"
-    reference_checkpoint: str = ""
-    attn_implementation: str = ""
-    gradient_checkpointing: bool = False
-    offload: bool = False
-    compile: bool = False
-    resume_optimizer: bool = True
-    save_optimizer: bool = True
-    mismatch_warn: float = 0.1
-    tis_cap: float = 0.0
+    lr: float
+    clip_epsilon: float
+    clip_epsilon_high: float
+    kl_beta: float
+    grad_clip: float
+    inner_steps: int
+    micro_batch_size: int
+    max_tokens_per_micro_batch: int
+    seed: int
+    dtype: str
+    device: str
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    max_seq_len: int
+    overlong: str
+    save_dtype: str
+    reference_checkpoint: str
+    attn_implementation: str
+    gradient_checkpointing: bool
+    offload: bool
+    compile: bool
+    resume_optimizer: bool
+    save_optimizer: bool
+    tis_cap: float
+    mismatch_warn: float
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
@@ -132,8 +137,11 @@ class TrainConfig:
 
 
 def load_config(path: str) -> TrainConfig:
-    """Parse a JSON config; unknown keys and wrong types are errors naming
-    the key (a typo like "klbeta" must not silently train without KL)."""
+    """Parse a JSON config: every TrainConfig field must be given, exactly
+    once and with its type; a missing key, an unknown key and a wrong type
+    are InputErrors naming the key (a typo like "klbeta" must not silently
+    train without KL, and nothing is defaulted on this side: the Go side
+    writes every key, docs/training.md "Config file")."""
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f, object_pairs_hook=_no_duplicate_keys)
@@ -161,6 +169,9 @@ def load_config(path: str) -> TrainConfig:
             except OverflowError:
                 raise InputError(f"config {path}: field {k}: integer too large for a float") from None
         kw[k] = v
+    missing = [f for f in fields if f not in kw]
+    if missing:
+        raise InputError(f"config {path}: missing field{'s' if len(missing) > 1 else ''} {', '.join(repr(f) for f in missing)}")
     cfg = TrainConfig(**kw)
     cfg.validate(f"config {path}")
     return cfg

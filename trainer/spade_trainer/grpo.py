@@ -373,6 +373,124 @@ def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.opti
     return torch.optim.AdamW(params, **kw)
 
 
+def _kept_logps(logits: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
+    """Log-probs of mb's kept targets; a logits_fn may return every
+    position (N) or the kept ones (K)."""
+    if logits.shape[1] == mb.tokens:
+        logits = mb.kept(logits)
+    return token_logps(logits, mb.kept(mb.targets))
+
+
+class _SamplerStats:
+    """This rank's sampler/trainer log-prob comparison, summed over its
+    micro-batches on the first inner step (0-d tensors on the device):
+    mm_sum, mm_n and mm_max are the sum, count and max of |logp_old -
+    logp_sampler| over the tokens with a sampler log-prob, tis_bound and
+    tis_n the tokens where tis_cap bound and those with a sampler
+    log-prob."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.mm_sum = torch.zeros((), device=device)
+        self.mm_n = torch.zeros((), device=device)
+        self.mm_max = torch.zeros((), device=device)
+        self.tis_bound = torch.zeros((), device=device)
+        self.tis_n = torch.zeros((), device=device)
+
+    def add(self, old: torch.Tensor, mb: MicroBatch, cap: float) -> Optional[torch.Tensor]:
+        """Count micro-batch mb, whose first-step log-probs are old; return
+        its TIS weights (tis_weights with cap)."""
+        sl = mb.kept(mb.sampler_logp) if mb.sampler_logp is not None else None
+        if sl is not None:
+            has = torch.isfinite(sl)
+            d = torch.where(has, (old - sl).abs(), torch.zeros_like(sl))
+            self.mm_sum += d.sum()
+            self.mm_n += has.float().sum()
+            self.mm_max = torch.maximum(self.mm_max, d.max() if d.numel() else self.mm_max)
+        w, bound, n_s = tis_weights(old, sl, cap)
+        self.tis_bound += bound
+        self.tis_n += n_s
+        return w
+
+
+@dataclasses.dataclass
+class _RoundPlan:
+    """How one rank takes part in a round: rank r forwards micro-batches
+    r, r + world, ... (mine); every rank runs the same number of
+    forward/backward passes (rounds: FSDP's collectives must match), a
+    rank short of one runs a one-token pass on filler whose loss is
+    multiplied by 0. FSDP2 averages gradients over ranks; the loss is a
+    sum over the batch's tokens, so each rank's share is scaled back up by
+    scale = world. norm_tokens is the batch's trained tokens (T),
+    total_tokens all its tokens."""
+
+    mine: List[int]
+    rounds: int
+    filler: MicroBatch
+    scale: float
+    norm_tokens: float
+    total_tokens: int
+
+
+def _plan_round(micro: Sequence[MicroBatch], world: int, rank: int) -> _RoundPlan:
+    """The _RoundPlan of rank of world; a batch with no trained token is
+    an InputError."""
+    norm_tokens = float(sum(float(mb.mask.sum()) for mb in micro))
+    if norm_tokens == 0:
+        raise InputError("batch has no trained tokens")
+    return _RoundPlan(
+        mine=list(range(rank, len(micro), world)),
+        rounds=-(-len(micro) // world),
+        filler=micro[0],
+        scale=float(world),
+        norm_tokens=norm_tokens,
+        total_tokens=sum(mb.tokens for mb in micro),
+    )
+
+
+def _accumulate(
+    logits_fn: Callable[[MicroBatch], torch.Tensor],
+    micro: Sequence[MicroBatch],
+    plan: _RoundPlan,
+    cfg: TrainConfig,
+    device: torch.device,
+    amp_dtype: Optional[torch.dtype],
+    old: Dict[int, torch.Tensor],
+    ref: Dict[int, torch.Tensor],
+    tis: Dict[int, Optional[torch.Tensor]],
+    stats: _SamplerStats,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One inner step's forward/backward passes over this rank's
+    micro-batches, gradients accumulating in the parameters. A
+    micro-batch seen for the first time keeps its detached log-probs as
+    logp_old (old) and is counted in stats (its TIS weights go to tis);
+    the reference is ref's entry or logp_old. Returns this rank's (loss,
+    KL and clipped-token sums), detached."""
+    loss_sum = torch.zeros((), device=device)
+    kl_sum = torch.zeros((), device=device)
+    clipped = torch.zeros((), device=device)
+    for k in range(plan.rounds):
+        if k < len(plan.mine):
+            j = plan.mine[k]
+            mb = micro[j]
+            with _autocast(device, amp_dtype):
+                logits = logits_fn(mb)
+            logp = _kept_logps(logits, mb)
+            if j not in old:
+                old[j] = logp.detach()
+                tis[j] = stats.add(old[j], mb, cfg.tis_cap)
+            r = ref.get(j, old[j])
+            loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, plan.norm_tokens, cfg.clip_epsilon_high, tis[j])
+            (loss * plan.scale).backward()
+            loss_sum += loss.detach()
+            kl_sum += sums["kl"]
+            clipped += sums["clipped"]
+        else:
+            with _autocast(device, amp_dtype):
+                logits = logits_fn(plan.filler)
+            (logits.float().sum() * 0.0).backward()
+    return loss_sum, kl_sum, clipped
+
+
 def train_round(
     logits_fn: Callable[[MicroBatch], torch.Tensor],
     params: List[torch.nn.Parameter],
@@ -387,8 +505,9 @@ def train_round(
 ) -> List[dict]:
     """Run cfg.inner_steps optimiser steps on the batch; return metrics.
 
-    Under torchrun each rank forwards its share of the micro-batches; the
-    metrics are sums over ranks, the same as one process's.
+    Under torchrun each rank forwards its share of the micro-batches
+    (_RoundPlan); the metrics are sums over ranks, the same as one
+    process's.
 
     On the first inner step logp_old is the step's own detached log-prob
     (ratio exactly 1) and is kept for later steps, so no separate forward
@@ -407,83 +526,27 @@ def train_round(
     """
     from . import dist as D
 
-    world, rank = D.world(), D.rank()
-    norm_tokens = float(sum(float(mb.mask.sum()) for mb in micro))
-    if norm_tokens == 0:
-        raise InputError("batch has no trained tokens")
-    total_tokens = sum(mb.tokens for mb in micro)
-    # Rank r takes micro-batches r, r + world, ...; every rank runs the same
-    # number of forward/backward passes (FSDP's collectives must match), a
-    # rank short of one runs a one-token pass whose loss is multiplied by 0.
-    mine = list(range(rank, len(micro), world))
-    rounds = -(-len(micro) // world)
-    filler = micro[0]
-    # FSDP2 averages gradients over ranks; the loss is a sum over the
-    # batch's tokens, so each rank's share is scaled back up by world.
-    scale = float(world)
+    plan = _plan_round(micro, D.world(), D.rank())
     old: Dict[int, torch.Tensor] = {}
     ref: Dict[int, torch.Tensor] = {}
     tis: Dict[int, Optional[torch.Tensor]] = {}
-    # Mismatch sums (|dlogp| sum, count) and max, TIS (bound, count), over
-    # this rank's micro-batches; filled on the first inner step.
-    mm_sum = torch.zeros((), device=device)
-    mm_n = torch.zeros((), device=device)
-    mm_max = torch.zeros((), device=device)
-    tis_bound = torch.zeros((), device=device)
-    tis_n = torch.zeros((), device=device)
-    def kept_logps(logits: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
-        # A logits_fn may return every position (N) or the kept ones (K).
-        if logits.shape[1] == mb.tokens:
-            logits = mb.kept(logits)
-        return token_logps(logits, mb.kept(mb.targets))
-
+    stats = _SamplerStats(device)
     if ref_logits_fn is not None and cfg.kl_beta > 0:
         with torch.no_grad():
-            for j in mine:
+            for j in plan.mine:
                 with _autocast(device, amp_dtype):
-                    ref[j] = kept_logps(ref_logits_fn(micro[j]), micro[j])
+                    ref[j] = _kept_logps(ref_logits_fn(micro[j]), micro[j])
     metrics = []
     for step in range(1, cfg.inner_steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=device)
-        kl_sum = torch.zeros((), device=device)
-        clipped = torch.zeros((), device=device)
-        for k in range(rounds):
-            if k < len(mine):
-                j = mine[k]
-                mb = micro[j]
-                with _autocast(device, amp_dtype):
-                    logits = logits_fn(mb)
-                logp = kept_logps(logits, mb)
-                if j not in old:
-                    old[j] = logp.detach()
-                    sl = mb.kept(mb.sampler_logp) if mb.sampler_logp is not None else None
-                    if sl is not None:
-                        has = torch.isfinite(sl)
-                        d = torch.where(has, (old[j] - sl).abs(), torch.zeros_like(sl))
-                        mm_sum += d.sum()
-                        mm_n += has.float().sum()
-                        mm_max = torch.maximum(mm_max, d.max() if d.numel() else mm_max)
-                    tis[j], bound, n_s = tis_weights(old[j], sl, cfg.tis_cap)
-                    tis_bound += bound
-                    tis_n += n_s
-                r = ref.get(j, old[j])
-                loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, norm_tokens, cfg.clip_epsilon_high, tis[j])
-                (loss * scale).backward()
-                loss_sum += loss.detach()
-                kl_sum += sums["kl"]
-                clipped += sums["clipped"]
-            else:
-                with _autocast(device, amp_dtype):
-                    logits = logits_fn(filler)
-                (logits.float().sum() * 0.0).backward()
+        loss_sum, kl_sum, clipped = _accumulate(logits_fn, micro, plan, cfg, device, amp_dtype, old, ref, tis, stats)
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
-        sums_t = D.all_sum(torch.stack([loss_sum, kl_sum, clipped, mm_sum, mm_n, tis_bound, tis_n]))
-        mmax = D.all_max(mm_max)
+        sums_t = D.all_sum(torch.stack([loss_sum, kl_sum, clipped, stats.mm_sum, stats.mm_n, stats.tis_bound, stats.tis_n]))
+        mmax = D.all_max(stats.mm_max)
         # One host sync per optimiser step: the values are needed for the
         # finite checks and the metrics line anyway.
         gn = float(grad_norm)
@@ -505,11 +568,11 @@ def train_round(
             "step": step,
             "loss": lv,
             "kl": klv,
-            "clip_fraction": clv / norm_tokens,
+            "clip_fraction": clv / plan.norm_tokens,
             "grad_norm": gn,
-            "tokens": total_tokens,
-            "trained_tokens": int(norm_tokens),
-            "tokens_per_s": total_tokens / dt if dt > 0 else 0.0,
+            "tokens": plan.total_tokens,
+            "trained_tokens": int(plan.norm_tokens),
+            "tokens_per_s": plan.total_tokens / dt if dt > 0 else 0.0,
             "seconds": dt,
             "peak_memory_bytes": peak_memory_bytes(device),
             "lr": opt.param_groups[0]["lr"],

@@ -65,7 +65,7 @@ def free_port() -> int:
 class EvaluateTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from spade_trainer.wire_server import Engine, make_server
+        from wire_server import Engine, make_server
 
         cls.srv = make_server(Engine(SMOLLM2, "smol"), "127.0.0.1", 0)
         threading.Thread(target=cls.srv.serve_forever, daemon=True).start()

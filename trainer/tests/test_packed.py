@@ -14,15 +14,17 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from spade_trainer import checkpoint as ck  # noqa: E402
-from spade_trainer.config import TrainConfig, parse_sample  # noqa: E402
+from spade_trainer.config import parse_sample  # noqa: E402
 from spade_trainer.grpo import encode_batch, make_micro_batches, make_optimizer, train_round  # noqa: E402
 from spade_trainer.tokenizer import HFChatEncoder, byte_tokenizer, tiny_tokenizer  # noqa: E402
+from trainer_configs import config_dict, train_config, write_config  # noqa: E402
 
 ROWS = [
     {"sample_id": "a1", "role": "agent", "group": "e", "reward": 1, "advantage": 1.0, "weight": 1.0,
@@ -79,7 +81,7 @@ class PackedTest(unittest.TestCase):
                 self._packing_invariance(impl)
 
     def _packing_invariance(self, impl):
-        cfg = TrainConfig(lr=1e-3, inner_steps=2)
+        cfg = train_config(lr=1e-3, inner_steps=2)
         runs = []
         for max_samples in (1, 2, 1 << 20):
             model = ck.new_tiny(4)
@@ -134,7 +136,7 @@ class PackedTest(unittest.TestCase):
         """The trainer asks the model for the logits of trained positions
         only (logits_to_keep = MicroBatch.keep): the same loss, grad norm
         and update as from every position's logits."""
-        cfg = TrainConfig(lr=1e-3, inner_steps=2)
+        cfg = train_config(lr=1e-3, inner_steps=2)
         enc = encode_batch(samples(), HFChatEncoder(tiny_tokenizer()), cfg.max_seq_len, "mem")
         runs = []
         for fn in (lambda m: (lambda mb: ck.model_logits(m, mb.ids, mb.position_ids)), logits_of):
@@ -200,11 +202,11 @@ def cli(args, nproc=0, timeout=600):
 
 def serve_once(ckpt):
     """(token ids, log-probs) of one greedy chat completion of 8 tokens
-    from ckpt served by spade_trainer.wire_server on a loopback port."""
+    from ckpt served by wire_server (trainer/tests) on a loopback port."""
     import threading
     import urllib.request
 
-    from spade_trainer.wire_server import Engine, make_server
+    from wire_server import Engine, make_server
 
     srv = make_server(Engine(ckpt, "policy"))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -233,7 +235,7 @@ class CLITest(unittest.TestCase):
     def run_round(self, ckpt, out, cfg, nproc=0):
         p = os.path.join(self.d, out + ".json")
         with open(p, "w") as f:
-            json.dump(cfg, f)
+            json.dump(config_dict(**cfg), f)
         o = os.path.join(self.d, out)
         r = cli(["--batch", self.batch, "--checkpoint", ckpt, "--output", o, "--config", p, "--metrics", o + ".metrics"], nproc)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
@@ -261,7 +263,7 @@ class CLITest(unittest.TestCase):
             meta = json.load(f)
         self.assertEqual((meta["step"], meta["optimizer_step"]), (2, 2))
         # Uninterrupted: the same two batches in one process with one AdamW.
-        tcfg = TrainConfig(lr=1e-3, seed=1, max_tokens_per_micro_batch=64)
+        tcfg = train_config(lr=1e-3, seed=1, max_tokens_per_micro_batch=64)
         torch.manual_seed(1)
         model = ck.new_tiny(5)
         from spade_trainer import attention
@@ -320,8 +322,7 @@ class ReferenceTest(unittest.TestCase):
             for ref, rc in (("tiny:0", 2), (old, 0)):
                 with self.subTest(reference=ref):
                     p = os.path.join(d, "c.json")
-                    with open(p, "w") as f:
-                        json.dump({"device": "cpu", "kl_beta": 0.1, "reference_checkpoint": ref, "save_optimizer": False}, f)
+                    write_config(p, device="cpu", kl_beta=0.1, reference_checkpoint=ref, save_optimizer=False)
                     out = tempfile.mkdtemp(dir=d)
                     r = cli(["--batch", b, "--checkpoint", old, "--output", out, "--config", p])
                     self.assertEqual(r.returncode, rc, r.stderr[-2000:])
@@ -345,8 +346,7 @@ class MoETest(unittest.TestCase):
             tok.save_pretrained(src)
             before = load_file(os.path.join(src, "model.safetensors"))
             p = os.path.join(d, "c.json")
-            with open(p, "w") as f:
-                json.dump({"lr": 1e-3, "device": "cpu", "save_dtype": "float32"}, f)
+            write_config(p, lr=1e-3, device="cpu", save_dtype="float32")
             b = os.path.join(d, "b.jsonl")
             with open(b, "w") as f:
                 for r in ROWS:

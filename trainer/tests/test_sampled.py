@@ -30,16 +30,17 @@ import torch  # noqa: E402
 
 from qwen_templates import QWEN3, QWEN25, SMOLLM2, make_checkpoint  # noqa: E402
 from spade_trainer import checkpoint as ck  # noqa: E402
-from spade_trainer.config import InputError, TrainConfig, parse_sample  # noqa: E402
+from spade_trainer.config import InputError, parse_sample  # noqa: E402
 from spade_trainer.grpo import encode_batch, grpo_loss, make_micro_batches, tis_weights, train_round  # noqa: E402
 from spade_trainer.tokenizer import HFChatEncoder, byte_tokenizer, spade_tool_calls_json, tiny_tokenizer  # noqa: E402
+from trainer_configs import train_config, write_config  # noqa: E402
 
 
 def byte_encoder() -> HFChatEncoder:
     """The byte-level ChatML encoder: byte b is id b, <|im_start|> 257,
     <|im_end|> 258 (ids inside the tiny model's vocabulary)."""
     return HFChatEncoder(byte_tokenizer())
-from spade_trainer.wire_server import Engine, make_server, parse_tool_calls  # noqa: E402
+from wire_server import Engine, make_server, parse_tool_calls  # noqa: E402
 
 CPU = torch.device("cpu")
 HAVE_SMOL = os.path.exists(os.path.join(SMOLLM2, "model.safetensors"))
@@ -135,7 +136,7 @@ def _sampled_agent_row(eng, seed, with_prompt_ids, sid):
 
 def sgd_round(model, enc, cfg=None, warn=None):
     """One train_round with lr 0 (the weights stay), its metrics and grads."""
-    cfg = cfg or TrainConfig(lr=0.0, grad_clip=0.0)
+    cfg = cfg or train_config(lr=0.0, grad_clip=0.0)
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.grad = None
@@ -474,7 +475,7 @@ class TISTest(unittest.TestCase):
                 mm = copy.deepcopy(msgs)
                 mm[1]["completion_logprobs"] = [x - shift for x in own_lp]
                 enc = encode_batch(parse([row("t", "agent", mm)]), byte_encoder(), 8192, "mem")
-                m, g, _ = sgd_round(model, enc, TrainConfig(lr=0.0, grad_clip=0.0, tis_cap=2.0))
+                m, g, _ = sgd_round(model, enc, train_config(lr=0.0, grad_clip=0.0, tis_cap=2.0))
                 self.assertAlmostEqual(m[0]["tis_clip_fraction"], want_frac)
                 self.assertLess(m[0]["logprob_mismatch_mean"] - shift, 1e-5)
                 # exp(1) > 2: every weight is the cap, so the gradient doubles.
@@ -512,8 +513,7 @@ class CLITest(unittest.TestCase):
         with open(batch, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
-        with open(cfgp, "w") as f:
-            json.dump({"lr": 1e-3, "device": "cpu", "mismatch_warn": 1e-4, "tis_cap": 2.0, "save_optimizer": False}, f)
+        write_config(cfgp, lr=1e-3, device="cpu", mismatch_warn=1e-4, tis_cap=2.0, save_optimizer=False)
         env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
         r = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", "tiny:4", "--output", out, "--config", cfgp,
                             "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
@@ -640,8 +640,8 @@ class WireServerTest(unittest.TestCase):
         """The argv form (port 0 prints the port) on a tiny checkpoint,
         tools rendered by its ChatML, the 422 mode."""
         d = tiny_checkpoint()
-        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        p = subprocess.Popen([sys.executable, "-m", "spade_trainer.wire_server", d, "--host", "127.0.0.1", "--port", "0",
+        env = dict(os.environ, PYTHONPATH=HERE, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        p = subprocess.Popen([sys.executable, "-m", "wire_server", d, "--host", "127.0.0.1", "--port", "0",
                               "--served-model-name", "tiny", "--ignore-token-fields"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             line = p.stdout.readline()

@@ -21,6 +21,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
@@ -29,6 +30,7 @@ from spade_trainer.config import InputError, Sample, TrainConfig, load_batch, lo
 from spade_trainer.grpo import encode_batch, grpo_loss, make_micro_batches, make_optimizer, token_logps, train_round  # noqa: E402
 LF = lambda m: (lambda mb: ck.model_logits(m, mb.ids, mb.position_ids))  # noqa: E731
 from spade_trainer.tokenizer import CHAT_TEMPLATE, TINY_TOKENIZER_FILE, HFChatEncoder, byte_tokenizer, tiny_tokenizer  # noqa: E402
+from trainer_configs import BASE, CONTRACT, config_dict, train_config, write_config  # noqa: E402
 
 # The byte tokenizer's ids (tokenizer.byte_tokenizer): byte b is id b, then these.
 SPECIAL_IDS = {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258}
@@ -415,14 +417,20 @@ class BatchParseTest(unittest.TestCase):
             self.assertEqual([(s.sample_id, s.line) for s in load_batch(p)], [("s", 1), ("t", 2)])
 
     def test_config_hostile_values_name_the_field(self):
+        def full(raw: bytes) -> bytes:
+            # Every other key from BASE, then the raw text of the one tested.
+            key = raw.split(b'"')[1].decode()
+            rest = json.dumps({k: v for k, v in BASE.items() if k != key}).encode()
+            return rest[:-1] + b", " + raw + b"}"
+
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "c.json")
             for body, text in [
-                (b'{"lr": 1' + b"0" * 400 + b"}", "field lr: integer too large"),
-                (b'{"seed": 18446744073709551616}', "field seed"),
-                (b'{"overlong": "chop"}', "field overlong"),
-                (b'{"kl_beta": 0.1, "kl_beta": 0}', "duplicate key 'kl_beta'"),
-                (b'{"device": "\xff"}', "utf-8"),
+                (full(b'"lr": 1' + b"0" * 400), "field lr: integer too large"),
+                (full(b'"seed": 18446744073709551616'), "field seed"),
+                (full(b'"overlong": "chop"'), "field overlong"),
+                (full(b'"kl_beta": 0.1, "kl_beta": 0'), "duplicate key 'kl_beta'"),
+                (full(b'"device": "\xff"'), "utf-8"),
             ]:
                 with self.subTest(text=text):
                     with open(p, "wb") as f:
@@ -433,12 +441,35 @@ class BatchParseTest(unittest.TestCase):
     def test_config_rejects_unknown_and_wrong_types(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "c.json")
-            for body, text in [({"klbeta": 1}, "unknown field 'klbeta'"), ({"inner_steps": 1.5}, "inner_steps"), ({"lr": -1}, "field lr"), ({"dtype": "fp8"}, "field dtype")]:
+            for body, text in [
+                (dict(BASE, klbeta=1), "unknown field 'klbeta'"),
+                (dict(BASE, clip_eps=0.2), "unknown field 'clip_eps'"),  # the YAML key, not the trainer's
+                (config_dict(inner_steps=1.5), "inner_steps"),
+                (config_dict(lr=-1), "field lr"),
+                (config_dict(dtype="fp8"), "field dtype"),
+            ]:
                 with self.subTest(text=text):
                     with open(p, "w") as f:
                         json.dump(body, f)
                     with self.assertRaisesRegex(InputError, text):
                         load_config(p)
+
+    def test_config_refuses_a_missing_field(self):
+        """Nothing is defaulted on the Python side: each key left out is
+        an error naming it (the Go side writes every key)."""
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "c.json")
+            self.assertEqual(load_config(write_config(p)), train_config())
+            for key in BASE:
+                with self.subTest(key=key):
+                    with open(p, "w") as f:
+                        json.dump({k: v for k, v in BASE.items() if k != key}, f)
+                    with self.assertRaisesRegex(InputError, f"config {p}: missing field '{key}'$"):
+                        load_config(p)
+            with open(p, "w") as f:
+                json.dump({}, f)
+            with self.assertRaisesRegex(InputError, "missing fields 'lr', 'clip_epsilon', .*'mismatch_warn'$"):
+                load_config(p)
 
 
 class LossTest(unittest.TestCase):
@@ -475,7 +506,7 @@ class LossTest(unittest.TestCase):
         T = sum(n)
         want = -(1 * 1.0 * n[0] + 1 * -1.0 * n[1] + 3.0 * 0.5 * n[2]) / T
         model = ck.new_tiny(3)
-        cfg = TrainConfig(lr=1e-3, micro_batch_size=2)
+        cfg = train_config(lr=1e-3, micro_batch_size=2)
         enc = encode_batch(samples, tok, cfg.max_seq_len, "mem")
         self.assertEqual([sum(e.mask) for e in enc], n)
         mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), 2)
@@ -491,7 +522,7 @@ def grads_of(model, samples, micro_batch_size):
     tok = byte_encoder()
     enc = encode_batch(samples, tok, 8192, "mem")
     mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), micro_batch_size)
-    cfg = TrainConfig(lr=0.0, grad_clip=0.0)
+    cfg = train_config(lr=0.0, grad_clip=0.0)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.0)
     train_round(LF(model), params, opt, mbs, cfg, torch.device("cpu"), None)
@@ -510,7 +541,7 @@ class StepTest(unittest.TestCase):
         return before, model.state_dict(), metrics
 
     def test_one_step_changes_weights(self):
-        before, after, m = self.run_round(fixed_batch(), TrainConfig(lr=1e-3))
+        before, after, m = self.run_round(fixed_batch(), train_config(lr=1e-3))
         changed = [k for k in before if not torch.equal(before[k], after[k])]
         self.assertIn("model.layers.0.self_attn.q_proj.weight", changed)
         self.assertIn("model.embed_tokens.weight", changed)
@@ -520,13 +551,13 @@ class StepTest(unittest.TestCase):
         rows = fixed_batch()
         for r in rows:
             r["advantage"] = 0.0
-        before, after, m = self.run_round(rows, TrainConfig(lr=1e-2, kl_beta=0.0, inner_steps=3))
+        before, after, m = self.run_round(rows, train_config(lr=1e-2, kl_beta=0.0, inner_steps=3))
         for k in before:
             self.assertTrue(torch.equal(before[k], after[k]), k)
         self.assertEqual(m[0]["grad_norm"], 0.0)
 
     def test_inner_steps_clip_and_kl(self):
-        _, _, m = self.run_round(fixed_batch(), TrainConfig(lr=1e-2, kl_beta=0.5, inner_steps=3, clip_epsilon=0.01))
+        _, _, m = self.run_round(fixed_batch(), train_config(lr=1e-2, kl_beta=0.5, inner_steps=3, clip_epsilon=0.01))
         self.assertEqual(len(m), 3)
         self.assertEqual(m[0]["kl"], 0.0)
         self.assertGreater(m[2]["kl"], 0.0)
@@ -537,7 +568,7 @@ class StepTest(unittest.TestCase):
         # CUDA uses, exercised on CPU autocast.
         tok = byte_encoder()
         model = ck.new_tiny(8)
-        cfg = TrainConfig(lr=1e-3, dtype="bfloat16")
+        cfg = train_config(lr=1e-3, dtype="bfloat16")
         enc = encode_batch(to_samples(fixed_batch()), tok, cfg.max_seq_len, "mem")
         mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), 2)
         params = list(model.parameters())
@@ -546,11 +577,35 @@ class StepTest(unittest.TestCase):
         self.assertEqual(next(model.parameters()).dtype, torch.float32)
 
     def test_deterministic(self):
-        _, a, ma = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
-        _, b, mb = self.run_round(fixed_batch(), TrainConfig(lr=1e-3, inner_steps=2))
+        _, a, ma = self.run_round(fixed_batch(), train_config(lr=1e-3, inner_steps=2))
+        _, b, mb = self.run_round(fixed_batch(), train_config(lr=1e-3, inner_steps=2))
         for k in a:
             self.assertTrue(torch.equal(a[k], b[k]), k)
         self.assertEqual(ma[1]["loss"], mb[1]["loss"])
+
+
+class ContractTest(unittest.TestCase):
+    """The config contract: the Go struct stages/grpo.TrainerConfig and
+    this TrainConfig have the same keys (CONTRACT is the Go side's output,
+    kept current by TestTrainerConfigContract), and the values the grpo
+    stage sends load."""
+
+    def test_go_contract_loads_and_has_exactly_the_fields(self):
+        import dataclasses
+
+        with open(CONTRACT, encoding="utf-8") as f:
+            keys = list(json.load(f))
+        self.assertEqual(keys, [f.name for f in dataclasses.fields(TrainConfig)], "the Go struct's keys, in its order")
+        cfg = load_config(CONTRACT)
+        self.assertEqual((cfg.micro_batch_size, cfg.inner_steps, cfg.device), (1024, 1, "auto"))
+
+    def test_fields_have_no_defaults(self):
+        import dataclasses
+
+        for f in dataclasses.fields(TrainConfig):
+            self.assertIs(f.default, dataclasses.MISSING, f.name)
+            self.assertIs(f.default_factory, dataclasses.MISSING, f.name)
+        self.assertEqual(list(BASE), [f.name for f in dataclasses.fields(TrainConfig)], "the tests' BASE names every field once")
 
 
 class DocsTest(unittest.TestCase):

@@ -1,7 +1,12 @@
 """A loopback test server: real weights and tokenizer, vLLM's wire format.
 
-    python -m spade_trainer.wire_server CHECKPOINT --host 127.0.0.1 --port N \\
+    PYTHONPATH=trainer/tests python -m wire_server CHECKPOINT --host 127.0.0.1 --port N \\
         --served-model-name NAME [--ignore-token-fields]
+
+A test server, kept with the tests (trainer/tests) rather than in the
+embedded trainer package: it trains nothing, so it is not part of the
+files whose digest feeds the grpo stage's fingerprint (trainer.Digest).
+It needs torch and transformers only, no spade_trainer module.
 
 It loads one model with transformers from a checkpoint directory (a Hugging
 Face checkpoint, or one this trainer wrote, the tiny model's included) and
@@ -346,7 +351,7 @@ def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Threa
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="spade_trainer.wire_server", description="Loopback test server: a real checkpoint behind vLLM's chat-completions wire format.")
+    p = argparse.ArgumentParser(prog="wire_server", description="Loopback test server: a real checkpoint behind vLLM's chat-completions wire format.")
     p.add_argument("checkpoint", help="checkpoint directory (transformers)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
