@@ -211,7 +211,17 @@ type Hint struct {
 	Error string `parquet:"error" json:"error"`
 }
 
-// Message is one chat message stored in a list column.
+// Message is one chat message stored in a list column. It is one of
+// three message types, kept apart on purpose: this one is the table
+// layout (its Parquet columns and JSON are pinned by the tables' golden
+// digests), so tool calls are one JSON text column and prompt token ids
+// are delta-coded against the previous turn. model.Message is the
+// backend interface's (structured tool calls, no token ids: those come
+// with the Choice), and grpo.Message the trainer's batch file (OpenAI's
+// nested tool_calls, whole prompt ids, the reasoning rendered into
+// Content). The roles are model.RoleSystem, RoleUser, RoleAssistant and
+// RoleTool. stages/rollout writes it from a model.Message; stages/grpo
+// reads it into a grpo.Message.
 type Message struct {
 	// Role is the OpenAI chat role: "system", "user", "assistant" or
 	// "tool".

@@ -272,8 +272,8 @@ and fall back to Airflow 2's.`,
 			if err != nil {
 				return err
 			}
-			if err := engine.CheckConfig(&cfg); err != nil {
-				return usageError{err}
+			if err := preflight(cmd.Context(), &cfg, nil, log, checkConfig); err != nil {
+				return err
 			}
 			eng := &engine.Engines{Config: &cfg, Log: log}
 			defer eng.Close()

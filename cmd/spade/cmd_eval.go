@@ -12,6 +12,7 @@ import (
 	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline"
+	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
@@ -64,7 +65,7 @@ some fail and the server no longer answers.`,
 			if !a.cfg.Eval.HasSuite() {
 				return usagef("no evaluation suite configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks in %s (docs/config.md)", g.configPath)
 			}
-			if b := a.cfg.Model.ForRole("agent").Backend; b != "openai" {
+			if b := a.cfg.Model.ForRole(config.RoleAgent).Backend; b != config.BackendOpenAI {
 				return usagef("the agent role's backend is %s: spade eval serves the checkpoint over the OpenAI API, so set model.backend (or model.roles.agent.backend) to openai with a serving mode (docs/serving.md)", b)
 			}
 			rf, err := pipeline.ReadRunFile(ctx, a.store, g.runName)

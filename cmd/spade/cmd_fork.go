@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 )
@@ -71,8 +70,8 @@ that exists as something else is a conflict (exit 3).`,
 			}
 			// The fork's later rounds run with cfg: refuse now what round
 			// would refuse then.
-			if err := engine.CheckConfig(&cfg); err != nil {
-				return usageError{err}
+			if err := preflight(ctx, &cfg, a.store, a.log, checkConfig); err != nil {
+				return err
 			}
 			res, err := pipeline.Fork(ctx, a.store, pipeline.ForkOptions{Source: args[0], Round: round, Target: args[1], Config: cfg})
 			if fe := (*pipeline.ForkRoundError)(nil); errors.As(err, &fe) {

@@ -91,8 +91,8 @@ Example:
 			if !a.cfg.FixedPool() {
 				return fail(usagef("pool import: the run's config has design.mode %s; a fixed pool is played only under design.mode: fixed_pool (see configs/baseline-fixed-pool.yaml)", a.cfg.Design.Mode))
 			}
-			if err := engine.CheckConfig(&a.cfg); err != nil {
-				return fail(usageError{err})
+			if err := preflight(ctx, &a.cfg, a.store, a.log, checkConfig); err != nil {
+				return fail(err)
 			}
 			entries, read, err := poolimport.Read(ctx, opts)
 			rep = read

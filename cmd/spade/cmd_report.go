@@ -12,12 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/spade-pipeline/spade/docs"
+	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
-	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/stages/roundmetrics"
 )
 
@@ -143,10 +143,10 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	for _, role := range config.RoleNames {
 		m := cfg.Model.ForRole(role)
 		roles = append(roles, modelText(m))
-		if m.Backend == "openai" {
+		if m.Backend == config.BackendOpenAI {
 			sv := m.Serving
 			if sv == "" {
-				sv = "fixed"
+				sv = config.ServingFixed
 			}
 			modes, served = append(modes, sv), append(served, role+": "+sv)
 		}
@@ -157,8 +157,8 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	} else {
 		parts := make([]string, len(roles))
 		for i, r := range roles {
-			if strings.HasPrefix(r, "procedural") {
-				r = "procedural"
+			if strings.HasPrefix(r, config.BackendProcedural) {
+				r = config.BackendProcedural
 			}
 			parts[i] = config.RoleNames[i] + ": " + r
 		}
@@ -175,13 +175,13 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	default:
 		h.Serving = strings.Join(served, "; ")
 	}
-	h.Trains = cfg.GRPO.Trainer != "none"
+	h.Trains = cfg.GRPO.Trainer != config.TrainerNone
 	switch t := cfg.GRPO; t.Trainer {
-	case "none":
+	case config.TrainerNone:
 		h.Trainer = "none (train_batch written, no checkpoint trained: every round's policy is the base, " + t.BaseCheckpoint + ")"
-	case "torch":
+	case config.TrainerTorch:
 		h.Trainer = "torch (the project's PyTorch GRPO step) from " + t.BaseCheckpoint
-	case "command":
+	case config.TrainerCommand:
 		h.Trainer = fmt.Sprintf("command %q from %s", t.Command, t.BaseCheckpoint)
 	default:
 		h.Trainer = t.Trainer
@@ -226,13 +226,13 @@ func roundOrigin(ctx context.Context, st storage.Store, rf *pipeline.RunFile) fu
 // checkpoints spade serves itself).
 func modelText(m config.Model) string {
 	switch m.Backend {
-	case "procedural":
+	case config.BackendProcedural:
 		return "procedural (offline stand-in for an LLM, no weights: docs/procedural.md)"
-	case "openai":
+	case config.BackendOpenAI:
 		switch m.Serving {
-		case "managed":
+		case config.ServingManaged:
 			return "openai: each round's checkpoint, served by model.serve_command"
-		case "reload":
+		case config.ServingReload:
 			return "openai: each round's checkpoint, loaded into the server at " + m.BaseURL
 		}
 		return fmt.Sprintf("openai: %s at %s", m.Name, m.BaseURL)

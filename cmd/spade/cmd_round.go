@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spade-pipeline/spade/engines/evaluate"
-
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -122,19 +120,7 @@ once; one of another host only after --lease-ttl seconds.`,
 				return err
 			}
 			defer a.close()
-			if err := engine.CheckConfig(&a.cfg); err != nil {
-				return usageError{err}
-			}
-			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
-				return usageError{err}
-			}
-			if err := checkEval(ctx, a); err != nil {
-				return err
-			}
-			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
-				if errors.Is(err, pipeline.ErrNotCommitted) {
-					return usageError{err}
-				}
+			if err := preflight(ctx, &a.cfg, a.store, a.log, checkConfig|checkTrainer|checkEval|checkReplay); err != nil {
 				return err
 			}
 			r, eng := a.runner()
@@ -225,19 +211,4 @@ func runRounds(ctx context.Context, r *pipeline.Runner, n int) (*pipeline.RoundR
 		}
 	}
 	return r.RunRound(ctx, n)
-}
-
-// checkEval checks the eval suites before a round that may run the eval
-// stage starts (evaluate.Check: task and prompt names, the lm_eval task
-// directory), so that a misspelt task fails in seconds with exit 2
-// instead of at the round's end, after every model call, with the eval
-// settings already pinned. Nothing when eval.every is 0.
-func checkEval(ctx context.Context, a *app) error {
-	if a.cfg.Eval.Every == 0 {
-		return nil
-	}
-	if err := evaluate.Check(ctx, &a.cfg, a.log); err != nil {
-		return usageError{fmt.Errorf("invalid configuration: %w", err)}
-	}
-	return nil
 }

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
-	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/pipeline"
 )
 
@@ -41,16 +39,9 @@ p with p % n == i are written, and the tables are committed by
 				return err
 			}
 			defer a.close()
-			if err := engine.CheckConfig(&a.cfg); err != nil {
-				return usageError{err}
-			}
-			if err := engine.CheckTrainer(ctx, &a.cfg); err != nil {
-				return usageError{err}
-			}
-			if err := engine.CheckReplay(ctx, a.store, &a.cfg); err != nil {
-				if errors.Is(err, pipeline.ErrNotCommitted) {
-					return usageError{err}
-				}
+			// No checkEval: the eval stage checks its suites itself
+			// (evaluate.ServeAndScore) before it starts a server.
+			if err := preflight(ctx, &a.cfg, a.store, a.log, checkConfig|checkTrainer|checkReplay); err != nil {
 				return err
 			}
 			r, eng := a.runner()

@@ -12,26 +12,31 @@ package action
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/spade-pipeline/spade/pipeline/config"
 )
 
-// The action formats of rollout.action_format.
+// The action formats of rollout.action_format, declared once in
+// pipeline/config (which validates the setting and may not import
+// engines/); these are the same constants under the protocol's names.
 const (
 	// FormatValidActions matches the reply against the observation's
 	// "Valid actions:" line.
-	FormatValidActions = "valid_actions"
+	FormatValidActions = config.ActionFormatValidActions
 	// FormatBoxed takes the last balanced \boxed{...} of the reply.
-	FormatBoxed = "boxed"
+	FormatBoxed = config.ActionFormatBoxed
 	// FormatAnswerTag takes the last <answer>...</answer> of the reply.
-	FormatAnswerTag = "answer_tag"
+	FormatAnswerTag = config.ActionFormatAnswerTag
 	// FormatRaw steps the reply, trimmed, as it is.
-	FormatRaw = "raw"
+	FormatRaw = config.ActionFormatRaw
 )
 
 // Formats lists the action formats, the default first.
 func Formats() []string {
-	return []string{FormatValidActions, FormatBoxed, FormatAnswerTag, FormatRaw}
+	return slices.Clone(config.ActionFormats)
 }
 
 // CheckFormat returns nil for a known format, else an error listing them.

@@ -125,7 +125,7 @@ func CheckConfig(c *config.Config) error {
 		// failed the design stage after the round's first stages ran.
 		return fmt.Errorf("invalid configuration: workers must be <= %d when spade runs as root (one uid per sandbox slot, %d per process; got %d)", sandbox.UIDStride, sandbox.UIDStride, c.Workers)
 	}
-	if c.Model.ForRole("designer").Backend != "procedural" || c.Model.Replay != "" {
+	if c.Model.ForRole(config.RoleDesigner).Backend != config.BackendProcedural || c.Model.Replay != "" {
 		return nil
 	}
 	for i, s := range c.Sample.Skills {
@@ -174,9 +174,9 @@ func (e *Engines) BackendFor(role string) (model.Backend, error) {
 	c := e.Config.Model.ForRole(role)
 	var backend model.Backend
 	switch c.Backend {
-	case "procedural":
+	case config.BackendProcedural:
 		backend = procedural.New()
-	case "openai":
+	case config.BackendOpenAI:
 		ocfg, err := e.openaiConfig(role)
 		if err != nil {
 			return nil, err

@@ -32,11 +32,11 @@ const ProceduralID = "procedural"
 func RoleOf(stage string) string {
 	switch stage {
 	case "design":
-		return "designer"
+		return config.RoleDesigner
 	case "hint":
-		return "hint"
+		return config.RoleHint
 	case "rollout":
-		return "agent"
+		return config.RoleAgent
 	}
 	return ""
 }
@@ -46,7 +46,7 @@ func RoleOf(stage string) string {
 // stage reads checkpoints of round r-1 (NeedsCheckpoint).
 func Served(c *config.Config, role string) bool {
 	m := c.Model.ForRole(role)
-	return m.Backend == "openai" && (m.Serving == "managed" || m.Serving == "reload")
+	return m.Backend == config.BackendOpenAI && config.FromCheckpoints(m.Serving)
 }
 
 // CheckpointInput is the checkpoints(r-1) input of a stage of round r
@@ -80,9 +80,9 @@ func RoundPolicy(ctx context.Context, env *pipeline.Env) (schemas.Checkpoint, er
 func policyID(c *config.Config, role string, ck schemas.Checkpoint) string {
 	m := c.Model.ForRole(role)
 	switch {
-	case m.Backend != "openai":
+	case m.Backend != config.BackendOpenAI:
 		return ProceduralID
-	case m.Serving == "managed" || m.Serving == "reload":
+	case config.FromCheckpoints(m.Serving):
 		return ck.CheckpointID
 	default:
 		return "fixed:" + m.Name
@@ -140,7 +140,7 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 	if err != nil {
 		return nil, err
 	}
-	if c.Model.Replay != "" || m.Backend != "openai" {
+	if c.Model.Replay != "" || m.Backend != config.BackendOpenAI {
 		e.setSession(stage, nil, policyID(c, role, ck))
 		return func() {}, nil
 	}
@@ -219,14 +219,14 @@ func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role
 	c := e.Config
 	m := c.Model.ForRole(role)
 	nothing := func() {}
-	if m.Backend != "openai" {
+	if m.Backend != config.BackendOpenAI {
 		return Endpoint{}, nil, fmt.Errorf("serve %s for %s: the %s role's backend is %s; a checkpoint is served over the OpenAI API (model.backend openai)", ck.CheckpointID, tag.Stage, role, m.Backend)
 	}
 	ocfg, err := e.openaiConfig(role)
 	if err != nil {
 		return Endpoint{}, nil, err
 	}
-	if m.Serving != "managed" && m.Serving != "reload" {
+	if !config.FromCheckpoints(m.Serving) {
 		b, err := openai.New(ocfg)
 		if err != nil {
 			return Endpoint{}, nil, err
@@ -252,7 +252,7 @@ func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role
 		served = "{served_model}"
 	}
 	stopServer := nothing
-	if m.Serving == "managed" {
+	if m.Serving == config.ServingManaged {
 		port := c.Model.ServePort
 		if port == 0 {
 			if port, err = serving.FreePort(); err != nil {
@@ -422,13 +422,13 @@ func CheckTrainer(ctx context.Context, c *config.Config) error {
 	for _, r := range config.RoleNames {
 		served = served || Served(c, r)
 	}
-	if c.GRPO.Trainer == "none" && !served {
+	if c.GRPO.Trainer == config.TrainerNone && !served {
 		return nil
 	}
 	if err := CheckBaseCheckpoint(c.GRPO.BaseCheckpoint); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	if c.GRPO.Trainer != "torch" {
+	if c.GRPO.Trainer != config.TrainerTorch {
 		return nil
 	}
 	if _, err := os.Stat(c.GRPO.Python); err != nil {

@@ -45,7 +45,7 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 	if err := Check(ctx, eng.Config, eng.Log); err != nil {
 		return nil, fmt.Errorf("eval of round %d: %w", round, err)
 	}
-	ep, stop, err := eng.ServeCheckpoint(ctx, store, "agent", ck, tag)
+	ep, stop, err := eng.ServeCheckpoint(ctx, store, config.RoleAgent, ck, tag)
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d: %w", round, err)
 	}

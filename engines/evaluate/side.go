@@ -223,13 +223,13 @@ func Scores(rows []schemas.Eval) map[string]float64 {
 // the server's address when spade does not control it). It is the eval
 // stage's config subset and part of a side file's digest (SideDigest).
 func Settings(c *config.Config) any {
-	a := c.Model.ForRole("agent")
+	a := c.Model.ForRole(config.RoleAgent)
 	sub := struct {
 		Eval                   config.Eval
 		Backend, Serving, Name string
 		BaseURL                string `json:",omitempty"`
 	}{Eval: c.Eval, Backend: a.Backend, Serving: a.Serving, Name: a.Name}
-	if a.Serving != "managed" && a.Serving != "reload" {
+	if !config.FromCheckpoints(a.Serving) {
 		sub.BaseURL = a.BaseURL
 	}
 	return sub

@@ -15,7 +15,13 @@ const (
 	RoleTool      = "tool"
 )
 
-// Message is one chat message.
+// Message is one chat message as the Backend interface takes and returns
+// it. It differs from the two other message types on purpose:
+// schemas.Message is the stored table row (tool calls as one JSON text,
+// token ids delta-coded, pinned by golden digests) and grpo.Message the
+// trainer's batch-file turn (OpenAI's nested tool_calls, whole prompt
+// ids); this one carries structured ToolCalls and no token ids (a
+// sample's ids and log-probs are the Choice's).
 type Message struct {
 	// Role is one of RoleSystem, RoleUser, RoleAssistant, RoleTool.
 	Role string `json:"role"`

@@ -101,29 +101,24 @@ type Ablation struct {
 func (c *Config) FixedPool() bool { return c.Design.Mode == DesignModeFixedPool }
 
 // Default returns the embedded default: the offline procedural backend, the
-// paper's sizes, no trainer.
+// paper's sizes, no trainer. Each section's default is its own (DefaultModel,
+// DefaultGRPO, ...); the root settings' are here.
 func Default() Config {
 	return Config{
 		Seed:            1,
 		Workers:         0,
 		RegenerateEvery: 4,
-		Sample: Sample{
-			Slots: 24, DocsPerSlot: 1, ActiveSkills: 3, Setting: "mixed", ToolUseEvery: 4,
-			Skills: []string{"logical_deduction", "spatial_reasoning", "causal_inference", "planning", "pattern_induction", "quantitative_reasoning"},
-		},
-		Model:   Model{Backend: "procedural", APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32},
-		Sandbox: Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256},
-		Design:  Design{Mode: DesignModeDesigner, MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096},
-		Hint:    Hint{Temperature: 1.0, MaxTokens: 512},
-		Rollout: Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: "valid_actions"},
-		Label:   Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()},
-		Memory:  Memory{Capacity: 200},
-		Observe: Observe{Python: DefaultVenvPython, Experiment: "spade", WandbMode: "offline", WandbDir: "wandb-runs", TensorBoardDir: "tensorboard"},
-		Metrics: Metrics{Embeddings: []string{EmbeddingsTFIDF}, Python: DefaultVenvPython},
-		Eval: Eval{MaxTokens: 512, Concurrency: 8, TimeoutS: 600, Python: DefaultVenvPython,
-			ReasoningGym: EvalReasoningGym{Size: 100, SystemPrompt: "default"}},
-		GRPO: GRPO{Trainer: "none", Python: DefaultTrainerPython, BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: "ratio", DesignerNorm: "none", MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: "generated",
-			AdamBeta1: 0.9, AdamBeta2: 0.999, Dtype: "auto", SaveDtype: "bfloat16", MaxTokensPerMicroBatch: 16384,
-			Launcher: "local", NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1, MismatchWarn: DefaultMismatchWarn},
+		Sample:          DefaultSample(),
+		Model:           DefaultModel(),
+		Sandbox:         DefaultSandbox(),
+		Design:          DefaultDesign(),
+		Hint:            DefaultHint(),
+		Rollout:         DefaultRollout(),
+		Label:           DefaultLabel(),
+		Memory:          DefaultMemory(),
+		GRPO:            DefaultGRPO(),
+		Observe:         DefaultObserve(),
+		Metrics:         DefaultMetrics(),
+		Eval:            DefaultEval(),
 	}
 }

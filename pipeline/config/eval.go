@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -87,15 +86,23 @@ func (e Eval) HasSuite() bool { return len(e.ReasoningGym.Tasks) > 0 || len(e.LM
 // 0 and r % Every == 0).
 func (e Eval) RunsAt(r int) bool { return e.Every > 0 && r >= 1 && r%e.Every == 0 }
 
-// evalProblems checks eval.*: ranges, known system prompts, a suite and a
-// served agent when the eval stage runs, an include path for lm_eval
-// tasks, an absolute interpreter.
-func (c Config) evalProblems() []problem {
-	var errs []problem
-	add := func(key, format string, a ...any) {
-		errs = append(errs, problem{[]string{key}, fmt.Sprintf(format, a...)})
-	}
-	e := c.Eval
+// DefaultEval is eval.*'s default: off (every 0), 512 tokens per
+// answer, greedy, 8 requests in flight of at most 600 s, the pinned
+// venv's interpreter, 100 reasoning-gym items per task with its default
+// system prompt.
+func DefaultEval() Eval {
+	return Eval{MaxTokens: 512, Concurrency: 8, TimeoutS: 600, Python: DefaultVenvPython,
+		ReasoningGym: EvalReasoningGym{Size: 100, SystemPrompt: "default"}}
+}
+
+// Check checks eval.*: finite numbers, ranges, known system prompts, a
+// suite when the eval stage runs, an include path for lm_eval tasks, an
+// absolute interpreter. That the eval stage has a served agent is
+// Config's rule (crossProblems).
+func (e Eval) Check() []Problem {
+	var p problems
+	add := func(key, format string, a ...any) { p.add(fmt.Sprintf(format, a...), key) }
+	p.finite("eval", e)
 	if e.Every < 0 || e.Every > MaxCount {
 		add("eval.every", "eval.every must be in 0..%d (got %d)", MaxCount, e.Every)
 	}
@@ -111,9 +118,7 @@ func (c Config) evalProblems() []problem {
 	if !(e.TimeoutS >= minTimeoutS && e.TimeoutS <= maxTimeoutS) {
 		add("eval.timeout_s", "eval.timeout_s must be in %g..%g seconds (got %g)", minTimeoutS, maxTimeoutS, e.TimeoutS)
 	}
-	if !filepath.IsAbs(e.Python) {
-		add("eval.python", "eval.python must be an absolute path (got %q)", e.Python)
-	}
+	p.absPath("eval.python", e.Python)
 	rg := e.ReasoningGym
 	if rg.Size < 1 || rg.Size > MaxCount {
 		add("eval.reasoning_gym.size", "eval.reasoning_gym.size must be in 1..%d (got %d)", MaxCount, rg.Size)
@@ -141,13 +146,8 @@ func (c Config) evalProblems() []problem {
 	if e.LMEval.Limit < 0 || e.LMEval.Limit > MaxCount {
 		add("eval.lm_eval.limit", "eval.lm_eval.limit must be in 0..%d (got %d)", MaxCount, e.LMEval.Limit)
 	}
-	if e.Every > 0 {
-		if !e.HasSuite() {
-			add("eval.every", "eval.every is %d but no suite is configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks", e.Every)
-		}
-		if a := c.Model.ForRole("agent"); a.Backend != "openai" {
-			add("eval.every", "eval.every is %d but the agent's backend is %s: evaluation scores a checkpoint served over the OpenAI API (model.backend openai, or model.roles.agent)", e.Every, a.Backend)
-		}
+	if e.Every > 0 && !e.HasSuite() {
+		add("eval.every", "eval.every is %d but no suite is configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks", e.Every)
 	}
-	return errs
+	return p
 }

@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // Label configures regret labelling.
 type Label struct {
 	// BandLow is the lower end of the learnable band of win rates,
@@ -89,6 +91,39 @@ const (
 	DesignerRewardSolveRate         = "solve_rate"
 )
 
+// DesignerRewards lists the values of label.designer_reward, the default
+// first.
+var DesignerRewards = []string{DesignerRewardRegret, DesignerRewardBlend, DesignerRewardLearningPotential, DesignerRewardSolveRate}
+
+// DefaultLabel is label.*'s default: the band [0.2, 0.8] (SPADE.md), the
+// regret reward, and the public recipes' blend and learning-potential
+// parameters.
+func DefaultLabel() Label {
+	return Label{BandLow: 0.2, BandHigh: 0.8, DesignerReward: DesignerRewardRegret, Blend: DefaultBlend(), LearningPotential: DefaultLearningPotential()}
+}
+
+// Check checks label.*: finite numbers, the reward formula and its
+// parameters, and the band.
+func (l Label) Check() []Problem {
+	var p problems
+	p.finite("label", l)
+	p.atLeast("label.blend.plateau_weight", l.Blend.PlateauWeight, 0, false)
+	p.atLeast("label.blend.regret_weight", l.Blend.RegretWeight, 0, false)
+	p.atLeast("label.blend.regret_scale", l.Blend.RegretScale, 0, true)
+	p.atLeast("label.blend.plateau_ramp", l.Blend.PlateauRamp, 0, true)
+	p.oneOf("label.designer_reward", l.DesignerReward, DesignerRewards)
+	if b := l.Blend; isFinite(b.PlateauLow) && isFinite(b.PlateauHigh) && !(b.PlateauLow >= 0 && b.PlateauLow <= b.PlateauHigh && b.PlateauHigh <= 1) {
+		p.add(fmt.Sprintf("label.blend.plateau_low and label.blend.plateau_high must satisfy 0 <= plateau_low <= plateau_high <= 1 (got plateau_low %g, plateau_high %g)", b.PlateauLow, b.PlateauHigh), "label.blend.plateau_low", "label.blend.plateau_high")
+	}
+	if lp := l.LearningPotential; isFinite(lp.GammaFast) && isFinite(lp.GammaSlow) && !(lp.GammaSlow > 0 && lp.GammaSlow < lp.GammaFast && lp.GammaFast <= 1) {
+		p.add(fmt.Sprintf("label.learning_potential.gamma_fast and label.learning_potential.gamma_slow must satisfy 0 < gamma_slow < gamma_fast <= 1 (got gamma_fast %g, gamma_slow %g)", lp.GammaFast, lp.GammaSlow), "label.learning_potential.gamma_fast", "label.learning_potential.gamma_slow")
+	}
+	if !(l.BandLow >= 0 && l.BandLow <= l.BandHigh && l.BandHigh <= 1) {
+		p.add(fmt.Sprintf("label band must satisfy 0 <= band_low <= band_high <= 1 (got %g, %g)", l.BandLow, l.BandHigh), "label.band_low", "label.band_high")
+	}
+	return p
+}
+
 // DesignerRewardKind returns label.designer_reward with "" (a run pinned
 // before the setting existed) read as "regret".
 func (l Label) DesignerRewardKind() string {
@@ -103,4 +138,14 @@ type Memory struct {
 	// Capacity is the most entries the memory holds (default 200, as in
 	// the paper; > 0); the oldest are evicted first (FIFO).
 	Capacity int `yaml:"capacity" json:"capacity"`
+}
+
+// DefaultMemory is memory.*'s default: 200 entries, as in the paper.
+func DefaultMemory() Memory { return Memory{Capacity: 200} }
+
+// Check checks memory.*: the capacity is a count.
+func (m Memory) Check() []Problem {
+	var p problems
+	p.count("memory.capacity", m.Capacity)
+	return p
 }

@@ -98,7 +98,7 @@ func Load(path string, environ []string) (Config, Source, error) {
 	if probs := cfg.problems(); len(probs) > 0 {
 		texts := make([]string, len(probs))
 		for i, p := range probs {
-			texts[i] = p.text + setWhere(p.keys, src, lines)
+			texts[i] = p.Text + setWhere(p.Keys, src, lines)
 		}
 		return cfg, src, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(texts, "; "))
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -145,7 +146,7 @@ type Role struct {
 }
 
 // RoleNames are the roles model.roles configures, in order.
-var RoleNames = []string{"designer", "hint", "agent"}
+var RoleNames = []string{RoleDesigner, RoleHint, RoleAgent}
 
 // ForRole returns the model settings of role ("designer", "hint" or
 // "agent"): m with the role's non-empty overrides applied and Roles
@@ -153,11 +154,11 @@ var RoleNames = []string{"designer", "hint", "agent"}
 func (m Model) ForRole(role string) Model {
 	var r Role
 	switch role {
-	case "designer":
+	case RoleDesigner:
 		r = m.Roles.Designer
-	case "hint":
+	case RoleHint:
 		r = m.Roles.Hint
-	case "agent":
+	case RoleAgent:
 		r = m.Roles.Agent
 	}
 	m.Roles = Roles{}
@@ -182,12 +183,12 @@ func (m Model) ForRole(role string) Model {
 // samples are trained; hints are not).
 func (c *Config) WantTokenIDs(role string) bool {
 	switch c.Model.TokenIDs {
-	case "on":
+	case TokenIDsOn:
 		return true
-	case "off":
+	case TokenIDsOff:
 		return false
 	}
-	return (role == "designer" || role == "agent") && c.GRPO.Trainer != "" && c.GRPO.Trainer != "none"
+	return (role == RoleDesigner || role == RoleAgent) && c.GRPO.Trainer != "" && c.GRPO.Trainer != TrainerNone
 }
 
 // ExtraBodyFields decodes model.extra_body: nil for "", else the JSON
@@ -203,77 +204,184 @@ func (m Model) ExtraBodyFields() (map[string]any, error) {
 	return v, nil
 }
 
-// servingProblems checks model.serving and model.roles: each role's
-// backend, its server, and that a trainer is not paired with a fixed
-// server by default (training would never reach it).
-func (c Config) servingProblems() []problem {
-	var errs []problem
-	seen := map[string]bool{}
-	add := func(text string, keys ...string) {
-		if !seen[text] { // the roles that take model.* as it is share its problems
-			seen[text] = true
-			errs = append(errs, problem{keys, text})
+// The values of model.backend and model.roles.*.backend.
+const (
+	// BackendProcedural is the offline stand-in model
+	// (engines/model/procedural).
+	BackendProcedural = "procedural"
+	// BackendOpenAI is any OpenAI-compatible server (engines/model/openai).
+	BackendOpenAI = "openai"
+)
+
+// Backends lists the values of model.backend.
+var Backends = []string{BackendProcedural, BackendOpenAI}
+
+// The values of model.serving and model.roles.*.serving ("" is fixed;
+// docs/serving.md).
+const (
+	// ServingFixed is a server the user runs, whose weights never change.
+	ServingFixed = "fixed"
+	// ServingManaged starts model.serve_command over the round's
+	// checkpoint for each stage that calls the model, and stops it.
+	ServingManaged = "managed"
+	// ServingReload makes a running server load the round's checkpoint
+	// (model.reload) before each stage that calls the model.
+	ServingReload = "reload"
+)
+
+// Servings lists the values of model.serving besides "" (fixed).
+var Servings = []string{ServingFixed, ServingManaged, ServingReload}
+
+// FromCheckpoints reports whether serving (a model.serving value) serves
+// the round's checkpoint: managed or reload.
+func FromCheckpoints(serving string) bool {
+	return serving == ServingManaged || serving == ServingReload
+}
+
+// The values of model.reload.preset besides "" (method, path and body
+// given).
+const (
+	// ReloadSGLang is SGLang's POST /update_weights_from_disk.
+	ReloadSGLang = "sglang"
+	// ReloadVLLMLoRA is vLLM's POST /v1/load_lora_adapter.
+	ReloadVLLMLoRA = "vllm-lora"
+)
+
+// ReloadPresets lists the values of model.reload.preset besides "".
+var ReloadPresets = []string{ReloadSGLang, ReloadVLLMLoRA}
+
+// The values of model.token_ids besides "" (auto).
+const (
+	// TokenIDsAuto asks for token ids for the trained roles when a
+	// trainer runs.
+	TokenIDsAuto = "auto"
+	// TokenIDsOn always asks for token ids and log-probs.
+	TokenIDsOn = "on"
+	// TokenIDsOff never asks.
+	TokenIDsOff = "off"
+)
+
+// The SPADE roles that model.roles configures (RoleNames).
+const (
+	// RoleDesigner is the design stage's model.
+	RoleDesigner = "designer"
+	// RoleHint is the hint stage's model.
+	RoleHint = "hint"
+	// RoleAgent is the rollout stage's model.
+	RoleAgent = "agent"
+)
+
+// DefaultModel is model.*'s default: the offline procedural backend,
+// the key in OPENAI_API_KEY, 16 requests in flight, 120 s per attempt, 5
+// retries, an outage after 32 failed calls in a row.
+func DefaultModel() Model {
+	return Model{Backend: BackendProcedural, APIKeyEnv: "OPENAI_API_KEY", Concurrency: 16, TimeoutS: 120, MaxRetries: 5, UnavailableAfter: 32}
+}
+
+// roleSettings returns role's model settings (ForRole), the key prefix
+// its problems name ("model", or "model.roles.ROLE" where the role
+// overrides model.*), and whether its backend and serving are known
+// values (the rules of each serving apply only then).
+func (m Model) roleSettings(role string) (Model, string, bool) {
+	rm := m.ForRole(role)
+	pre := "model"
+	if rm.Backend != m.Backend || rm.BaseURL != m.BaseURL || rm.Name != m.Name || rm.Serving != m.Serving {
+		pre = "model.roles." + role
+	}
+	ok := slices.Contains(Backends, rm.Backend) && (rm.Serving == "" || slices.Contains(Servings, rm.Serving))
+	return rm, pre, ok
+}
+
+// Check checks model.*: counts, timeouts and enums, the server URL and
+// key variable, extra_body, and each role's backend and serving (a server
+// to reach, a serve command, a reload request). Whether a trainer pairs
+// with each role's serving is Config's rule (crossProblems).
+func (m Model) Check() []Problem {
+	var p problems
+	p.finite("model", m)
+	p.count("model.concurrency", m.Concurrency)
+	p.countOrZero("model.max_retries", m.MaxRetries)
+	p.countOrZero("model.unavailable_after", m.UnavailableAfter)
+	switch m.TokenIDs {
+	case "", TokenIDsAuto, TokenIDsOn, TokenIDsOff:
+	default:
+		p.add(fmt.Sprintf("model.token_ids must be auto, on or off (got %q)", m.TokenIDs), "model.token_ids")
+	}
+	switch m.ToolChoice {
+	case "", "auto", "required", "none":
+	default:
+		p.add(fmt.Sprintf("model.tool_choice must be auto, required or none, or empty to send none (got %q)", m.ToolChoice), "model.tool_choice")
+	}
+	if _, err := m.ExtraBodyFields(); err != nil {
+		p.add(err.Error(), "model.extra_body")
+	}
+	p.timeout("model.timeout_s", m.TimeoutS)
+	if m.BaseURL != "" {
+		// The config is stored in the run's _RUN.json: a password in the
+		// URL would be stored with it. The key comes from model.api_key_env.
+		if u, err := url.Parse(m.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
+			p.add(fmt.Sprintf("model.base_url %q is not an absolute URL like http://127.0.0.1:8000/v1", m.BaseURL), "model.base_url")
+		} else if u.User != nil {
+			p.add("model.base_url must not carry credentials (user:password@): they would be stored in the run's _RUN.json; put the key in the variable model.api_key_env names", "model.base_url")
 		}
 	}
-	m := c.Model
+	if strings.HasPrefix(m.APIKeyEnv, "SPADE_") {
+		p.add(fmt.Sprintf("model.api_key_env %q: SPADE_* variables are spade's settings; name another variable", m.APIKeyEnv), "model.api_key_env")
+	}
+	p.oneOf("model.backend", m.Backend, Backends)
+	p = append(p, m.servingProblems()...)
+	return p
+}
+
+// servingProblems checks model.serving and model.roles: each role's
+// backend, and what its serving needs (a server and a model name, a
+// serve command, a reload request).
+func (m Model) servingProblems() []Problem {
+	var p problems
 	for _, role := range RoleNames {
-		rm := m.ForRole(role)
-		pre := "model"
-		if rm.Backend != m.Backend || rm.BaseURL != m.BaseURL || rm.Name != m.Name || rm.Serving != m.Serving {
-			pre = "model.roles." + role
-		}
-		switch rm.Backend {
-		case "procedural", "openai":
-		default:
+		rm, pre, _ := m.roleSettings(role)
+		if !slices.Contains(Backends, rm.Backend) {
 			if pre != "model" { // model.backend itself is checked with the other settings
-				add(fmt.Sprintf("%s.backend must be procedural or openai (got %q)", pre, rm.Backend), pre+".backend")
+				p.addOnce(fmt.Sprintf("%s.backend must be %s (got %q)", pre, orList(Backends), rm.Backend), pre+".backend")
 			}
 			continue
 		}
-		switch rm.Serving {
-		case "", "fixed", "managed", "reload":
-		default:
-			add(fmt.Sprintf("%s.serving must be fixed, managed or reload (got %q)", pre, rm.Serving), pre+".serving", "model.serving")
+		if rm.Serving != "" && !slices.Contains(Servings, rm.Serving) {
+			p.addOnce(fmt.Sprintf("%s.serving must be %s (got %q)", pre, orList(Servings), rm.Serving), pre+".serving", "model.serving")
 			continue
 		}
-		if rm.Backend != "openai" || m.Replay != "" {
+		if rm.Backend != BackendOpenAI || m.Replay != "" {
 			continue
 		}
 		switch rm.Serving {
-		case "", "fixed":
+		case "", ServingFixed:
 			if rm.BaseURL == "" || rm.Name == "" {
-				add(fmt.Sprintf("%s: model.backend openai needs model.base_url and model.name (role %s)", pre, role), "model.backend", "model.base_url", "model.name")
+				p.addOnce(fmt.Sprintf("%s: model.backend openai needs model.base_url and model.name (role %s)", pre, role), "model.backend", "model.base_url", "model.name")
 			}
-			if c.GRPO.Trainer != "none" && rm.Serving == "" {
-				add(fmt.Sprintf("%s: grpo.trainer %s trains a policy that a fixed server never loads; set model.serving to managed or reload to serve each round's checkpoint, or to fixed to accept off-policy rounds (docs/serving.md)", pre, c.GRPO.Trainer), "model.serving", pre+".serving", "grpo.trainer")
-			}
-		case "managed":
+		case ServingManaged:
 			if !slices.ContainsFunc(m.ServeCommand, func(a string) bool { return strings.Contains(a, "{checkpoint}") }) {
-				add(fmt.Sprintf("%s.serving managed needs model.serve_command, an argv with {checkpoint} (e.g. [vllm, serve, \"{checkpoint}\", --port, \"{port}\", --served-model-name, \"{served_model}\"])", pre), "model.serve_command", "model.serving")
+				p.addOnce(fmt.Sprintf("%s.serving managed needs model.serve_command, an argv with {checkpoint} (e.g. [vllm, serve, \"{checkpoint}\", --port, \"{port}\", --served-model-name, \"{served_model}\"])", pre), "model.serve_command", "model.serving")
 			}
-		case "reload":
+		case ServingReload:
 			if rm.BaseURL == "" {
-				add(fmt.Sprintf("%s.serving reload needs model.base_url, the running server", pre), "model.base_url", "model.serving")
+				p.addOnce(fmt.Sprintf("%s.serving reload needs model.base_url, the running server", pre), "model.base_url", "model.serving")
 			}
-			switch m.Reload.Preset {
-			case "sglang", "vllm-lora":
-			case "":
+			switch {
+			case slices.Contains(ReloadPresets, m.Reload.Preset):
+			case m.Reload.Preset == "":
 				if m.Reload.Path == "" || m.Reload.Body == "" {
-					add("model.serving reload needs model.reload.preset (sglang or vllm-lora) or model.reload.path and model.reload.body", "model.reload.preset", "model.reload.path")
+					p.addOnce("model.serving reload needs model.reload.preset (sglang or vllm-lora) or model.reload.path and model.reload.body", "model.reload.preset", "model.reload.path")
 				}
 			default:
-				add(fmt.Sprintf("model.reload.preset must be sglang or vllm-lora (got %q)", m.Reload.Preset), "model.reload.preset")
+				p.addOnce(fmt.Sprintf("model.reload.preset must be %s (got %q)", orList(ReloadPresets), m.Reload.Preset), "model.reload.preset")
 			}
-		}
-		if (rm.Serving == "managed" || rm.Serving == "reload") && strings.HasPrefix(c.GRPO.BaseCheckpoint, "tiny:") {
-			add(fmt.Sprintf("%s.serving %s serves checkpoints from files; grpo.base_checkpoint %q is the trainer's built-in tiny model, which no server loads: name a Hugging Face checkpoint directory", pre, rm.Serving, c.GRPO.BaseCheckpoint), "grpo.base_checkpoint", "model.serving")
 		}
 	}
 	if m.ServePort < 0 || m.ServePort > 65535 {
-		add(fmt.Sprintf("model.serve_port must be in [0, 65535] (got %d)", m.ServePort), "model.serve_port")
+		p.add(fmt.Sprintf("model.serve_port must be in [0, 65535] (got %d)", m.ServePort), "model.serve_port")
 	}
 	if t := m.ServeReadyTimeoutS; t != 0 && !(t >= minTimeoutS && t <= maxTimeoutS) {
-		add(fmt.Sprintf("model.serve_ready_timeout_s must be 0 (600) or in [%g, %g] seconds (got %g)", minTimeoutS, maxTimeoutS, t), "model.serve_ready_timeout_s")
+		p.add(fmt.Sprintf("model.serve_ready_timeout_s must be 0 (600) or in [%g, %g] seconds (got %g)", minTimeoutS, maxTimeoutS, t), "model.serve_ready_timeout_s")
 	}
-	return errs
+	return p
 }

@@ -1,11 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"path/filepath"
-	"slices"
-	"strings"
-)
+import "slices"
 
 // Observe configures what is measured besides data.
 type Observe struct {
@@ -70,35 +65,50 @@ func (m Metrics) HasEmbedding(name string) bool { return slices.Contains(m.Embed
 // (`make venv`, requirements.txt) that the Python helpers default to.
 const DefaultVenvPython = "/opt/spade/venv/bin/python"
 
-// observeProblems checks metrics.* and observe.trackers: known names,
-// each at most once, and absolute helper interpreters where a helper runs.
-func (c Config) observeProblems() []problem {
-	var errs []problem
-	list := func(key string, got, valid []string, empty bool) {
-		if len(got) == 0 && !empty {
-			errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s is empty: want one or more of %s", key, strings.Join(valid, ", "))})
-		}
-		seen := map[string]bool{}
-		for i, v := range got {
-			switch {
-			case !slices.Contains(valid, v):
-				errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s[%d] %q: want one of %s", key, i, v, strings.Join(valid, ", "))})
-			case seen[v]:
-				errs = append(errs, problem{[]string{key}, fmt.Sprintf("%s[%d] %q is listed twice", key, i, v)})
-			}
-			seen[v] = true
-		}
+// The values of observe.wandb_mode.
+const (
+	// WandbOffline writes W&B run files under observe.wandb_dir, for a
+	// later `wandb sync` (the default).
+	WandbOffline = "offline"
+	// WandbOnline uploads as the round is logged.
+	WandbOnline = "online"
+)
+
+// WandbModes lists the values of observe.wandb_mode.
+var WandbModes = []string{WandbOffline, WandbOnline}
+
+// DefaultObserve is observe.*'s default: no timings, no trackers, the
+// pinned venv's interpreter, experiment "spade", offline W&B under
+// wandb-runs, TensorBoard under tensorboard.
+func DefaultObserve() Observe {
+	return Observe{Python: DefaultVenvPython, Experiment: "spade", WandbMode: WandbOffline, WandbDir: "wandb-runs", TensorBoardDir: "tensorboard"}
+}
+
+// Check checks observe.*: known trackers, each at most once, an absolute
+// helper interpreter when any is on, and the W&B mode.
+func (o Observe) Check() []Problem {
+	var p problems
+	p.list("observe.trackers", o.Trackers, Trackers, true)
+	if len(o.Trackers) > 0 {
+		p.absPath("observe.python", o.Python)
 	}
-	list("metrics.embeddings", c.Metrics.Embeddings, []string{EmbeddingsTFIDF, EmbeddingsSBERT}, false)
-	list("observe.trackers", c.Observe.Trackers, Trackers, true)
-	if c.Metrics.HasEmbedding(EmbeddingsSBERT) && !filepath.IsAbs(c.Metrics.Python) {
-		errs = append(errs, problem{[]string{"metrics.python"}, fmt.Sprintf("metrics.python must be an absolute path (got %q)", c.Metrics.Python)})
+	p.oneOf("observe.wandb_mode", o.WandbMode, WandbModes)
+	return p
+}
+
+// DefaultMetrics is metrics.*'s default: the TF-IDF embeddings only, the
+// pinned venv's interpreter.
+func DefaultMetrics() Metrics {
+	return Metrics{Embeddings: []string{EmbeddingsTFIDF}, Python: DefaultVenvPython}
+}
+
+// Check checks metrics.*: one or more known embeddings, each at most
+// once, and an absolute helper interpreter when sbert is on.
+func (m Metrics) Check() []Problem {
+	var p problems
+	p.list("metrics.embeddings", m.Embeddings, []string{EmbeddingsTFIDF, EmbeddingsSBERT}, false)
+	if m.HasEmbedding(EmbeddingsSBERT) {
+		p.absPath("metrics.python", m.Python)
 	}
-	if len(c.Observe.Trackers) > 0 && !filepath.IsAbs(c.Observe.Python) {
-		errs = append(errs, problem{[]string{"observe.python"}, fmt.Sprintf("observe.python must be an absolute path (got %q)", c.Observe.Python)})
-	}
-	if c.Observe.WandbMode != "offline" && c.Observe.WandbMode != "online" {
-		errs = append(errs, problem{[]string{"observe.wandb_mode"}, fmt.Sprintf("observe.wandb_mode must be offline or online (got %q)", c.Observe.WandbMode)})
-	}
-	return errs
+	return p
 }

@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // Sampling is one role's sampling settings, the temperature, top_p and
 // max_tokens of design.*, hint.* and rollout.*.
 type Sampling struct {
@@ -98,3 +100,88 @@ const (
 	// DesignModeFixedPool plays and trains on an imported pool only.
 	DesignModeFixedPool = "fixed_pool"
 )
+
+// DesignModes lists the values of design.mode.
+var DesignModes = []string{DesignModeDesigner, DesignModeFixedPool}
+
+// The values of rollout.action_format (engines/action implements them).
+const (
+	// ActionFormatValidActions matches the reply against the
+	// observation's "Valid actions:" line (the default).
+	ActionFormatValidActions = "valid_actions"
+	// ActionFormatBoxed takes the last balanced \boxed{...} of the reply.
+	ActionFormatBoxed = "boxed"
+	// ActionFormatAnswerTag takes the last <answer>...</answer> of the
+	// reply.
+	ActionFormatAnswerTag = "answer_tag"
+	// ActionFormatRaw steps the reply, trimmed, as it is.
+	ActionFormatRaw = "raw"
+)
+
+// ActionFormats lists the values of rollout.action_format, the default
+// first. Callers must not modify it.
+var ActionFormats = []string{ActionFormatValidActions, ActionFormatBoxed, ActionFormatAnswerTag, ActionFormatRaw}
+
+// check checks one role's sampling settings; role is the section key
+// (design, hint, rollout).
+func (s Sampling) check(role string, p *problems) {
+	p.count(role+".max_tokens", s.MaxTokens)
+	if k := role + ".temperature"; isFinite(s.Temperature) && s.Temperature < 0 {
+		p.add(fmt.Sprintf("%s must be >= 0 (got %g)", k, s.Temperature), k)
+	}
+	if k := role + ".top_p"; isFinite(s.TopP) && (s.TopP < 0 || s.TopP > 1) {
+		p.add(fmt.Sprintf("%s must be in (0, 1], or 0 to send none (got %g)", k, s.TopP), k)
+	}
+}
+
+// DefaultDesign is design.*'s default: SPADE's self-play designer, the
+// paper's 5 attempts per slot, 8 slots per part, temperature 1 and 4,096
+// tokens per answer.
+func DefaultDesign() Design {
+	return Design{Mode: DesignModeDesigner, MaxAttempts: 5, SlotsPerPart: 8, Temperature: 1.0, MaxTokens: 4096}
+}
+
+// Check checks design.*: finite numbers, counts, the designer's sampling
+// and the mode.
+func (d Design) Check() []Problem {
+	var p problems
+	p.finite("design", d)
+	p.count("design.max_attempts", d.MaxAttempts)
+	p.count("design.slots_per_part", d.SlotsPerPart)
+	d.Sampling().check("design", &p)
+	p.oneOf("design.mode", d.Mode, DesignModes)
+	return p
+}
+
+// DefaultHint is hint.*'s default: temperature 1 and 512 tokens per
+// hint.
+func DefaultHint() Hint { return Hint{Temperature: 1.0, MaxTokens: 512} }
+
+// Check checks hint.*: finite numbers and the hint writer's sampling.
+func (h Hint) Check() []Problem {
+	var p problems
+	p.finite("hint", h)
+	h.Sampling().check("hint", &p)
+	return p
+}
+
+// DefaultRollout is rollout.*'s default: G = 8 plays per arm, at most 15
+// turns, 8 environments per part, temperature 1, 512 tokens per turn, no
+// context bound, the valid_actions format.
+func DefaultRollout() Rollout {
+	return Rollout{GroupSize: 8, MaxTurns: 15, EnvsPerPart: 8, Temperature: 1.0, MaxTokens: 512, ActionFormat: ActionFormatValidActions}
+}
+
+// Check checks rollout.*: finite numbers, counts, the agent's sampling
+// and the action format.
+func (r Rollout) Check() []Problem {
+	var p problems
+	p.finite("rollout", r)
+	p.count("rollout.group_size", r.GroupSize)
+	p.count("rollout.max_turns", r.MaxTurns)
+	p.count("rollout.envs_per_part", r.EnvsPerPart)
+	p.countOrZero("rollout.max_context_tokens", r.MaxContextTokens)
+	r.Sampling().check("rollout", &p)
+	p.oneOf("rollout.action_format", r.ActionFormat, ActionFormats)
+	return p
+}

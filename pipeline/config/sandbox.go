@@ -28,3 +28,22 @@ type Sandbox struct {
 	// process either way.
 	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty"`
 }
+
+// DefaultSandbox is sandbox.*'s default: Debian's /usr/bin/python3, 5 s
+// per call, 512 MiB per process, 256 programs per bubblewrap sandbox.
+func DefaultSandbox() Sandbox {
+	return Sandbox{Python: "/usr/bin/python3", CallTimeoutS: 5, MemoryMB: 512, ProgramsPerSandbox: 256}
+}
+
+// Check checks sandbox.*: finite numbers, counts, the call timeout and an
+// absolute interpreter (the sandbox starts it from its own working
+// directory).
+func (s Sandbox) Check() []Problem {
+	var p problems
+	p.finite("sandbox", s)
+	p.count("sandbox.memory_mb", s.MemoryMB)
+	p.count("sandbox.programs_per_sandbox", s.ProgramsPerSandbox)
+	p.timeout("sandbox.call_timeout_s", s.CallTimeoutS)
+	p.absPath("sandbox.python", s.Python)
+	return p
+}

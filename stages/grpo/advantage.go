@@ -178,11 +178,11 @@ type DesignerNorm string
 const (
 	// DesignerNormNone keeps (reward - skill mean) unscaled, as the public
 	// SPADE code does; the designer weight then carries all the scaling.
-	DesignerNormNone DesignerNorm = "none"
+	DesignerNormNone DesignerNorm = config.DesignerNormNone
 	// DesignerNormStd divides the centred rewards by the designer role's
 	// population std over the whole batch (+ eps), i.e. role-specific
 	// advantage normalisation as the paper describes (sec. 5 "Stabilisers").
-	DesignerNormStd DesignerNorm = "std"
+	DesignerNormStd DesignerNorm = config.DesignerNormStd
 )
 
 // WeightKind names a designer weight rule.
@@ -191,11 +191,11 @@ type WeightKind string
 const (
 	// WeightRatio is the public code's rule: weight = (agent samples /
 	// designer samples) x regeneration interval, capped (default 50).
-	WeightRatio WeightKind = "ratio"
+	WeightRatio WeightKind = config.WeightRuleRatio
 	// WeightNone gives designer samples weight 1, like agent samples.
-	WeightNone WeightKind = "none"
+	WeightNone WeightKind = config.WeightRuleNone
 	// WeightFixed gives every designer sample the configured constant.
-	WeightFixed WeightKind = "fixed"
+	WeightFixed WeightKind = config.WeightRuleFixed
 )
 
 // WeightRule is a parsed designer weight rule: "ratio", "none" or

@@ -96,7 +96,7 @@ func DesignerRound(ri pipeline.RoundInfo, c *config.Config) (int, bool) {
 func (*Stage) ConfigSubset(c *config.Config) any {
 	g := c.GRPO
 	digest := ""
-	if g.Trainer == "torch" {
+	if g.Trainer == config.TrainerTorch {
 		digest = trainer.Digest()
 	}
 	return struct {
@@ -305,7 +305,7 @@ func TrainMessages(msgs []schemas.Message, mode string) ([]schemas.Message, bool
 // way Qwen3's chat template renders an assistant turn that reasoned (what
 // the model generated); otherwise the answer alone.
 func renderTurn(reasoning, answer, mode string) string {
-	if mode != "generated" || reasoning == "" {
+	if mode != config.TrainReasoningGenerated || reasoning == "" {
 		return answer
 	}
 	return model.ThinkOpen + "\n" + reasoning + "\n" + model.ThinkClose + "\n\n" + answer
@@ -566,7 +566,7 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 	}
 	tc := trainerConfig(env.Config, env.Round)
 	spec := TrainerSpec{Checkpoint: init, OutputDir: filepath.Join(dir, "out"), WorkDir: filepath.Join(dir, "work"), Samples: samples, Config: tc}
-	if cfg.Trainer == "command" {
+	if cfg.Trainer == config.TrainerCommand {
 		spec.Command = cfg.Command
 	} else {
 		// The configured interpreter runs the embedded trainer: extract it
@@ -618,7 +618,7 @@ func (s *Stage) train(ctx context.Context, env *pipeline.Env, batch []schemas.Tr
 // torch.distributed.run is what the torchrun script runs (PyTorch's
 // elastic launcher docs).
 func TorchCommand(g config.GRPO, rdzvID string) []string {
-	if g.Launcher != "torchrun" {
+	if g.Launcher != config.LauncherTorchrun {
 		return []string{g.Python, "-m", trainer.Package}
 	}
 	argv := append([]string(nil), g.Command...)

@@ -52,7 +52,13 @@ var (
 )
 
 // Message is one chat turn of a training sample (OpenAI chat roles:
-// system, user, assistant, tool).
+// system, user, assistant, tool), as the trainer's batch file carries it
+// (docs/training.md "Batch file"). It is not schemas.Message (the stored
+// row: tool calls as JSON text, prompt ids delta-coded, a Reasoning
+// column) nor model.Message (the backend interface's, without token
+// ids): the trainer reads OpenAI's nested tool_calls, each turn's whole
+// prompt ids, and the reasoning already rendered into Content per
+// grpo.train_reasoning.
 type Message struct {
 	// Role is "system", "user", "assistant" or "tool".
 	Role string `json:"role"`

@@ -71,12 +71,12 @@ func ActiveSkills(skills []string, active, g int) []string {
 func SlotLayout(c *config.Sample, active []string, i int) (skill, setting, kind string) {
 	a := len(active)
 	shift := 0
-	if t := c.ToolUseEvery; c.Setting == "mixed" && t > 0 && gcd(a, t) > 1 {
+	if t := c.ToolUseEvery; c.Setting == config.SettingMixed && t > 0 && gcd(a, t) > 1 {
 		shift = i / (a / gcd(a, t) * t)
 	}
 	skill = active[(i+shift)%a]
 	setting = c.Setting
-	if setting == "mixed" {
+	if setting == config.SettingMixed {
 		setting = "game"
 		if i%c.ToolUseEvery == c.ToolUseEvery-1 {
 			setting = "tool_use"

@@ -41,8 +41,8 @@ type ReloadRequest struct {
 //     endpoint that swaps a full checkpoint; use managed serving for
 //     those.
 var Presets = map[string]ReloadRequest{
-	"sglang":    {Method: http.MethodPost, Path: "/update_weights_from_disk", Body: `{"model_path": "{checkpoint}"}`, ServesAs: "launch"},
-	"vllm-lora": {Method: http.MethodPost, Path: "/v1/load_lora_adapter", Body: `{"lora_name": "{served_model}", "lora_path": "{checkpoint}"}`, ServesAs: "checkpoint"},
+	config.ReloadSGLang:   {Method: http.MethodPost, Path: "/update_weights_from_disk", Body: `{"model_path": "{checkpoint}"}`, ServesAs: "launch"},
+	config.ReloadVLLMLoRA: {Method: http.MethodPost, Path: "/v1/load_lora_adapter", Body: `{"lora_name": "{served_model}", "lora_path": "{checkpoint}"}`, ServesAs: "checkpoint"},
 }
 
 // ReloadFor returns the reload request of model.reload: the preset with
