@@ -1,6 +1,6 @@
 package config
 
-// Sample configures corpus sampling and the skill curriculum (SPADE.md
+// Sample configures corpus sampling and the skill curriculum (docs/method.md
 // steps 1-2).
 type Sample struct {
 	// Slots is the number of environments per regeneration (paper: 24).
