@@ -282,8 +282,8 @@ var (
 	// A paragraph or list item that opens with a bold lead-in, which the
 	// docs cite like a heading (docs/sandbox.md "Episodes").
 	boldLeadRe = regexp.MustCompile(`^[ \t]*(?:[*+-][ \t]+|\d+\.[ \t]+)?\*\*([^*]+?)[.:]?\*\*`)
-	stepHeadRe  = regexp.MustCompile(`^step[ \t]+(\d+)\b[:.]?[ \t]*`)
-	spacesRe    = regexp.MustCompile(`\s+`)
+	stepHeadRe = regexp.MustCompile(`^step[ \t]+(\d+)\b[:.]?[ \t]*`)
+	spacesRe   = regexp.MustCompile(`\s+`)
 )
 
 // normHeading lower-cases h, drops Markdown emphasis and code marks and
