@@ -172,13 +172,13 @@ func TestSizes(t *testing.T) {
 		seen[o.key] = true
 		limit, ok := allowed[o.key]
 		what := "file"
-		max := maxFileLines
+		maxLines := maxFileLines
 		if strings.Contains(o.key, ":") {
-			what, max = "function", maxFuncLines
+			what, maxLines = "function", maxFuncLines
 		}
 		switch {
 		case !ok:
-			t.Errorf("%s: %s of %d lines, over the limit of %d: split it (or, for code that predates this test, add it to sizeAllowList)", o.key, what, o.lines, max)
+			t.Errorf("%s: %s of %d lines, over the limit of %d: split it (or, for code that predates this test, add it to sizeAllowList)", o.key, what, o.lines, maxLines)
 		case o.lines > limit:
 			t.Errorf("%s: %s of %d lines, grown past the %d lines sizeAllowList allows it: split it rather than raise the entry", o.key, what, o.lines, limit)
 		default:
