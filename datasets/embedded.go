@@ -26,7 +26,7 @@ var EmbeddedDomains = []string{"mathematics", "physics", "chemistry", "biology-m
 // Embedded returns the default corpus shipped inside the binary: short
 // original documents (CC0-1.0, ~250-450 words each) across the six
 // EmbeddedDomains, written for environment designers to mine for named
-// entities, quantities and processes (SPADE.md step 1). Each file under
+// entities, quantities and processes (docs/method.md step 1). Each file under
 // embedded/docs is markdown with front matter id, title, domain, license.
 // The result is sorted by DocID, with Source "embedded" and SHA256 set; a
 // fresh slice on every call. Errors (a malformed embedded file, a missing

@@ -45,8 +45,8 @@ type ForkResult struct {
 }
 
 // Fork creates run Target whose rounds 0..Round are Source's, by reference
-// (DESIGN.md "spade fork starts a run from another's round r by reference,
-// never by copy"): for every table of every shared round a new manifest in
+// (docs/design.md "Runs, rounds, tables": a fork refers to the source's files,
+// it never copies them): for every table of every shared round a new manifest in
 // Target lists the source's data files (ReferenceOf names the source
 // manifest), and a seal per round repeats the source's table digests, so
 // the hash chain and round ids are the source's. Target's _RUN.json pins

@@ -1,6 +1,6 @@
 // Package pipeline moves data: the run/round/table layout in a store, the
 // manifest and commit protocol, stage fingerprints, and the runner that
-// executes a round's stage DAG with resume (DESIGN.md; the storage format
+// executes a round's stage DAG with resume (docs/design.md; the storage format
 // is specified in docs/format.md).
 package pipeline
 
@@ -75,7 +75,7 @@ type InputRef struct {
 }
 
 // Manifest is the commit record of one table version (run, round, table):
-// the only commit point (DESIGN.md "Commit protocol").
+// the only commit point (docs/design.md "Commit protocol").
 type Manifest struct {
 	// FormatVersion is the storage-format version, FormatVersion (1);
 	// DecodeManifest refuses others.

@@ -50,7 +50,7 @@ type RunFile struct {
 
 // Seal is the content of a round's _ROUND.json: each table's content
 // digest and the parent round's seal digest, a hash chain whose head is the
-// round id (DESIGN.md "Round seal").
+// round id (docs/design.md "Round seal").
 type Seal struct {
 	// FormatVersion is the storage-format version, FormatVersion (1);
 	// readers refuse others.

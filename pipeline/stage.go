@@ -23,7 +23,7 @@ type RoundInfo struct {
 	// each round >= 1 one GRPO step.
 	Round int
 	// Regeneration is true when the round generates new environments:
-	// (Round-1) % regenerate_every == 0 (SPADE.md step 8); never under
+	// (Round-1) % regenerate_every == 0 (docs/method.md step 8); never under
 	// design.mode fixed_pool.
 	Regeneration bool
 	// RegenRound is the round of the latest regeneration at or before
@@ -82,7 +82,7 @@ func (o Output) KindOf() string {
 }
 
 // Stage is one step of a round: SPADE logic only. The runner owns
-// fingerprints, commit, resume, progress and logs (DESIGN.md "Stages").
+// fingerprints, commit, resume, progress and logs (docs/design.md "Stages").
 //
 // A stage's work is split into Parts independent parts; part p's output is
 // a pure function of the inputs, the config subset, the seed and p, so any
@@ -107,7 +107,7 @@ type Stage interface {
 }
 
 // PartsInFlight is implemented by stages whose parts mostly wait on a
-// model server (DESIGN.md: model calls are bounded by model.concurrency,
+// model server (docs/design.md "Model calls in flight": model calls are bounded by model.concurrency,
 // not by the CPU count): the runner runs up to PartsInFlight(cfg) of their
 // parts at once when that is more than workers, so that the parts in
 // flight hold enough model calls between them. It never changes what a
@@ -117,7 +117,7 @@ type PartsInFlight interface {
 }
 
 // Serving is implemented by a stage whose parts call a model that must be
-// the round's policy (design, hint, rollout: DESIGN.md "The policy of a
+// the round's policy (design, hint, rollout: docs/design.md "The policy of a
 // round, and who serves it"). The runner calls Serve once before the
 // stage's parts run in this invocation (not when every part of the shard
 // is already done) and the returned stop after they ended, whatever

@@ -1,7 +1,7 @@
 package schemas
 
 // CorpusDoc is one row of the corpus table: a grounding document
-// (SPADE.md step 1). Key: DocID.
+// (docs/method.md step 1). Key: DocID.
 type CorpusDoc struct {
 	// DocID is the stable document id: the source's own id where it has one
 	// (e.g. an arXiv id), else a prefix of the text's sha256.

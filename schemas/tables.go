@@ -10,7 +10,7 @@
 // payloads (prompts, requests) are strings of canonical JSON.
 package schemas
 
-// Slot is one environment slot of a regeneration (SPADE.md steps 1-2):
+// Slot is one environment slot of a regeneration (docs/method.md steps 1-2):
 // the skill it targets, the setting, and its grounding documents.
 // Table "slots", key slot_id.
 type Slot struct {
@@ -37,7 +37,7 @@ type Slot struct {
 	Seed int64 `parquet:"seed" json:"seed"`
 }
 
-// Design is one generation attempt (SPADE.md step 3). Table "designs",
+// Design is one generation attempt (docs/method.md step 3). Table "designs",
 // key (slot_id, attempt).
 type Design struct {
 	// SlotID is the slot the attempt is for (slots.slot_id).
@@ -53,7 +53,7 @@ type Design struct {
 	Kind string `parquet:"kind" json:"kind"`
 	// Model is the backend name (model.Backend.Name).
 	Model string `parquet:"model" json:"model"`
-	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// CheckpointID is the policy that answered the call (docs/design.md "The
 	// policy of a round"): the checkpoint id served in managed and reload
 	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
 	// "fixed:<model.name>" for a fixed server, "procedural" for the
@@ -100,7 +100,7 @@ type Design struct {
 	Final bool `parquet:"final" json:"final"`
 }
 
-// Validation is one check of one candidate environment (SPADE.md step 4).
+// Validation is one check of one candidate environment (docs/method.md step 4).
 // Table "validations", key (env_id, seq).
 type Validation struct {
 	// EnvID is the candidate environment (designs.env_id).
@@ -178,7 +178,7 @@ type Environment struct {
 	Tools string `parquet:"tools" json:"tools"`
 }
 
-// Hint is the privileged hint for one environment (SPADE.md step 5).
+// Hint is the privileged hint for one environment (docs/method.md step 5).
 // Table "hints", key env_id.
 type Hint struct {
 	// EnvID is the environment; only valid environments get a hint.
@@ -188,7 +188,7 @@ type Hint struct {
 	Hint string `parquet:"hint" json:"hint"`
 	// Model is the backend name (model.Backend.Name).
 	Model string `parquet:"model" json:"model"`
-	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// CheckpointID is the policy that answered the call (docs/design.md "The
 	// policy of a round"): the checkpoint id served in managed and reload
 	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
 	// "fixed:<model.name>" for a fixed server, "procedural" for the
@@ -262,7 +262,7 @@ type Message struct {
 	CompletionLogprobs []float64 `parquet:"completion_logprobs,optional,list" json:"completion_logprobs,omitempty"`
 }
 
-// Rollout is one play of one environment (SPADE.md step 6).
+// Rollout is one play of one environment (docs/method.md step 6).
 // Table "rollouts", key (env_id, hinted, sample).
 type Rollout struct {
 	// EnvID is the environment played.
@@ -322,7 +322,7 @@ type Rollout struct {
 	// harness cut (max_turns, max_context) without a report is a loss
 	// (docs/regret.md).
 	Success bool `parquet:"success" json:"success"`
-	// CheckpointID is the policy that played (the agent's calls) (DESIGN.md "The
+	// CheckpointID is the policy that played (the agent's calls) (docs/design.md "The
 	// policy of a round"): the checkpoint id served in managed and reload
 	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
 	// "fixed:<model.name>" for a fixed server, "procedural" for the
@@ -332,7 +332,7 @@ type Rollout struct {
 	Error string `parquet:"error" json:"error"`
 }
 
-// Label is the per-environment outcome of a round (SPADE.md step 6).
+// Label is the per-environment outcome of a round (docs/method.md step 6).
 // Table "labels", key env_id.
 type Label struct {
 	// EnvID is the environment labelled.
@@ -359,7 +359,7 @@ type Label struct {
 	// Regret = HintedMean - UnhintedMean; NULL without hinted plays.
 	Regret *float64 `parquet:"regret,optional" json:"regret,omitempty"`
 	// Learnable is true when the environment is valid, has unhinted plays,
-	// and label.band_low <= WinRate <= label.band_high (SPADE.md step 6).
+	// and label.band_low <= WinRate <= label.band_high (docs/method.md step 6).
 	Learnable bool `parquet:"learnable" json:"learnable"`
 	// Admitted says the environment is in the training pool: Learnable on
 	// regeneration rounds, Valid (so always true) between them.
@@ -370,7 +370,7 @@ type Label struct {
 }
 
 // MemoryEntry is one environment remembered across regenerations
-// (SPADE.md step 7). Table "memory", key seq.
+// (docs/method.md step 7). Table "memory", key seq.
 type MemoryEntry struct {
 	// Seq is the insertion number in the run, from 0; eviction drops the lowest.
 	Seq int64 `parquet:"seq" json:"seq"`
@@ -400,7 +400,7 @@ type MemoryEntry struct {
 	Excerpt string `parquet:"excerpt" json:"excerpt"`
 }
 
-// PoolEnv is one environment of the training pool (SPADE.md step 8).
+// PoolEnv is one environment of the training pool (docs/method.md step 8).
 // Table "pool", key env_id.
 type PoolEnv struct {
 	// EnvID is the admitted environment.
@@ -429,7 +429,7 @@ type PoolEnv struct {
 	AdmittedRound int64 `parquet:"admitted_round" json:"admitted_round"`
 }
 
-// TrainSample is one GRPO sample (SPADE.md step 8). Table "train_batch",
+// TrainSample is one GRPO sample (docs/method.md step 8). Table "train_batch",
 // key sample_id.
 type TrainSample struct {
 	// SampleID is "agent-<env_id>-<sample, 4 digits>" or
@@ -519,7 +519,7 @@ type Checkpoint struct {
 	Files []CheckpointFile `parquet:"files,optional,list" json:"files"`
 }
 
-// Metric is one round-level metric (SPADE.md "Metrics"). Table "metrics",
+// Metric is one round-level metric (docs/method.md "Metrics"). Table "metrics",
 // key (name, skill).
 type Metric struct {
 	// Name is the metric name, e.g. learnable_fraction, win_rate,
@@ -532,7 +532,7 @@ type Metric struct {
 }
 
 // Eval is one score of one checkpoint on one held-out task (docs/recipes.md
-// "Evaluation"; SPADE.md's held-out benchmarks). Table "evals", key
+// "Evaluation"; the held-out benchmarks of docs/method.md "Settings and results"). Table "evals", key
 // (suite, task, metric): the eval stage writes it in round r for
 // checkpoint(r), and `spade eval --round R` writes the same rows outside
 // the sealed rounds (<run>/evals/round=R/).
@@ -577,7 +577,7 @@ type LLMCall struct {
 	Stage string `parquet:"stage" json:"stage"`
 	// Backend is the backend name (model.Backend.Name).
 	Backend string `parquet:"backend" json:"backend"`
-	// CheckpointID is the policy that answered the call (DESIGN.md "The
+	// CheckpointID is the policy that answered the call (docs/design.md "The
 	// policy of a round"): the checkpoint id served in managed and reload
 	// serving (checkpoints.checkpoint_id of round r-1, or "base:<path>"),
 	// "fixed:<model.name>" for a fixed server, "procedural" for the

@@ -32,7 +32,7 @@ func init() {
 const exitSkip = 99
 
 // defaultSharded are the stages whose work is split into parts meant for
-// separate workers (DESIGN.md "Shardable stages").
+// separate workers (docs/design.md "Shardable stages").
 var defaultSharded = []string{"design", "validate", "rollout"}
 
 // dagNode is one stage of the task graph of a round.

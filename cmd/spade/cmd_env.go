@@ -25,7 +25,7 @@ func init() {
 }
 
 // newEnvCmd implements `spade env check FILE.py [--json]`: the validate
-// stage's checks (engines/envcheck, SPADE.md step 4) for one environment
+// stage's checks (engines/envcheck, docs/method.md step 4) for one environment
 // file, run in the same sandbox. Exit status: 0 when the environment is
 // valid, 1 when it is not (an exitError with code exitFailure) or when
 // --timeout ran out before the checks could tell (reason "timeout": the

@@ -169,7 +169,7 @@ once; one of another host only after --lease-ttl seconds.`,
 // roundKind says whether round (>= 1) generates a fresh pool, in the words
 // round prints: "regeneration round (regenerate_every = 4)", or "pool
 // round (no regeneration: regenerate_every = 4)" for a round that plays
-// the pool carried forward (SPADE.md step 8), whose labels then have no
+// the pool carried forward (docs/method.md step 8), whose labels then have no
 // regret (docs/regret.md).
 func roundKind(run string, round int, cfg *config.Config) string {
 	if pipeline.NewRoundInfo(run, round, cfg).Regeneration {

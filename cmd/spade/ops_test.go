@@ -595,7 +595,7 @@ func TestDagAirflow(t *testing.T) {
 		}
 		sort.Strings(want[s.Name()])
 	}
-	// Sanity against DESIGN.md's DAG.
+	// Sanity against the DAG of docs/design.md "Stages and their DAG".
 	require.Contains(t, want["design"], "sample")
 	require.Contains(t, want["rollout"], "hint")
 	require.Contains(t, want["label"], "rollout")

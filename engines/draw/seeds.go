@@ -7,7 +7,7 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 )
 
-// Seed selection bounds (SPADE.md step 7, following the public code):
+// Seed selection bounds (docs/method.md step 7, following the public code):
 // positives keep win rate in [PositiveLow, PositiveHigh]; negatives have
 // win rate < NegativeBelow or > NegativeAbove.
 const (

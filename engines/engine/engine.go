@@ -1,4 +1,4 @@
-// Package engine holds the engines stages share (DESIGN.md "Engines the
+// Package engine holds the engines stages share (docs/design.md "Engines the
 // stages share"): the Python sandbox, the model backend (with record and
 // replay of every call), opened lazily on first use and closed once.
 package engine
@@ -107,7 +107,7 @@ func (e *Engines) Sandbox() (*sandbox.Sandbox, error) {
 // CheckConfig reports, before anything runs, a setting the configured
 // model cannot serve: with model.backend procedural (and no model.replay),
 // every sample.skills entry must be a skill the procedural designer knows
-// (procedural.Skills, SPADE.md step 2); any other would fail every design
+// (procedural.Skills, docs/method.md step 2); any other would fail every design
 // of its slots and leave the round with an empty pool. The error names the
 // setting and the skills allowed. model.replay, when set, must be a valid
 // run name (pipeline.ValidateRunName): any other text would only fail the

@@ -133,7 +133,7 @@ func (l *Limiter) releaseLocked() {
 
 // InFlight is how many model-calling tasks a process keeps in flight:
 // plays of the rollout stage, slots of the design stage, hint calls.
-// It is model.concurrency (DESIGN.md: model calls are bounded by
+// It is model.concurrency (docs/design.md "Model calls in flight": model calls are bounded by
 // model.concurrency, not by the CPU count), at most the sandbox slots a
 // process may have (a play holds its loaded program between its turns):
 // sandbox.UIDStride (512) as root, where each slot runs under a uid of

@@ -1,4 +1,4 @@
-// Package envcheck validates LLM-written SPADE environments (SPADE.md step
+// Package envcheck validates LLM-written SPADE environments (docs/method.md step
 // 4: parse, reset, probe-step smoke test, consistent 5-tuple, graceful
 // handling of malformed actions, reward within range; for tool use the reset
 // gate and impossibility screening) and adds checks of its own: finite

@@ -135,7 +135,7 @@ func toolCalls(raw json.RawMessage) []string {
 }
 
 // toolChecks runs the tool-use reset gate and impossibility screening
-// (SPADE.md step 4) on every seed.
+// (docs/method.md step 4) on every seed.
 func (v *validator) toolChecks(ctx context.Context, seeds []int64) {
 	c := v.c
 	t0 := time.Now()

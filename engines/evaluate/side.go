@@ -26,7 +26,7 @@ import (
 )
 
 // Evaluations of sealed rounds (`spade eval --round R`) cannot join the
-// round's seal without breaking the chain of round digests (DESIGN.md
+// round's seal without breaking the chain of round digests (docs/design.md
 // "Commit protocol"), so they are kept beside the rounds: one Parquet
 // file of the evals schema per (checkpoint, eval settings) under
 // SidePrefix, content-addressed by SideDigest. Nothing seals them; gc

@@ -18,6 +18,6 @@ import "errors"
 var ErrEmpty = errors.New("metrics: empty input")
 
 // ErrNonFinite is returned when an input value is NaN or ±Inf; a NaN reward
-// must never average silently into a round metric (SPADE.md, known
+// must never average silently into a round metric (docs/method.md, known
 // weaknesses of the public code).
 var ErrNonFinite = errors.New("metrics: non-finite value")

@@ -95,7 +95,7 @@ func RewardGranularity(plays [][]float64) (int, error) {
 }
 
 // LearnableLow and LearnableHigh bound the SPADE learnable band of agent
-// win rates (SPADE.md step 6, paper sec. 5: [0.2, 0.8]).
+// win rates (docs/method.md step 6, paper sec. 5: [0.2, 0.8]).
 const (
 	LearnableLow  = 0.2
 	LearnableHigh = 0.8

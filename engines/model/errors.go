@@ -39,7 +39,7 @@ var (
 	// ErrStalePolicy means a server answered with another model than the
 	// round's policy it was asked for (the response's model is not the
 	// served model name, SameServedModel): the answer is not used and the
-	// call fails on its row (DESIGN.md "The policy of a round").
+	// call fails on its row (docs/design.md "The policy of a round").
 	ErrStalePolicy = errors.New("model: stale policy")
 )
 

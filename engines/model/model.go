@@ -1,5 +1,5 @@
 // Package model is the one interface both SPADE roles (environment designer
-// and reasoning agent, SPADE.md "The idea") use to reach a language model,
+// and reasoning agent, docs/method.md "The idea") use to reach a language model,
 // plus the types that cross it. Backends live in subpackages: openai (any
 // OpenAI-compatible server), procedural (the offline stand-in), and the
 // record/replay wrappers.

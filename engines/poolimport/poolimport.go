@@ -29,7 +29,7 @@ import (
 )
 
 // The columns (Parquet) and fields (JSONL) a pool file's rows are read
-// from (docs/cli.md "spade pool import"). Other columns are ignored.
+// from (docs/cli.md "pool import"). Other columns are ignored.
 const (
 	// ColumnSource is the environment's Python program (a string, required).
 	ColumnSource = "source"

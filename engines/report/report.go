@@ -28,7 +28,7 @@ type RoundSummary struct {
 	// Round is the GRPO step number; rounds must be strictly increasing.
 	Round int
 	// Regeneration is true on rounds that generated a fresh pool (every k
-	// rounds, SPADE.md step 8); other rounds carry the pool forward.
+	// rounds, docs/method.md step 8); other rounds carry the pool forward.
 	Regeneration bool
 	// Environments is the row count of the round's environments table:
 	// the distinct sources the slots' final attempts produced, valid or
@@ -83,7 +83,7 @@ type RoundSummary struct {
 	// OffPolicy is true when some of the round's model calls were answered
 	// by a served model that was not the round's policy (metrics
 	// on_policy = 0 with policy_calls > 0: a fixed server, a stale policy;
-	// DESIGN.md "The policy of a round"). A round without such calls (the
+	// docs/design.md "The policy of a round"). A round without such calls (the
 	// procedural model) is never off-policy.
 	OffPolicy bool
 	// Evals maps a held-out score's name, "<suite>/<task> <metric>" (e.g.
@@ -115,7 +115,7 @@ const (
 )
 
 // Band is the learnable band of win rates, bounds included (config
-// label.band_low and label.band_high; SPADE.md, "Learnable band").
+// label.band_low and label.band_high; docs/method.md, "Learnable band").
 type Band struct {
 	// Low and High are win rates in [0, 1], Low <= High.
 	Low, High float64
@@ -148,7 +148,7 @@ type Header struct {
 	// written, no checkpoint trained)".
 	Trainer string
 	// Serving is the serving mode (model.serving: managed, reload, fixed;
-	// DESIGN.md "The policy of a round"); "" when the config has none.
+	// docs/design.md "The policy of a round"); "" when the config has none.
 	Serving string
 	// Trains is true when grpo.trainer trains checkpoints (not "none"):
 	// only then do off-policy rounds (RoundSummary.OffPolicy) get the

@@ -108,7 +108,7 @@ func decodeReply(payload []byte) (*reply, error) {
 // Reward is a step reward. It decodes from a JSON number or from the strings
 // "NaN", "Infinity" and "-Infinity", which the harness uses because JSON has
 // no non-finite numbers; a NaN reward must reach the validator to be rejected
-// (SPADE.md, "Known weaknesses": the public code lets NaN pass).
+// (docs/method.md, "Known weaknesses": the public code lets NaN pass).
 type Reward float64
 
 // UnmarshalJSON implements json.Unmarshaler. JSON null leaves r as it

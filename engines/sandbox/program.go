@@ -329,7 +329,7 @@ type stepRequest struct {
 
 // ToolStatus is what a tool-use episode reports about its instructions and
 // tools, for the validator's reset gate and impossibility screening
-// (SPADE.md step 4).
+// (docs/method.md step 4).
 type ToolStatus struct {
 	// Instructions are the instruction texts, in reveal order.
 	Instructions []string `json:"instructions"`

@@ -1,4 +1,4 @@
-// Package sandbox runs untrusted, LLM-written Python environments (SPADE.md
+// Package sandbox runs untrusted, LLM-written Python environments (docs/method.md
 // steps 3-6: the designer's code is executed thousands of times by the
 // validate and rollout stages) in isolated, resource-limited worker
 // processes, with every deadline owned by Go.

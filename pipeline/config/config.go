@@ -2,7 +2,7 @@
 // environment overrides over built-in defaults (docs/config.md). A run is
 // created with one config; its digest is pinned in the run's _RUN.json and a
 // different config for the same run is refused (changing config means a new
-// run, DESIGN.md "Runs, rounds, tables").
+// run, docs/design.md "Runs, rounds, tables").
 package config
 
 import (
@@ -29,7 +29,7 @@ type Config struct {
 	Seed int64 `yaml:"seed" json:"seed"`
 	// Workers bounds parallel parts and sandboxes (0 = number of CPUs).
 	Workers int `yaml:"workers" json:"workers"`
-	// RegenerateEvery is k: a regeneration every k rounds (SPADE.md step 8:
+	// RegenerateEvery is k: a regeneration every k rounds (docs/method.md step 8:
 	// 4 for games, 8 for tool use); round r regenerates when (r-1) % k == 0.
 	RegenerateEvery int `yaml:"regenerate_every" json:"regenerate_every"`
 	// Sample holds the sample.* settings: slots, grounding documents, the

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// GRPO configures the training step (SPADE.md step 8, docs/training.md).
+// GRPO configures the training step (docs/method.md step 8, docs/training.md).
 // The trainer's settings among these reach the torch trainer through
 // stages/grpo.NewTrainerConfig, which maps them to the trainer's JSON keys
 // (clip_eps to clip_epsilon, ...); their defaults are Default()'s, and the
@@ -149,7 +149,7 @@ const DefaultMismatchWarn = 0.1
 
 // ParseWeightRule checks a grpo.weight_rule text: "ratio", "none" or
 // "fixed:X" with X a finite number > 0 (the designer sample weight,
-// SPADE.md "Designer training"). Returns the kind and, for fixed, X.
+// docs/method.md "Designer training"). Returns the kind and, for fixed, X.
 // Any other text, or an X that does not parse or is NaN, infinite or
 // <= 0, is an error quoting s and the accepted forms.
 // stages/grpo turns the result into its WeightRule.

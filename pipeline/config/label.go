@@ -5,7 +5,7 @@ import "fmt"
 // Label configures regret labelling.
 type Label struct {
 	// BandLow is the lower end of the learnable band of win rates,
-	// inclusive (SPADE.md: [0.2, 0.8]); 0 <= BandLow <= BandHigh <= 1.
+	// inclusive (docs/method.md step 6: [0.2, 0.8]); 0 <= BandLow <= BandHigh <= 1.
 	BandLow float64 `yaml:"band_low" json:"band_low"`
 	// BandHigh is the upper end of the learnable band, inclusive (default
 	// 0.8).
@@ -95,7 +95,7 @@ const (
 // first.
 var DesignerRewards = []string{DesignerRewardRegret, DesignerRewardBlend, DesignerRewardLearningPotential, DesignerRewardSolveRate}
 
-// DefaultLabel is label.*'s default: the band [0.2, 0.8] (SPADE.md), the
+// DefaultLabel is label.*'s default: the band [0.2, 0.8] (docs/method.md), the
 // regret reward, and the public recipes' blend and learning-potential
 // parameters.
 func DefaultLabel() Label {
@@ -133,7 +133,7 @@ func (l Label) DesignerRewardKind() string {
 	return l.DesignerReward
 }
 
-// Memory configures environment memory (SPADE.md step 7).
+// Memory configures environment memory (docs/method.md step 7).
 type Memory struct {
 	// Capacity is the most entries the memory holds (default 200, as in
 	// the paper; > 0); the oldest are evicted first (FIFO).

@@ -15,7 +15,7 @@ const recipeDir = "../../configs"
 
 // publicGameSkills are the public games launchers' DEFAULT_SPADE_SKILLS,
 // in their order; publicToolSkills the tool-use launcher's --spade-skills
-// (SPADE.md step 2, "What the public code does in practice").
+// (docs/method.md step 2, "What the public code does in practice").
 var (
 	publicGameSkills = []string{"Mathematical_Reasoning", "Logical_Deduction", "Spatial_Reasoning", "Pattern_Recognition", "Optimization", "Causal_Inference"}
 	publicToolSkills = []string{"API_Orchestration", "Data_Retrieval", "State_Modification", "Error_Recovery", "Tool_Selection", "Multi-Step_Workflows"}
@@ -59,8 +59,8 @@ func TestRecipeFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(string(body), "SPADE.md") {
-				t.Errorf("%s: its comments name no section of SPADE.md", file)
+			if !strings.Contains(string(body), "docs/method.md") {
+				t.Errorf("%s: its comments name no section of docs/method.md", file)
 			}
 			for n, line := range strings.Split(string(body), "\n") {
 				s := strings.TrimSpace(line)
@@ -86,7 +86,7 @@ func TestRecipeFiles(t *testing.T) {
 	}
 }
 
-// checkPublicRecipe checks what every public recipe shares (SPADE.md
+// checkPublicRecipe checks what every public recipe shares (docs/method.md
 // "What the public code does in practice"): the blend designer reward
 // with the recipes' parameters, 24 environments, 16 plays per arm, the
 // trainer's settings; games with the six public skills, k = 4 and a

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Sample configures corpus sampling and the skill curriculum (SPADE.md
+// Sample configures corpus sampling and the skill curriculum (docs/method.md
 // steps 1-2).
 type Sample struct {
 	// Slots is the number of environments per regeneration (paper: 24).

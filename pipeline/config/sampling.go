@@ -22,12 +22,12 @@ func (h Hint) Sampling() Sampling { return Sampling{h.Temperature, h.TopP, h.Max
 // Sampling returns the agent's sampling settings (per turn).
 func (r Rollout) Sampling() Sampling { return Sampling{r.Temperature, r.TopP, r.MaxTokens} }
 
-// Design configures generation (SPADE.md step 3).
+// Design configures generation (docs/method.md step 3).
 type Design struct {
 	// Mode says where a run's environments come from: "designer" (the
 	// default: SPADE's self-play, the designer writes a fresh pool every
 	// regenerate_every rounds) or "fixed_pool" (the fixed-environment
-	// baselines of SPADE.md "Baselines and ablations": the pool that
+	// baselines of docs/method.md "Baselines and ablations": the pool that
 	// `spade pool import` commits at round 0 is played and trained on
 	// every round, no round regenerates, and the designer and the hint
 	// writer are never called; docs/recipes.md "Fixed-pool baselines").
@@ -50,7 +50,7 @@ type Design struct {
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
 }
 
-// Hint configures the hint call (SPADE.md step 5).
+// Hint configures the hint call (docs/method.md step 5).
 type Hint struct {
 	// Temperature is the hint writer's sampling temperature (>= 0;
 	// default 1.0; public code 0.3). MaxTokens bounds a hint (default 512;
@@ -64,7 +64,7 @@ type Hint struct {
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens"`
 }
 
-// Rollout configures plays (SPADE.md step 6).
+// Rollout configures plays (docs/method.md step 6).
 type Rollout struct {
 	// GroupSize is G: plays per arm (hinted / unhinted) per environment.
 	GroupSize int `yaml:"group_size" json:"group_size"`

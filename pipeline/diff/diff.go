@@ -1,5 +1,5 @@
 // Package diff compares committed table versions of two runs, for
-// artifact-diff regression tests (`spade diff RUN_A RUN_B`, DESIGN.md "Who
+// artifact-diff regression tests (`spade diff RUN_A RUN_B`, docs/design.md "Who
 // uses it and how"). Manifests are compared first: equal content digests
 // (pipeline.Manifest.ContentDigest) mean equal bytes, and the rows are not
 // read. Otherwise rows are matched by the table kind's key columns

@@ -1,6 +1,6 @@
 // Package sqlview opens DuckDB over a run: one view per table, over exactly
 // the files the committed manifests list (readers never list directories),
-// with a round column (DESIGN.md "DuckDB over the outputs").
+// with a round column (docs/design.md "DuckDB over the outputs").
 //
 // The database Open returns is confined: DuckDB may open the run's table
 // files and nothing else, installs or loads no further extension, and

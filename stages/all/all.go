@@ -1,5 +1,5 @@
 // Package all assembles the round's stage DAG from every stage package, in
-// one place (DESIGN.md "Stages and their DAG"):
+// one place (docs/design.md "Stages and their DAG"):
 //
 //	corpus(0)                                  [round 0, once]
 //	sample(r)   <- corpus                      [regeneration rounds]

@@ -1,5 +1,5 @@
 // Package corpus is the round-0 stage that versions the grounding corpus of
-// a run (SPADE.md step 1): either the embedded default or an import.
+// a run (docs/method.md step 1): either the embedded default or an import.
 package corpus
 
 import (

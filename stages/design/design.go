@@ -1,4 +1,4 @@
-// Package design is the generation stage (SPADE.md step 3): for every slot
+// Package design is the generation stage (docs/method.md step 3): for every slot
 // the designer writes an environment; an attempt that fails the sandbox's
 // quick checks (compile, reset, probe step) is retried with the failure fed
 // back, up to design.max_attempts times. Every attempt is a row of designs;

@@ -1,4 +1,4 @@
-// Package grpo holds the SPADE training step (SPADE.md "Training", paper
+// Package grpo holds the SPADE training step (docs/method.md "Training", paper
 // sec. 3): the GRPO advantage estimators for both roles, computed in Go so
 // they are stored in the train_batch table and reproducible byte for byte,
 // and the protocol that runs an external GRPO trainer process on that batch
@@ -25,12 +25,12 @@ import (
 const DefaultEps = 1e-6
 
 // DefaultWeightCap caps the "ratio" designer weight, as the public SPADE
-// code does (SPADE.md "Training": scale capped at 50).
+// code does (docs/method.md "Training": scale capped at 50).
 const DefaultWeightCap = 50.0
 
 // ErrNonFinite is returned (wrapped, naming the sample index) when a reward
 // is NaN or ±Inf. The public code lets a NaN reward through its range check
-// (SPADE.md "Known weaknesses"); here it stops the batch instead of silently
+// (docs/method.md "Known weaknesses"); here it stops the batch instead of silently
 // poisoning a whole group's mean.
 var ErrNonFinite = errors.New("non-finite reward")
 
@@ -239,7 +239,7 @@ type DesignerOptions struct {
 	// same training batch; used by WeightRatio.
 	AgentSamples int
 	// RegenerationInterval is k, the number of training rounds between
-	// regenerations (SPADE.md: 4 for games, 8 for tool use); designer
+	// regenerations (docs/method.md step 8: 4 for games, 8 for tool use); designer
 	// samples exist only on regeneration rounds, so WeightRatio scales them
 	// by k to keep their share of the gradient over k rounds. Used by
 	// WeightRatio; must be >= 1 there.
@@ -276,7 +276,7 @@ type DesignerStats struct {
 
 // DesignerAdvantages computes advantages for designer samples (one per
 // generation response, rewarded by the label stage with the designer reward
-// in [-1, 1]; SPADE.md "Training"):
+// in [-1, 1]; docs/method.md "Training"):
 //
 //	centred[i] = rewards[i] - mean over samples of skill(i)   (reward centring)
 //	adv[i]     = centred[i]                          with Norm "none" (public code)

@@ -25,7 +25,7 @@ import (
 	"github.com/spade-pipeline/spade/trainer"
 )
 
-// Stage is the GRPO step of a round (SPADE.md step 8): it builds the train
+// Stage is the GRPO step of a round (docs/method.md step 8): it builds the train
 // batch with advantages, runs the trainer, and registers the checkpoint the
 // next round plays with.
 type Stage struct {

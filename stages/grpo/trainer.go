@@ -348,7 +348,7 @@ func ParseMetricsLine(line []byte) (StepMetrics, bool, error) {
 	return m, false, nil
 }
 
-// RunTrainer runs one trainer round (docs/training.md "Protocol"): it
+// RunTrainer runs one trainer round (docs/training.md "Trainer protocol"): it
 // writes the batch and config into spec.WorkDir, runs the command in its
 // own process group with the protocol flags, and on exit status 0 reads the
 // metrics and hashes the files of spec.OutputDir. When ctx is done the

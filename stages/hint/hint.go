@@ -1,4 +1,4 @@
-// Package hint is the hint stage (SPADE.md step 5): one designer-side call
+// Package hint is the hint stage (docs/method.md step 5): one designer-side call
 // per valid environment, conditioned on its source (the agent never sees
 // the source), giving the privileged hint of the hinted plays.
 package hint

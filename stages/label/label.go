@@ -1,4 +1,4 @@
-// Package label is the label stage (SPADE.md step 6): per environment, the
+// Package label is the label stage (docs/method.md step 6): per environment, the
 // mean return with and without the hint, the win rate, hint-based regret,
 // the learnable band, admission, and the designer reward (docs/regret.md).
 package label
@@ -148,7 +148,7 @@ func ComputeFor(cfg config.Label, c Candidate, plays []schemas.Rollout, regen bo
 	return l
 }
 
-// DesignerReward shapes regret into [-1, 1] (SPADE.md step 8): -1 for an
+// DesignerReward shapes regret into [-1, 1] (docs/method.md step 8): -1 for an
 // invalid environment; otherwise the regret divided by the width of the
 // environment's declared reward range (so returns on any scale map to the
 // same [-1, 1]) and clipped. Unsolvable and trivial environments have

@@ -1,4 +1,4 @@
-// Package memory is the environment-memory stage (SPADE.md step 7):
+// Package memory is the environment-memory stage (docs/method.md step 7):
 // regret-scored, skill-tagged entries accumulate across regenerations in a
 // FIFO of bounded capacity (paper: 200), and the designer prompts draw
 // seeds of the active skill from it (engines/draw.Seeds).

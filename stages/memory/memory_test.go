@@ -44,7 +44,7 @@ func seqRange(from, to int64) []int64 {
 	return out
 }
 
-// TestAppend checks the FIFO (SPADE.md step 7): Seq continues after the
+// TestAppend checks the FIFO (docs/method.md step 7): Seq continues after the
 // highest kept Seq, and beyond capacity the lowest Seq (oldest) goes first.
 func TestAppend(t *testing.T) {
 	for _, tc := range []struct {

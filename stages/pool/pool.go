@@ -1,4 +1,4 @@
-// Package pool is the pool stage (SPADE.md step 8): the training pool is
+// Package pool is the pool stage (docs/method.md step 8): the training pool is
 // replaced at each regeneration by the admitted environments (inside the
 // learnable band), and carried forward by reference between regenerations.
 // It also holds the fixed-pool baseline's pieces (design.mode fixed_pool,

@@ -1,4 +1,4 @@
-// Package rollout is the rollout stage (SPADE.md step 6): every environment
+// Package rollout is the rollout stage (docs/method.md step 6): every environment
 // of the round is played G times without its hint and, on regeneration
 // rounds, G times with it. The agent sees observations (and the hint), never
 // the source; the environment runs in the sandbox. Every play is a row of

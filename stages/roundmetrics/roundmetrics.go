@@ -1,5 +1,5 @@
 // Package roundmetrics is the metrics stage: the round-level numbers the
-// paper reports (SPADE.md "Metrics", docs/metrics.md), as rows of the
+// paper reports (docs/method.md "Metrics", docs/metrics.md), as rows of the
 // metrics table (name, skill, value), and their reading back as report
 // summaries.
 package roundmetrics
@@ -318,7 +318,7 @@ func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
 // "base:<grpo.base_checkpoint>" in round 1, and it did not fail as a stale
 // policy; 0 otherwise, and 0 when no call was answered by a served model,
 // as with the procedural model or a fixed server) and the number of such
-// calls (DESIGN.md "The policy of a round"). Calls of the procedural
+// calls (docs/design.md "The policy of a round"). Calls of the procedural
 // model (checkpoint_id "procedural") are not policy calls; a calls table
 // that is missing (a stage without model calls) holds none. Errors:
 // reading the calls or checkpoints tables.

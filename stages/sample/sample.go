@@ -1,4 +1,4 @@
-// Package sample is the corpus-sampling stage (SPADE.md steps 1-2): for a
+// Package sample is the corpus-sampling stage (docs/method.md steps 1-2): for a
 // regeneration it lays out the environment slots, each with its skill from
 // the round-robin curriculum, its setting and prompt kind, and grounding
 // documents drawn deterministically from (run seed, round).
@@ -15,7 +15,7 @@ import (
 )
 
 // GameKinds are the prompt kinds of the game setting, cycled over a
-// skill's slots (SPADE.md step 3: single-turn reasoning, generic
+// skill's slots (docs/method.md step 3: single-turn reasoning, generic
 // multi-turn game, corpus-grounded multi-turn).
 var GameKinds = []string{"game", "grounded", "reasoning"}
 

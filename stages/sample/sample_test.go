@@ -12,7 +12,7 @@ import (
 
 var sixSkills = config.Default().Sample.Skills
 
-// TestActiveSkills checks the round-robin curriculum (SPADE.md step 2):
+// TestActiveSkills checks the round-robin curriculum (docs/method.md step 2):
 // over a full cycle of regenerations every skill is active equally often,
 // each window has distinct skills, and consecutive windows differ.
 func TestActiveSkills(t *testing.T) {

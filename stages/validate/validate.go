@@ -1,4 +1,4 @@
-// Package validate is the validation stage (SPADE.md step 4 plus the
+// Package validate is the validation stage (docs/method.md step 4 plus the
 // project's own checks, docs/environment-contract.md): every slot's final
 // attempt is validated in the sandbox; every check is a row of validations
 // and every candidate a row of environments, valid or not.

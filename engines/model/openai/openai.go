@@ -1,6 +1,6 @@
 // Package openai is the model.Backend for any OpenAI-compatible
 // chat-completions server (OpenAI, vLLM, SGLang, Ollama, llama.cpp), built on
-// the official github.com/openai/openai-go/v3 SDK (DESIGN.md "Engines the
+// the official github.com/openai/openai-go/v3 SDK (docs/design.md "Engines the
 // stages share").
 //
 // The SDK's own retry loop is switched off (option.WithMaxRetries(0)); this

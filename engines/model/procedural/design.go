@@ -25,7 +25,7 @@ var templates = template.Must(template.ParseFS(templateFS, "templates/*.py.tmpl"
 var ErrBadRequest = errors.New("procedural: bad request")
 
 // MemoryEntry is one environment-memory entry as the design stage passes it
-// in "spade.memory" (SPADE.md step 7). WinRate is the share of unhinted
+// in "spade.memory" (docs/method.md step 7). WinRate is the share of unhinted
 // plays won (0..1); Difficulty is the family's level 1..5 ("" family and 0
 // difficulty for environments this backend did not design).
 type MemoryEntry struct {
@@ -48,7 +48,7 @@ type MemoryEntry struct {
 	Regret float64 `json:"regret"`
 }
 
-// Learnable band of unhinted win rate (SPADE.md step 6): the designer steps
+// Learnable band of unhinted win rate (docs/method.md step 6): the designer steps
 // a family's difficulty up above it and down below it.
 const (
 	BandLow  = 0.2

@@ -1,6 +1,6 @@
 // Package procedural is the offline model backend: a deterministic stand-in
 // for an LLM (Name "procedural:v1") that plays every SPADE role the pipeline
-// needs without a GPU or network (SPADE.md "The idea", DESIGN.md "Model
+// needs without a GPU or network (docs/method.md "The idea", docs/design.md "Model
 // backends"). It is not a language model and says so in every source it
 // writes. Same Request, same Response, byte for byte.
 //

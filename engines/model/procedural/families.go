@@ -24,7 +24,7 @@ type family struct {
 	hint    func(p Params) string
 }
 
-// Skills are the six cognitive-skill categories (SPADE.md step 2).
+// Skills are the six cognitive-skill categories (docs/method.md step 2).
 var Skills = []string{
 	"logical_deduction", "spatial_reasoning", "causal_inference",
 	"planning", "pattern_induction", "quantitative_reasoning",

@@ -8,7 +8,7 @@ const GenericHint = "Explore systematically: read the valid actions, never repea
 	"narrow the possibilities with every piece of feedback, and commit to an answer only once the evidence points to it."
 
 // WriteHint returns a short hint for an environment source, computed from
-// its SPADE_PROCEDURAL parameters without executing anything (SPADE.md
+// its SPADE_PROCEDURAL parameters without executing anything (docs/method.md
 // step 5). The hint carries privileged knowledge that holds for every seed
 // (a window that contains the hidden value, the rule's form, the opening of
 // a plan) but never every action. Sources without a valid marker get

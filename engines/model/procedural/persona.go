@@ -9,7 +9,7 @@ import (
 // it acts at random, how many past observations it reasons over and how
 // deep its rule search goes. Varying these across the G plays of one
 // environment is what spreads win rates into the learnable band instead of
-// 0 or 1 (SPADE.md step 6).
+// 0 or 1 (docs/method.md step 6).
 type persona struct {
 	// eps is the probability of a random valid action in a turn.
 	eps float64

@@ -26,7 +26,7 @@ type Document struct {
 
 // Terms are the salient words and numbers taken from the grounding
 // documents; families weave them into names, items, story and values so the
-// environment is visibly grounded (SPADE.md step 1) without naming the
+// environment is visibly grounded (docs/method.md step 1) without naming the
 // document itself.
 type Terms struct {
 	// Names are distinct display terms, most salient first (capitalised

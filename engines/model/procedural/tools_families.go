@@ -2,7 +2,7 @@ package procedural
 
 import "fmt"
 
-// Tool-use workflows (SPADE.md step 3, tool-use template): 3-5 atomic
+// Tool-use workflows (docs/method.md step 3, tool-use template): 3-5 atomic
 // instructions revealed one at a time on a ToolUseEnv backend. Identifiers
 // and amounts come from the document's numbers where it has them.
 

@@ -1,5 +1,5 @@
 // Package replay records model calls and plays them back, which makes any
-// round reproducible byte for byte (DESIGN.md "Engines the stages share":
+// round reproducible byte for byte (docs/design.md "Engines the stages share":
 // every call can be recorded to llm_calls and replayed).
 //
 // Identity of a call. A request is identified by RequestHash, the hex

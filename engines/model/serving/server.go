@@ -1,5 +1,5 @@
 // Package serving puts the round's policy behind an OpenAI-compatible
-// server (DESIGN.md "The policy of a round, and who serves it",
+// server (docs/design.md "The policy of a round, and who serves it",
 // docs/serving.md): it materialises a stored checkpoint into a local cache
 // (Materialize), starts and stops a serving engine over it for one stage
 // (Start, Server.Stop: vLLM, SGLang, transformers serve, llama.cpp), waits

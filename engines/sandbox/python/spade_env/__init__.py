@@ -14,7 +14,7 @@ Two base classes are provided:
   attributes (name, skill, max_turns, reward_range) and implement reset/step,
   calling ``super().reset(seed)`` first so that ``self.rng`` is a
   ``random.Random(seed)`` and episodes are reproducible.
-* ``ToolUseEnv``: the tool-use template (SPADE.md step 3).  Subclasses declare
+* ``ToolUseEnv``: the tool-use template (docs/method.md step 3).  Subclasses declare
   ``tools`` (JSON Schema parameters), implement ``initial_state``,
   ``instructions`` and one ``tool_<name>`` method per tool; the base class
   implements reset/step, argument validation, instruction gating and rewards.
@@ -53,7 +53,7 @@ __all__ = [
 
 __version__ = "1.0"
 
-# The six cognitive-skill categories of the skill curriculum (SPADE.md step 2).
+# The six cognitive-skill categories of the skill curriculum (docs/method.md step 2).
 # ``Env.skill`` should be one of these; free text is accepted.
 SKILLS = (
     "logical_deduction",
@@ -153,7 +153,7 @@ def _strip_fences(text: str) -> str:
 
 
 class ToolUseEnv(Env):
-    """Tool-use base (SPADE.md step 3): tools with JSON-schema parameters mutate backend state; 3-5 user
+    """Tool-use base (docs/method.md step 3): tools with JSON-schema parameters mutate backend state; 3-5 user
     instructions are revealed one at a time; each advances only when its state criterion holds; 'done' ends.
 
     Subclasses provide:
