@@ -64,86 +64,11 @@ func TestRunFromOlderBuildResumes(t *testing.T) {
 	round2, err := os.ReadDir(filepath.Join(o.dir, "runs", upgradeRun, "round=000002"))
 	require.True(t, os.IsNotExist(err), "round 2 of the store is begun: %v", round2)
 
-	t.Run("pinned config", func(t *testing.T) {
-		// Every setting the old build wrote is one this build reads: an
-		// unknown key is dropped by the decoder (the setting reads as its
-		// default) and the run's digest stops verifying.
-		raw, err := os.ReadFile(filepath.Join(upgradeStore, upgradeRun, "_RUN.json"))
-		require.NoError(t, err)
-		var old struct {
-			Config map[string]any `json:"config"`
-		}
-		require.NoError(t, json.Unmarshal(raw, &old))
-		b, err := json.Marshal(rf.Config)
-		require.NoError(t, err)
-		var now map[string]any
-		require.NoError(t, json.Unmarshal(b, &now))
-		require.Empty(t, missingKeys(old.Config, now, ""),
-			"settings of the old _RUN.json that this build's config.Config does not decode (a JSON tag renamed or a field removed in pipeline/config): runs pinned before the change stop verifying")
-		require.NoError(t, rf.VerifyConfig(), "the old run file's config under this build's config package")
-		cfg, _, err := config.Load(o.cfg, nil)
-		require.NoError(t, err)
-		require.Equal(t, rf.ConfigDigest, cfg.Digest(),
-			"%s loaded by this build no longer has the digest the old build pinned; settings that differ: %s", o.cfg, settingsDiff(rf.Config, cfg))
-	})
+	t.Run("pinned config", func(t *testing.T) { upgradePinnedConfig(t, o, rf) })
 
-	t.Run("old run verifies", func(t *testing.T) {
-		var v struct {
-			OK   bool                     `json:"ok"`
-			Runs []*pipeline.VerifyReport `json:"runs"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "verify", "--json")...)), &v))
-		require.True(t, v.OK)
-		require.Len(t, v.Runs, 1)
-		require.Equal(t, []int{0, 1, 2}, v.Runs[0].Rounds)
-		require.Equal(t, 2, v.Runs[0].Sealed)
-		require.Empty(t, v.Runs[0].Damage)
+	t.Run("old run verifies", func(t *testing.T) { upgradeOldRunVerifies(ctx, t, o, local, run) })
 
-		var st struct {
-			Next   int `json:"next_round"`
-			Rounds []struct {
-				Round  int    `json:"round"`
-				Sealed bool   `json:"sealed"`
-				ID     string `json:"round_id"`
-			} `json:"rounds"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "status", "--json")...)), &st))
-		require.Equal(t, 2, st.Next)
-		require.Len(t, st.Rounds, 2)
-		for r, s := range st.Rounds {
-			seal, err := pipeline.ReadSeal(ctx, local, upgradeRun, r)
-			require.NoError(t, err)
-			require.Equal(t, r, s.Round)
-			require.True(t, s.Sealed)
-			require.Equal(t, seal.Digest(), s.ID)
-		}
-	})
-
-	t.Run("config show reads the old run file", func(t *testing.T) {
-		out := o.must(t, nil, append(run, "config", "show")...)
-		require.Contains(t, out, "# config digest = "+rf.ConfigDigest+"\n")
-		require.Contains(t, out, "# the pinned config of run old (old/_RUN.json)")
-		require.NotContains(t, out, "differs from it", "the ops config no longer matches the run it pinned")
-		var rows []struct {
-			Key    string `json:"key"`
-			Value  string `json:"value"`
-			Source string `json:"source"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "config", "show", "--json")...)), &rows))
-		got := map[string]string{}
-		for _, r := range rows {
-			require.Equal(t, "run", r.Source, r.Key)
-			got[r.Key] = r.Value
-		}
-		// small.yaml's settings, and defaults of the old build, as pinned.
-		for k, v := range map[string]string{
-			"seed": "11", "workers": "2", "regenerate_every": "2", "sample.slots": "6",
-			"design.slots_per_part": "1", "rollout.group_size": "4", "rollout.envs_per_part": "1",
-			"rollout.max_turns": "15", "model.backend": `"procedural"`, "label.band_low": "0.2",
-		} {
-			require.Equal(t, v, got[k], k)
-		}
-	})
+	t.Run("config show reads the old run file", func(t *testing.T) { upgradeConfigShow(t, o, rf, run) })
 
 	// This build continues the run with the next round.
 	out := o.must(t, nil, append(run, "round", "2")...)
@@ -172,6 +97,93 @@ func TestRunFromOlderBuildResumes(t *testing.T) {
 		// Every row of rounds 0..2 decodes through its manifest.
 		require.Equal(t, len(golden.Digests), readAllTables(t, local, upgradeRun, 2))
 	})
+}
+
+// upgradePinnedConfig checks that the old run file decodes and verifies
+// under this build, and that the ops config still has its digest.
+func upgradePinnedConfig(t *testing.T, o *opsEnv, rf *pipeline.RunFile) {
+	// Every setting the old build wrote is one this build reads: an
+	// unknown key is dropped by the decoder (the setting reads as its
+	// default) and the run's digest stops verifying.
+	raw, err := os.ReadFile(filepath.Join(upgradeStore, upgradeRun, "_RUN.json"))
+	require.NoError(t, err)
+	var old struct {
+		Config map[string]any `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &old))
+	b, err := json.Marshal(rf.Config)
+	require.NoError(t, err)
+	var now map[string]any
+	require.NoError(t, json.Unmarshal(b, &now))
+	require.Empty(t, missingKeys(old.Config, now, ""),
+		"settings of the old _RUN.json that this build's config.Config does not decode (a JSON tag renamed or a field removed in pipeline/config): runs pinned before the change stop verifying")
+	require.NoError(t, rf.VerifyConfig(), "the old run file's config under this build's config package")
+	cfg, _, err := config.Load(o.cfg, nil)
+	require.NoError(t, err)
+	require.Equal(t, rf.ConfigDigest, cfg.Digest(),
+		"%s loaded by this build no longer has the digest the old build pinned; settings that differ: %s", o.cfg, settingsDiff(rf.Config, cfg))
+}
+
+// upgradeOldRunVerifies checks spade verify and spade status on the
+// old run before this build adds a round.
+func upgradeOldRunVerifies(ctx context.Context, t *testing.T, o *opsEnv, local storage.Store, run []string) {
+	var v struct {
+		OK   bool                     `json:"ok"`
+		Runs []*pipeline.VerifyReport `json:"runs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "verify", "--json")...)), &v))
+	require.True(t, v.OK)
+	require.Len(t, v.Runs, 1)
+	require.Equal(t, []int{0, 1, 2}, v.Runs[0].Rounds)
+	require.Equal(t, 2, v.Runs[0].Sealed)
+	require.Empty(t, v.Runs[0].Damage)
+
+	var st struct {
+		Next   int `json:"next_round"`
+		Rounds []struct {
+			Round  int    `json:"round"`
+			Sealed bool   `json:"sealed"`
+			ID     string `json:"round_id"`
+		} `json:"rounds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "status", "--json")...)), &st))
+	require.Equal(t, 2, st.Next)
+	require.Len(t, st.Rounds, 2)
+	for r, s := range st.Rounds {
+		seal, err := pipeline.ReadSeal(ctx, local, upgradeRun, r)
+		require.NoError(t, err)
+		require.Equal(t, r, s.Round)
+		require.True(t, s.Sealed)
+		require.Equal(t, seal.Digest(), s.ID)
+	}
+}
+
+// upgradeConfigShow checks that spade config show reads the old run
+// file: its digest, and the pinned values of small.yaml.
+func upgradeConfigShow(t *testing.T, o *opsEnv, rf *pipeline.RunFile, run []string) {
+	out := o.must(t, nil, append(run, "config", "show")...)
+	require.Contains(t, out, "# config digest = "+rf.ConfigDigest+"\n")
+	require.Contains(t, out, "# the pinned config of run old (old/_RUN.json)")
+	require.NotContains(t, out, "differs from it", "the ops config no longer matches the run it pinned")
+	var rows []struct {
+		Key    string `json:"key"`
+		Value  string `json:"value"`
+		Source string `json:"source"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(o.must(t, nil, append(run, "config", "show", "--json")...)), &rows))
+	got := map[string]string{}
+	for _, r := range rows {
+		require.Equal(t, "run", r.Source, r.Key)
+		got[r.Key] = r.Value
+	}
+	// small.yaml's settings, and defaults of the old build, as pinned.
+	for k, v := range map[string]string{
+		"seed": "11", "workers": "2", "regenerate_every": "2", "sample.slots": "6",
+		"design.slots_per_part": "1", "rollout.group_size": "4", "rollout.envs_per_part": "1",
+		"rollout.max_turns": "15", "model.backend": `"procedural"`, "label.band_low": "0.2",
+	} {
+		require.Equal(t, v, got[k], k)
+	}
 }
 
 // requireCodeVersions requires ok of the code version of every manifest
