@@ -55,6 +55,19 @@ def step(model, cfg, max_tokens, max_samples=1 << 20):
     return m, mbs
 
 
+def assert_same_update(test, got, want, lr, steps):
+    """Updated weights of two runs that should agree: every element within
+    1e-5 but for at most one in a thousand, and those within the steps'
+    reach (steps * lr). Adam divides each gradient by sqrt(v), so a weight
+    whose gradient is near zero moves by up to lr whatever the gradient's
+    size: summing the gradients in another order (packed or not, another
+    logits shape) moved 1 of 4,096 such weights by 2.5e-4 on an AVX-512
+    CPU (torch 2.11). A packing or masking fault moves most weights."""
+    diff = (got - want).abs()
+    loose = int((diff > 1e-5 + 1e-4 * want.abs()).sum())
+    test.assertLessEqual(loose, max(1, diff.numel() // 1000), f"{loose} of {diff.numel()} weights differ by more than 1e-5")
+    test.assertLessEqual(float(diff.max()), steps * lr)
+
 class PackedTest(unittest.TestCase):
     def test_packed_logits_equal_unpacked(self):
         model = ck.new_tiny(1).eval()
@@ -94,9 +107,7 @@ class PackedTest(unittest.TestCase):
                 self.assertAlmostEqual(a["loss"], b["loss"], places=6)
                 self.assertAlmostEqual(a["grad_norm"], b["grad_norm"], places=5)
             for k in sd:
-                # Adam divides by sqrt(v): float rounding of the summed gradients
-                # shows up at ~1e-6 of a 1e-3 step.
-                torch.testing.assert_close(sd[k], runs[0][1][k], rtol=1e-4, atol=1e-5)
+                assert_same_update(self, sd[k], runs[0][1][k], cfg.lr, cfg.inner_steps)
 
     def test_varlen_sdpa_equals_unpacked_sdpa(self):
         """varlen_sdpa on a packed row (boundaries from cu_seq_lens, or from
@@ -160,7 +171,7 @@ class PackedTest(unittest.TestCase):
             self.assertAlmostEqual(a["loss"], b["loss"], places=6)
             self.assertAlmostEqual(a["grad_norm"], b["grad_norm"], places=5)
         for k in sd_full:
-            torch.testing.assert_close(sd_kept[k], sd_full[k], rtol=1e-4, atol=1e-5)
+            assert_same_update(self, sd_kept[k], sd_full[k], cfg.lr, cfg.inner_steps)
 
     def test_varlen_sdpa_refuses_what_it_does_not_compute(self):
         from spade_trainer import attention
