@@ -49,40 +49,63 @@ type dagNode struct {
 	After []string
 }
 
-// stageGraph derives the task graph of one round from the stages' Plan
-// inputs and Outputs at a regeneration round (1 + regenerate_every, so
-// that no first-round special case shows): stage s follows stage t when s
-// reads a table t writes at the same round, or at round 0. Inputs of
-// earlier rounds are the previous DAG run's. Nodes come in an order where
-// every stage follows the stages it reads (registration order otherwise).
+// Kind is the node's word in the DAG file's "# spade-dag" block: round0,
+// sharded or stage.
+func (n dagNode) Kind() string {
+	switch {
+	case n.Round0:
+		return "round0"
+	case n.Sharded:
+		return "sharded"
+	}
+	return "stage"
+}
+
+// stageGraph is the task graph of one round, read off the round plans
+// (pipeline.PlanRound) of round 0 and of a regeneration round (1 +
+// regenerate_every, so that no first-round special case shows): the
+// stages that run at round 0 come first, then those of the regeneration
+// round, each in its plan's order. Stage s follows stage t when s reads a
+// table t writes at the same round (the plan's After, t running there),
+// or at round 0 (t the writer of round 0's plan, running there). Inputs of
+// earlier rounds are the previous DAG run's. A stage's Every comes from
+// the plan of the round after the regeneration round.
 func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) ([]dagNode, error) {
 	regen := 1 + cfg.RegenerateEvery
-	ri0 := pipeline.NewRoundInfo("dag", 0, cfg)
-	ri := pipeline.NewRoundInfo("dag", regen, cfg)
-	// A round that does not regenerate, when the schedule has one.
-	riPlain := pipeline.NewRoundInfo("dag", regen+1, cfg)
-	producer0, producer := map[string]string{}, map[string]string{}
+	var plans [3]*pipeline.RoundPlan
+	for i, round := range []int{0, regen, regen + 1} {
+		p, err := pipeline.PlanRound(stages, cfg, pipeline.NewRoundInfo("dag", round, cfg))
+		if err != nil {
+			return nil, fmt.Errorf("the stage graph of round %d: %w", round, err)
+		}
+		plans[i] = p
+	}
+	// plain is a round that does not regenerate, when the schedule has one.
+	plan0, plan, plain := plans[0], plans[1], plans[2]
 	var nodes []dagNode
 	index := map[string]int{}
-	for _, s := range stages {
-		_, at0 := s.Plan(ri0, cfg)
-		_, atR := s.Plan(ri, cfg)
-		if at0 && atR {
-			return nil, fmt.Errorf("stage %s runs at round 0 and at round %d: a DAG task per stage cannot express that", s.Name(), regen)
+	for _, ps := range plan0.Running() {
+		if plan.Runs(ps.Name) {
+			return nil, fmt.Errorf("stage %s runs at round 0 and at round %d: a DAG task per stage cannot express that", ps.Name, regen)
 		}
-		if !at0 && !atR {
-			continue
-		}
-		for _, o := range s.Outputs() {
-			if at0 {
-				producer0[o.Table] = s.Name()
-			} else {
-				producer[o.Table] = s.Name()
+		index[ps.Name] = len(nodes)
+		nodes = append(nodes, dagNode{Stage: ps.Name, Round0: true})
+	}
+	for _, ps := range plan.Running() {
+		n := dagNode{Stage: ps.Name, Sharded: slices.Contains(sharded, ps.Name), Every: plain.Runs(ps.Name) || plain.Round.Regeneration}
+		for _, a := range ps.After {
+			if plan.Runs(a) {
+				n.After = append(n.After, a)
 			}
 		}
-		index[s.Name()] = len(nodes)
-		_, plain := s.Plan(riPlain, cfg)
-		nodes = append(nodes, dagNode{Stage: s.Name(), Round0: at0, Sharded: atR && slices.Contains(sharded, s.Name()), Every: atR && (plain || riPlain.Regeneration)})
+		for _, in := range ps.Inputs {
+			if w, ok := plan0.Writer(in.Table); ok && in.Round == 0 && plan0.Runs(w) && w != ps.Name && !slices.Contains(n.After, w) {
+				n.After = append(n.After, w)
+			}
+		}
+		slices.Sort(n.After)
+		index[ps.Name] = len(nodes)
+		nodes = append(nodes, n)
 	}
 	for _, name := range sharded {
 		i, ok := index[name]
@@ -102,55 +125,10 @@ func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) (
 			return nil, fmt.Errorf("--sharded %q: the round-0 stage runs as one task; shard stages that run at a regeneration round", name)
 		}
 	}
-	for _, s := range stages {
-		i, ok := index[s.Name()]
-		if !ok || nodes[i].Round0 {
-			continue
-		}
-		ins, _ := s.Plan(ri, cfg)
-		seen := map[string]bool{}
-		for _, in := range ins {
-			var from string
-			switch in.Round {
-			case regen:
-				from = producer[in.Table]
-			case 0:
-				from = producer0[in.Table]
-			}
-			if from != "" && from != s.Name() && !seen[from] {
-				seen[from] = true
-				nodes[i].After = append(nodes[i].After, from)
-			}
-		}
-		slices.Sort(nodes[i].After)
-	}
-	// Order topologically, keeping registration order among ready stages.
-	var ordered []dagNode
-	done := map[string]bool{}
-	for len(ordered) < len(nodes) {
-		progress := false
-		for _, n := range nodes {
-			if done[n.Stage] {
-				continue
-			}
-			ready := true
-			for _, a := range n.After {
-				ready = ready && done[a]
-			}
-			if ready {
-				done[n.Stage] = true
-				ordered = append(ordered, n)
-				progress = true
-			}
-		}
-		if !progress {
-			return nil, fmt.Errorf("the stage graph of round %d has a cycle", regen)
-		}
-	}
-	if !slices.ContainsFunc(ordered, func(n dagNode) bool { return n.Every }) {
+	if !slices.ContainsFunc(nodes, func(n dagNode) bool { return n.Every }) {
 		return nil, fmt.Errorf("no stage runs at every round, so no task can seal a round")
 	}
-	return ordered, nil
+	return nodes, nil
 }
 
 func newDagCmd(g *globals) *cobra.Command {
