@@ -30,7 +30,7 @@ type Runner struct {
 	// _RUN.json (EnsureRun).
 	Config config.Config
 	// Stages in registration order; the runner orders them by their table
-	// dependencies.
+	// dependencies (PlanRound).
 	Stages []Stage
 	// Log receives progress and warnings; nil means slog.Default().
 	Log *slog.Logger
