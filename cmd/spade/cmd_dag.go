@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,40 +51,63 @@ type dagNode struct {
 	After []string
 }
 
-// stageGraph derives the task graph of one round from the stages' Plan
-// inputs and Outputs at a regeneration round (1 + regenerate_every, so
-// that no first-round special case shows): stage s follows stage t when s
-// reads a table t writes at the same round, or at round 0. Inputs of
-// earlier rounds are the previous DAG run's. Nodes come in an order where
-// every stage follows the stages it reads (registration order otherwise).
+// Kind is the node's word in the DAG file's "# spade-dag" block: round0,
+// sharded or stage.
+func (n dagNode) Kind() string {
+	switch {
+	case n.Round0:
+		return "round0"
+	case n.Sharded:
+		return "sharded"
+	}
+	return "stage"
+}
+
+// stageGraph is the task graph of one round, read off the round plans
+// (pipeline.PlanRound) of round 0 and of a regeneration round (1 +
+// regenerate_every, so that no first-round special case shows): the
+// stages that run at round 0 come first, then those of the regeneration
+// round, each in its plan's order. Stage s follows stage t when s reads a
+// table t writes at the same round (the plan's After, t running there),
+// or at round 0 (t the writer of round 0's plan, running there). Inputs of
+// earlier rounds are the previous DAG run's. A stage's Every comes from
+// the plan of the round after the regeneration round.
 func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) ([]dagNode, error) {
 	regen := 1 + cfg.RegenerateEvery
-	ri0 := pipeline.NewRoundInfo("dag", 0, cfg)
-	ri := pipeline.NewRoundInfo("dag", regen, cfg)
-	// A round that does not regenerate, when the schedule has one.
-	riPlain := pipeline.NewRoundInfo("dag", regen+1, cfg)
-	producer0, producer := map[string]string{}, map[string]string{}
+	var plans [3]*pipeline.RoundPlan
+	for i, round := range []int{0, regen, regen + 1} {
+		p, err := pipeline.PlanRound(stages, cfg, pipeline.NewRoundInfo("dag", round, cfg))
+		if err != nil {
+			return nil, fmt.Errorf("the stage graph of round %d: %w", round, err)
+		}
+		plans[i] = p
+	}
+	// plain is a round that does not regenerate, when the schedule has one.
+	plan0, plan, plain := plans[0], plans[1], plans[2]
 	var nodes []dagNode
 	index := map[string]int{}
-	for _, s := range stages {
-		_, at0 := s.Plan(ri0, cfg)
-		_, atR := s.Plan(ri, cfg)
-		if at0 && atR {
-			return nil, fmt.Errorf("stage %s runs at round 0 and at round %d: a DAG task per stage cannot express that", s.Name(), regen)
+	for _, ps := range plan0.Running() {
+		if plan.Runs(ps.Name) {
+			return nil, fmt.Errorf("stage %s runs at round 0 and at round %d: a DAG task per stage cannot express that", ps.Name, regen)
 		}
-		if !at0 && !atR {
-			continue
-		}
-		for _, o := range s.Outputs() {
-			if at0 {
-				producer0[o.Table] = s.Name()
-			} else {
-				producer[o.Table] = s.Name()
+		index[ps.Name] = len(nodes)
+		nodes = append(nodes, dagNode{Stage: ps.Name, Round0: true})
+	}
+	for _, ps := range plan.Running() {
+		n := dagNode{Stage: ps.Name, Sharded: slices.Contains(sharded, ps.Name), Every: plain.Runs(ps.Name) || plain.Round.Regeneration}
+		for _, a := range ps.After {
+			if plan.Runs(a) {
+				n.After = append(n.After, a)
 			}
 		}
-		index[s.Name()] = len(nodes)
-		_, plain := s.Plan(riPlain, cfg)
-		nodes = append(nodes, dagNode{Stage: s.Name(), Round0: at0, Sharded: atR && slices.Contains(sharded, s.Name()), Every: atR && (plain || riPlain.Regeneration)})
+		for _, in := range ps.Inputs {
+			if w, ok := plan0.Writer(in.Table); ok && in.Round == 0 && plan0.Runs(w) && w != ps.Name && !slices.Contains(n.After, w) {
+				n.After = append(n.After, w)
+			}
+		}
+		slices.Sort(n.After)
+		index[ps.Name] = len(nodes)
+		nodes = append(nodes, n)
 	}
 	for _, name := range sharded {
 		i, ok := index[name]
@@ -102,55 +127,10 @@ func stageGraph(stages []pipeline.Stage, cfg *config.Config, sharded []string) (
 			return nil, fmt.Errorf("--sharded %q: the round-0 stage runs as one task; shard stages that run at a regeneration round", name)
 		}
 	}
-	for _, s := range stages {
-		i, ok := index[s.Name()]
-		if !ok || nodes[i].Round0 {
-			continue
-		}
-		ins, _ := s.Plan(ri, cfg)
-		seen := map[string]bool{}
-		for _, in := range ins {
-			var from string
-			switch in.Round {
-			case regen:
-				from = producer[in.Table]
-			case 0:
-				from = producer0[in.Table]
-			}
-			if from != "" && from != s.Name() && !seen[from] {
-				seen[from] = true
-				nodes[i].After = append(nodes[i].After, from)
-			}
-		}
-		slices.Sort(nodes[i].After)
-	}
-	// Order topologically, keeping registration order among ready stages.
-	var ordered []dagNode
-	done := map[string]bool{}
-	for len(ordered) < len(nodes) {
-		progress := false
-		for _, n := range nodes {
-			if done[n.Stage] {
-				continue
-			}
-			ready := true
-			for _, a := range n.After {
-				ready = ready && done[a]
-			}
-			if ready {
-				done[n.Stage] = true
-				ordered = append(ordered, n)
-				progress = true
-			}
-		}
-		if !progress {
-			return nil, fmt.Errorf("the stage graph of round %d has a cycle", regen)
-		}
-	}
-	if !slices.ContainsFunc(ordered, func(n dagNode) bool { return n.Every }) {
+	if !slices.ContainsFunc(nodes, func(n dagNode) bool { return n.Every }) {
 		return nil, fmt.Errorf("no stage runs at every round, so no task can seal a round")
 	}
-	return ordered, nil
+	return nodes, nil
 }
 
 func newDagCmd(g *globals) *cobra.Command {
@@ -206,6 +186,35 @@ func checkSchedule(s string) error {
 	return nil
 }
 
+// check validates the flags (a usage error naming the flag):
+// counts, the schedule, --lease-ttl (leaseTTLSet: given on the command
+// line, which only a scheduled DAG takes) and the dag_id.
+func (o *airflowOpts) check(leaseTTLSet bool) error {
+	switch {
+	case o.Shards < 1:
+		return usagef("--shards %d: want >= 1", o.Shards)
+	case o.Retries < 0:
+		return usagef("--retries %d: want >= 0", o.Retries)
+	case o.RetryDelay < 0:
+		return usagef("--retry-delay %d: want >= 0 (seconds)", o.RetryDelay)
+	}
+	if leaseTTLSet && o.Schedule == "" {
+		return usagef("--lease-ttl applies to a scheduled DAG (--schedule) only: the DAG of one round per trigger takes no lease")
+	}
+	if o.Schedule != "" {
+		if err := checkSchedule(o.Schedule); err != nil {
+			return err
+		}
+		if !(o.LeaseTTL > 0) || math.IsInf(o.LeaseTTL, 1) || o.LeaseTTL*float64(time.Second) >= math.MaxInt64 {
+			return usagef("--lease-ttl %g: want a number of seconds > 0 (and below 292 years)", o.LeaseTTL)
+		}
+	}
+	if !isIdentifier(o.DagID) {
+		return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)
+	}
+	return nil
+}
+
 func newDagAirflowCmd(g *globals) *cobra.Command {
 	o := airflowOpts{}
 	var out string
@@ -232,27 +241,8 @@ files import Airflow 3's modules (airflow.sdk, the standard provider)
 and fall back to Airflow 2's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case o.Shards < 1:
-				return usagef("--shards %d: want >= 1", o.Shards)
-			case o.Retries < 0:
-				return usagef("--retries %d: want >= 0", o.Retries)
-			case o.RetryDelay < 0:
-				return usagef("--retry-delay %d: want >= 0 (seconds)", o.RetryDelay)
-			}
-			if cmd.Flags().Changed("lease-ttl") && o.Schedule == "" {
-				return usagef("--lease-ttl applies to a scheduled DAG (--schedule) only: the DAG of one round per trigger takes no lease")
-			}
-			if o.Schedule != "" {
-				if err := checkSchedule(o.Schedule); err != nil {
-					return err
-				}
-				if !(o.LeaseTTL > 0) || math.IsInf(o.LeaseTTL, 1) || o.LeaseTTL*float64(time.Second) >= math.MaxInt64 {
-					return usagef("--lease-ttl %g: want a number of seconds > 0 (and below 292 years)", o.LeaseTTL)
-				}
-			}
-			if !isIdentifier(o.DagID) {
-				return usagef("--dag-id %q: use letters, digits and '_', not starting with a digit", o.DagID)
+			if err := o.check(cmd.Flags().Changed("lease-ttl")); err != nil {
+				return err
 			}
 			// The DAG is rendered without opening the store: the machine
 			// that renders it (a CI job, a laptop) need not reach the store
@@ -405,92 +395,88 @@ func shQuote(s string) string {
 // DAG's tasks fail at once on them instead of retrying.
 var exitNoRetry = map[int]string{exitUsage: "usage error", exitConflict: "conflict"}
 
-// airflowNoRetry renders exitNoRetry as the DAG's Python dict
-// NO_RETRY_EXIT_CODES, codes in increasing order.
-func airflowNoRetry() string {
+// airflowTemplate is dag_airflow.py.tmpl: its templates "round" and
+// "scheduled" render the two DAG files from an airflowFile.
+//
+//go:embed dag_airflow.py.tmpl
+var airflowTemplateText string
+
+var airflowTemplate = template.Must(template.New("dag_airflow.py.tmpl").Parse(airflowTemplateText))
+
+// airflowFile is the data of dag_airflow.py.tmpl. Fields ending in Py,
+// and every ID, Command and Value, are Python literals (pyStr); Var
+// fields are Python identifiers (taskVar).
+type airflowFile struct {
+	// DagID is the dag_id as given (the docstring's trigger example);
+	// DagIDPy the same as a literal.
+	DagID, DagIDPy string
+	// Shards, Retries and RetryDelay (seconds) are the airflowOpts'.
+	Shards, Retries, RetryDelay int
+	// NoRetry is NO_RETRY_EXIT_CODES (exitNoRetry), codes increasing;
+	// Env is SPADE_ENV, keys sorted.
+	NoRetry, Env []pyItem
+	// Graph are the nodes of the "# spade-dag" block.
+	Graph []dagNode
+	// Tasks are the stage tasks then round0_seal and seal; Final the
+	// tasks after a blank line (track); Edges the ">>" lines, as task
+	// variables.
+	Tasks, Final []airflowTask
+	Edges        [][2]string
+	// SchedulePy, RoundNext (the command) and SkipCodes are the scheduled
+	// DAG's.
+	SchedulePy, RoundNext string
+	SkipCodes             [2]int
+}
+
+// pyItem is one key: value of a Python dict literal, both rendered.
+type pyItem struct{ Key, Value string }
+
+// airflowTask is one task of the one-round DAG: a SpadeBashOperator, or,
+// with ShardList set, a mapped one over ShardList (a @task building the
+// shard list) followed by Commit.
+type airflowTask struct {
+	Stage, Var, ID, Command string
+	ShardList, Commit       *airflowTask
+}
+
+// newAirflowFile is the part of airflowFile both DAG files use.
+func newAirflowFile(o airflowOpts) *airflowFile {
+	f := &airflowFile{DagID: o.DagID, DagIDPy: pyStr(o.DagID), Shards: o.Shards, Retries: o.Retries, RetryDelay: o.RetryDelay}
 	codes := make([]int, 0, len(exitNoRetry))
 	for c := range exitNoRetry {
 		codes = append(codes, c)
 	}
 	slices.Sort(codes)
-	items := make([]string, len(codes))
-	for i, c := range codes {
-		items[i] = fmt.Sprintf("%d: %s", c, pyStr(exitNoRetry[c]))
+	for _, c := range codes {
+		f.NoRetry = append(f.NoRetry, pyItem{strconv.Itoa(c), pyStr(exitNoRetry[c])})
 	}
-	return "NO_RETRY_EXIT_CODES = {" + strings.Join(items, ", ") + "}\n"
+	keys := make([]string, 0, len(o.Env))
+	for k := range o.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f.Env = append(f.Env, pyItem{pyStr(k), pyStr(o.Env[k])})
+	}
+	return f
 }
 
-// airflowImports is the Python importing what the DAG file uses, from
-// Airflow 3's public modules (the Task SDK, airflow.sdk, and the standard
-// provider's BashOperator) when they exist and from Airflow 2's (>= 2.4)
-// otherwise. Airflow 3 still has Airflow 2's paths but warns that they
-// are deprecated (airflow.exceptions.AirflowFailException since 3.1), so
-// they are imported only where airflow.sdk is missing.
-const airflowImports = `try:  # Airflow 3
-    from airflow.sdk import DAG, Param, task
-    from airflow.sdk.exceptions import AirflowFailException
-    from airflow.providers.standard.operators.bash import BashOperator
-except ImportError:  # Airflow 2 (>= 2.4)
-    from airflow import DAG
-    from airflow.decorators import task
-    from airflow.exceptions import AirflowFailException
-    from airflow.models.param import Param
-    from airflow.operators.bash import BashOperator
-`
-
-// airflowOperator is the Python of the DAG's task class, after
-// NO_RETRY_EXIT_CODES: a BashOperator that fails without retries
-// (AirflowFailException) when spade exits with a code of NO_RETRY_EXIT_CODES.
-// BashOperator raises one plain AirflowException for every non-zero exit
-// code but its skip code (99), so the class wraps the SubprocessHook the
-// operator runs its command through (BashOperator.subprocess_hook, in
-// Airflow 2 and in the standard provider of Airflow 3) and acts on the
-// exit code of its result, instead of parsing a message. execute is not
-// overridden, so a task runs exactly as a BashOperator does.
-const airflowOperator = `
-
-class _NoRetryHook:
-    """The SubprocessHook of a SpadeBashOperator: a command that exits with a
-    code of NO_RETRY_EXIT_CODES raises AirflowFailException (failed, no retries)."""
-
-    def __init__(self, hook):
-        self.hook = hook
-
-    def run_command(self, *args, **kwargs):
-        result = self.hook.run_command(*args, **kwargs)
-        why = NO_RETRY_EXIT_CODES.get(result.exit_code)
-        if why is not None:
-            raise AirflowFailException(
-                "spade exited %d (%s): failed without retries, since a retry would fail the same way"
-                % (result.exit_code, why)
-            )
-        return result
-
-    def __getattr__(self, name):
-        # Only reached for names the instance lacks. "hook" is one of them
-        # on a copy or an unpickled object, built without __init__: looking
-        # it up on self.hook would recurse without end.
-        if name == "hook":
-            raise AttributeError(name)
-        return getattr(self.hook, name)
-
-
-class SpadeBashOperator(BashOperator):
-    """A BashOperator running one spade command.
-
-    Exit 0 succeeds and 99 skips the task (BashOperator's skip code). Exit 2
-    (usage: flags, config or input) and 3 (conflict: other data is committed)
-    fail the task without retries, since a retry would fail the same way. Any
-    other code fails it, and Airflow retries it.
-    """
-
-    @cached_property
-    def subprocess_hook(self):
-        return _NoRetryHook(super().subprocess_hook)
-`
+// render executes the template called name with f.
+func (f *airflowFile) render(name string) string {
+	var b strings.Builder
+	if err := airflowTemplate.ExecuteTemplate(&b, name, f); err != nil {
+		panic(fmt.Sprintf("dag_airflow.py.tmpl: %v", err)) // a bug of the template, not of the input
+	}
+	return b.String()
+}
 
 // taskVar is the Python variable of a task.
 func taskVar(task string) string { return "t_" + task }
+
+// bashTask is a plain task: id (also its variable's name) runs command.
+func bashTask(id, command string) airflowTask {
+	return airflowTask{Stage: id, Var: taskVar(id), ID: pyStr(id), Command: pyStr(command)}
+}
 
 // airflowDAG renders the DAG file. Task names: a stage's task is named
 // after it; a sharded stage S has S_shards (the shard list), S (mapped)
@@ -498,130 +484,64 @@ func taskVar(task string) string { return "t_" + task }
 // The "# spade-dag" comment block states the stage graph for tools and
 // tests; the ">>" lines are what Airflow executes.
 func airflowDAG(nodes []dagNode, o airflowOpts) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	f := newAirflowFile(o)
+	f.Graph = nodes
 	spade := shQuote(o.Spade)
 	roundArg := "--round {{ params.round }}"
 	// The seal task commits (a no-op) and seals through the last stage
 	// that runs at every round.
 	var lastStage string
+	var round0 []string
 	for _, n := range nodes {
 		if n.Every {
 			lastStage = n.Stage
 		}
-	}
-
-	w(`"""Airflow DAG (2.4+ and 3) running one SPADE round with spade (generated by "spade dag airflow"; do not edit).
-
-Trigger one DAG run per round, in order (max_active_runs is 1):
-
-    airflow dags trigger %s --conf '{"round": 3, "shards": 8}'
-
-Every task runs one spade command. A stage that does not run at the round
-(the generation stages on non-regeneration rounds) exits 99 from
-"spade dag runs-at" and is marked skipped; tasks run when no upstream task
-failed. Sharded stages are mapped over the shard list "i/n" built from the
-param shards, then committed by "spade commit". The last task seals the
-round. Exit codes of spade: 0 ok, 1 failure, 2 usage, 3 conflict, 4 busy.
-A task that exits 2 or 3 fails at once, without retries: the same command
-would fail the same way (fix the config or invocation, or use a new run).
-Any other failure (1, or 130 when interrupted) is retried.
-"""
-`, o.DagID)
-	w("# spade-dag-begin: the stage graph of a regeneration round, one line per stage\n")
-	for _, n := range nodes {
-		kind := "stage"
+		check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
 		switch {
 		case n.Round0:
-			kind = "round0"
-		case n.Sharded:
-			kind = "sharded"
-		}
-		w("# %s %s <-%s\n", kind, n.Stage, strings.Join(append([]string{""}, n.After...), " "))
-	}
-	w("# spade-dag-end\n\n")
-	w(`from datetime import datetime, timedelta, timezone
-from functools import cached_property
-
-` + airflowImports + `
-# Exit codes of spade that fail the same way on every retry (docs/cli.md).
-`)
-	b.WriteString(airflowNoRetry())
-	b.WriteString(airflowOperator)
-	b.WriteString("\n\n")
-	b.WriteString(airflowEnv(o.Env))
-	w(`
-
-def shard_envs(params):
-    """Task environments of the shards "0/n" .. "n-1/n" (n = params.shards)."""
-    n = int(params["shards"])
-    if n < 1:
-        raise ValueError("param shards must be >= 1, got %%d" %% n)
-    return [dict(SPADE_ENV, SPADE_SHARD="%%d/%%d" %% (i, n)) for i in range(n)]
-
-
-with DAG(
-    dag_id=%s,
-    description="One SPADE round: a task per stage, sharded stages mapped over shards",
-    schedule=None,
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    params={
-        "round": Param(1, type="integer", minimum=1, description="round to run; round N-1 must be sealed"),
-        "shards": Param(%d, type="integer", minimum=1, description="shards per sharded stage"),
-    },
-    default_args={
-        "retries": %d,
-        "retry_delay": timedelta(seconds=%d),
-        "trigger_rule": "none_failed",
-    },
-    tags=["spade"],
-) as dag:
-`, pyStr(o.DagID), o.Shards, o.Retries, o.RetryDelay)
-
-	var edges [][2]string
-	var round0 []string
-	for _, n := range nodes {
-		v := taskVar(n.Stage)
-		switch {
-		case n.Round0:
-			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
-				v, pyStr(n.Stage), pyStr(fmt.Sprintf("%s stage %s --round 0", spade, n.Stage)))
+			f.Tasks = append(f.Tasks, bashTask(n.Stage, fmt.Sprintf("%s stage %s --round 0", spade, n.Stage)))
 			round0 = append(round0, n.Stage)
 		case n.Sharded:
-			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
-			w("\n    @task(task_id=%s)\n    def %s_shards(**context):\n        return shard_envs(context[\"params\"])\n\n", pyStr(n.Stage+"_shards"), n.Stage)
-			w("    %s = %s_shards()\n", taskVar(n.Stage+"_shards"), n.Stage)
-			w("    %s = SpadeBashOperator.partial(task_id=%s, bash_command=%s, append_env=True).expand(env=%s)\n",
-				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s --shard \"$SPADE_SHARD\"", spade, n.Stage, roundArg)), taskVar(n.Stage+"_shards"))
-			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
-				taskVar(n.Stage+"_commit"), pyStr(n.Stage+"_commit"), pyStr(check+fmt.Sprintf("%s commit %s --stage %s", spade, roundArg, n.Stage)))
-			edges = append(edges, [2]string{n.Stage, n.Stage + "_commit"})
+			t := bashTask(n.Stage, check+fmt.Sprintf("%s stage %s %s --shard \"$SPADE_SHARD\"", spade, n.Stage, roundArg))
+			list := bashTask(n.Stage+"_shards", "")
+			commit := bashTask(n.Stage+"_commit", check+fmt.Sprintf("%s commit %s --stage %s", spade, roundArg, n.Stage))
+			t.ShardList, t.Commit = &list, &commit
+			f.Tasks = append(f.Tasks, t)
+			f.Edges = append(f.Edges, [2]string{taskVar(n.Stage), taskVar(n.Stage + "_commit")})
 		default:
-			check := fmt.Sprintf("%s dag runs-at %s %s || exit $?; ", spade, n.Stage, roundArg)
-			w("    %s = SpadeBashOperator(task_id=%s, bash_command=%s, env=SPADE_ENV, append_env=True)\n",
-				v, pyStr(n.Stage), pyStr(check+fmt.Sprintf("%s stage %s %s", spade, n.Stage, roundArg)))
+			f.Tasks = append(f.Tasks, bashTask(n.Stage, check+fmt.Sprintf("%s stage %s %s", spade, n.Stage, roundArg)))
 		}
 	}
 	if len(round0) > 0 {
-		w("    %s = SpadeBashOperator(task_id=\"round0_seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
-			taskVar("round0_seal"), pyStr(fmt.Sprintf("%s commit --round 0 --stage %s --seal", spade, round0[len(round0)-1])))
+		f.Tasks = append(f.Tasks, bashTask("round0_seal", fmt.Sprintf("%s commit --round 0 --stage %s --seal", spade, round0[len(round0)-1])))
 	}
-	w("    %s = SpadeBashOperator(task_id=\"seal\", bash_command=%s, env=SPADE_ENV, append_env=True)\n\n",
-		taskVar("seal"), pyStr(fmt.Sprintf("%s commit %s --stage %s --seal", spade, roundArg, lastStage)))
+	f.Tasks = append(f.Tasks, bashTask("seal", fmt.Sprintf("%s commit %s --stage %s --seal", spade, roundArg, lastStage)))
+	edges := stageEdges(nodes, round0)
+	if o.Track {
+		f.Final = append(f.Final, bashTask("track", fmt.Sprintf("%s track %s", spade, roundArg)))
+		edges = append(edges, [2]string{"seal", "track"})
+	}
+	for _, e := range edges {
+		f.Edges = append(f.Edges, [2]string{taskVar(e[0]), taskVar(e[1])})
+	}
+	return f.render("round")
+}
 
-	// Stage edges: from a stage's last task to the next stage's first task.
-	first := func(n string, sharded bool) string {
-		if sharded {
+// stageEdges are the task dependencies between stages, as task names: from
+// a stage's last task (S_commit for a sharded one) to the next stage's
+// first (S_shards), through round0_seal for a stage that reads the setup
+// round, and from the stages nothing follows to seal. round0 names the
+// round-0 stages in node order.
+func stageEdges(nodes []dagNode, round0 []string) [][2]string {
+	sharded := map[string]bool{}
+	for _, n := range nodes {
+		sharded[n.Stage] = n.Sharded
+	}
+	first := func(n string) string {
+		if sharded[n] {
 			return n + "_shards"
 		}
 		return n
-	}
-	sharded := map[string]bool{}
-	downstream := map[string]bool{}
-	for _, n := range nodes {
-		sharded[n.Stage] = n.Sharded
 	}
 	last := func(n string) string {
 		if sharded[n] {
@@ -629,10 +549,8 @@ with DAG(
 		}
 		return n
 	}
-	round0Stage := map[string]bool{}
-	for _, s := range round0 {
-		round0Stage[s] = true
-	}
+	var edges [][2]string
+	downstream := map[string]bool{}
 	for _, n := range nodes {
 		after0 := false
 		for _, a := range n.After {
@@ -640,14 +558,14 @@ with DAG(
 			// A stage reading the setup round's tables waits for its
 			// seal: spade stage at round N needs round N-1 sealed, and
 			// round 0 is sealed by round0_seal.
-			if round0Stage[a] && len(round0) > 0 {
+			if slices.Contains(round0, a) {
 				if !after0 {
-					edges = append(edges, [2]string{"round0_seal", first(n.Stage, n.Sharded)})
+					edges = append(edges, [2]string{"round0_seal", first(n.Stage)})
 					after0 = true
 				}
 				continue
 			}
-			edges = append(edges, [2]string{last(a), first(n.Stage, n.Sharded)})
+			edges = append(edges, [2]string{last(a), first(n.Stage)})
 		}
 	}
 	for _, s := range round0 {
@@ -661,15 +579,7 @@ with DAG(
 			edges = append(edges, [2]string{last(n.Stage), "seal"})
 		}
 	}
-	if o.Track {
-		w("    %s = SpadeBashOperator(task_id=\"track\", bash_command=%s, env=SPADE_ENV, append_env=True)\n",
-			taskVar("track"), pyStr(fmt.Sprintf("%s track %s", spade, roundArg)))
-		edges = append(edges, [2]string{"seal", "track"})
-	}
-	for _, e := range edges {
-		w("    %s >> %s\n", taskVar(e[0]), taskVar(e[1]))
-	}
-	return b.String()
+	return edges
 }
 
 // dagStoreURL checks a store URL for the tasks of a DAG without opening
@@ -700,22 +610,6 @@ func dagStoreURL(raw string) (string, error) {
 	return "", storage.BadURL(fmt.Errorf("store URL %q: an Airflow DAG needs a file:// or s3:// store that every task reaches", storage.Redact(raw)))
 }
 
-// airflowEnv renders the DAG's SPADE_ENV dict, keys sorted.
-func airflowEnv(env map[string]string) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	b.WriteString("SPADE_ENV = {\n")
-	for _, k := range keys {
-		fmt.Fprintf(&b, "    %s: %s,\n", pyStr(k), pyStr(env[k]))
-	}
-	b.WriteString("}\n")
-	return b.String()
-}
-
 // airflowScheduledDAG renders the scheduled DAG file (--schedule): one
 // task, round_next, running `spade round next` once per schedule
 // interval. The lease `round next` takes keeps rounds of the run from
@@ -725,57 +619,9 @@ func airflowEnv(env map[string]string) string {
 // retries on 2 and 3 (SpadeBashOperator), and is retried on other codes;
 // a retry resumes the round where the failed try stopped.
 func airflowScheduledDAG(o airflowOpts) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w(`"""Airflow DAG (2.4+ and 3) running the next SPADE round on a schedule (generated by "spade dag airflow --schedule"; do not edit).
-
-Every DAG run (schedule %s, no catchup, one run at a time) runs
-
-    spade round next
-
-which does the first round of the run that is not sealed yet: every stage
-not committed yet, then the seal, resuming whatever an earlier, interrupted
-try left. It holds the run's lease meanwhile, so two schedulers (or cron and
-Airflow) never run rounds of one run at the same time: a DAG run that finds
-the lease held (exit 4, busy) is marked skipped. Exit 2 (usage) and 3
-(conflict) fail at once, without retries; other failures are retried.
-Experiment trackers configured in observe.trackers get each sealed round's
-metrics once.
-"""
-
-from datetime import datetime, timedelta, timezone
-from functools import cached_property
-
-`, pyStr(o.Schedule))
-	b.WriteString(airflowImports)
-	b.WriteString("\n# Exit codes of spade that fail the same way on every retry (docs/cli.md).\n")
-	b.WriteString(airflowNoRetry())
-	b.WriteString(airflowOperator)
-	b.WriteString("\n\n")
-	b.WriteString(airflowEnv(o.Env))
-	w(`
-
-with DAG(
-    dag_id=%s,
-    description="The next SPADE round per schedule interval (spade round next, under the run's lease)",
-    schedule=%s,
-    start_date=datetime(2024, 1, 1, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    default_args={
-        "retries": %d,
-        "retry_delay": timedelta(seconds=%d),
-    },
-    tags=["spade"],
-) as dag:
-    t_round_next = SpadeBashOperator(
-        task_id="round_next",
-        bash_command=%s,
-        env=SPADE_ENV,
-        append_env=True,
-        skip_on_exit_code=[%d, %d],
-    )
-`, pyStr(o.DagID), pyStr(o.Schedule), o.Retries, o.RetryDelay,
-		pyStr(fmt.Sprintf("%s round next --lease-ttl %s", shQuote(o.Spade), strconv.FormatFloat(o.LeaseTTL, 'g', -1, 64))), exitSkip, exitBusy)
-	return b.String()
+	f := newAirflowFile(o)
+	f.SchedulePy = pyStr(o.Schedule)
+	f.RoundNext = pyStr(fmt.Sprintf("%s round next --lease-ttl %s", shQuote(o.Spade), strconv.FormatFloat(o.LeaseTTL, 'g', -1, 64)))
+	f.SkipCodes = [2]int{exitSkip, exitBusy}
+	return f.render("scheduled")
 }
