@@ -170,21 +170,7 @@ func TestOps(t *testing.T) {
 	local := openStore(t, o.store)
 	base := sealDigests(t, local, "base", 2)
 
-	t.Run("golden digests", func(t *testing.T) {
-		if *opsUpdate {
-			g := opsGolden{
-				Comment: "content digests of every table of rounds 0..2 of the fixed-seed run; rewrite with go test ./cmd/spade -run TestOps -update (docs/operations.md)",
-				Config:  "testdata/ops/small.yaml", Rounds: 2, Digests: base,
-			}
-			b, err := json.MarshalIndent(g, "", "  ")
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(opsGoldenPath, append(b, '\n'), 0o644))
-		}
-		golden := readGolden(t)
-		require.Greater(t, len(golden.Digests), 20)
-		diffs := compareDigests(golden.Digests, base)
-		require.Empty(t, diffs, "tables whose output changed; if the change is intended, run go test ./cmd/spade -run TestOps -update and commit testdata/ops/golden_digests.json:\n%s", strings.Join(diffs, "\n"))
-	})
+	t.Run("golden digests", func(t *testing.T) { opsGoldenDigests(t, base) })
 
 	// A fork with another seed re-runs round 2 only: the comparison with
 	// the golden file must name exactly round 2's changed tables.
@@ -192,263 +178,301 @@ func TestOps(t *testing.T) {
 	o.must(t, reseed, "fork", "base", "--round", "1", "reseeded")
 	o.must(t, reseed, "round", "2", "--run", "reseeded")
 
-	t.Run("golden comparison names the changed tables", func(t *testing.T) {
-		golden := readGolden(t)
-		diffs := compareDigests(golden.Digests, sealDigests(t, local, "reseeded", 2))
-		require.NotEmpty(t, diffs)
-		joined := strings.Join(diffs, "\n")
-		require.Contains(t, joined, "round=000002/rollouts: content digest")
-		for _, d := range diffs {
-			require.True(t, strings.HasPrefix(d, "round=000002/"), "only round 2 differs: %s", d)
-		}
-		require.NotContains(t, joined, "round=000002/memory", "memory is carried by reference from round 1")
-	})
+	t.Run("golden comparison names the changed tables", func(t *testing.T) { opsGoldenComparisonNamesTheChangedTables(t, local) })
 
-	t.Run("report uses the run's config", func(t *testing.T) {
-		// The invocation's band and k differ from the run's; the report
-		// describes the run as it was made.
-		out := filepath.Join(t.TempDir(), "r.html")
-		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1", "SPADE_REGENERATE_EVERY=1"}, "report", "--run", "base", "--out", out)
-		b, err := os.ReadFile(out)
+	t.Run("report uses the run's config", func(t *testing.T) { opsReportUsesTheRunSConfig(t, o, base) })
+
+	t.Run("diff", func(t *testing.T) { opsDiff(t, o) })
+
+	t.Run("fork continues identically and gc keeps every table readable", func(t *testing.T) { opsForkContinuesIdenticallyAndGcKeepsEveryTableReadable(t, o, local, base, reseed) })
+
+	t.Run("sharded stages in separate processes", func(t *testing.T) { opsShardedStagesInSeparateProcesses(t, o, local, base) })
+
+	t.Run("round next holds the lease", func(t *testing.T) { opsRoundNextHoldsTheLease(t, o, local) })
+
+	t.Run("whole round on S3 equals the local round", func(t *testing.T) { opsWholeRoundOnS3EqualsTheLocalRound(t, o, base) })
+}
+
+// opsGoldenDigests is TestOps' subtest "golden digests".
+func opsGoldenDigests(t *testing.T, base map[string]string) {
+	if *opsUpdate {
+		g := opsGolden{
+			Comment: "content digests of every table of rounds 0..2 of the fixed-seed run; rewrite with go test ./cmd/spade -run TestOps -update (docs/operations.md)",
+			Config:  "testdata/ops/small.yaml", Rounds: 2, Digests: base,
+		}
+		b, err := json.MarshalIndent(g, "", "  ")
 		require.NoError(t, err)
-		html := string(b)
-		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
-		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8].")
-		require.NotContains(t, html, "[0.1, 0.8]")
+		require.NoError(t, os.WriteFile(opsGoldenPath, append(b, '\n'), 0o644))
+	}
+	golden := readGolden(t)
+	require.Greater(t, len(golden.Digests), 20)
+	diffs := compareDigests(golden.Digests, base)
+	require.Empty(t, diffs, "tables whose output changed; if the change is intended, run go test ./cmd/spade -run TestOps -update and commit testdata/ops/golden_digests.json:\n%s", strings.Join(diffs, "\n"))
+}
 
-		// A fork with another band: its round 1 is the base run's, labelled
-		// with the base run's band, and the page says so.
-		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "fork", "base", "--round", "1", "banded")
-		o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "round", "2", "--run", "banded")
-		o.must(t, nil, "report", "--run", "banded", "--out", out)
-		b, err = os.ReadFile(out)
-		require.NoError(t, err)
-		html = string(b)
-		require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8] (round 1), [0.1, 0.8] (round 2).")
-		require.Contains(t, html, "share in band of its round")
-		require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
-	})
+// opsGoldenComparisonNamesTheChangedTables is TestOps' subtest "golden comparison names the changed tables".
+func opsGoldenComparisonNamesTheChangedTables(t *testing.T, local storage.Store) {
+	golden := readGolden(t)
+	diffs := compareDigests(golden.Digests, sealDigests(t, local, "reseeded", 2))
+	require.NotEmpty(t, diffs)
+	joined := strings.Join(diffs, "\n")
+	require.Contains(t, joined, "round=000002/rollouts: content digest")
+	for _, d := range diffs {
+		require.True(t, strings.HasPrefix(d, "round=000002/"), "only round 2 differs: %s", d)
+	}
+	require.NotContains(t, joined, "round=000002/memory", "memory is carried by reference from round 1")
+}
 
-	t.Run("diff", func(t *testing.T) {
-		r := o.spade(t, nil, "diff", "base", "base")
-		require.Equal(t, 0, r.code, r.stderr)
-		require.Contains(t, r.stdout, "runs are equal")
-		r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "1")
-		require.Equal(t, 0, r.code, "round 1 is shared by the fork: %s%s", r.stdout, r.stderr)
-		r = o.spade(t, nil, "diff", "base", "reseeded")
-		require.Equal(t, 1, r.code, r.stderr)
-		require.Contains(t, r.stdout, "round 2 rollouts: different")
-		// A reader that goes away (spade diff | head) does not turn
-		// "different" into exit 0, "equal".
-		for _, format := range [][]string{nil, {"--json"}} {
-			r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, append([]string{"diff", "base", "reseeded", "--max-rows", "-1"}, format...))...)
-			require.Equal(t, 1, r.code, "stdout closed, %v: %s", format, r.stderr)
-		}
-		r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, []string{"diff", "base", "base", "--all"})...)
-		require.Equal(t, 0, r.code, r.stderr)
-		r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "2", "--table", "rollouts", "--json")
-		require.Equal(t, 1, r.code, r.stderr)
-		var rep diff.Report
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
-		require.Len(t, rep.Tables, 1)
-		td := rep.Tables[0]
-		require.Equal(t, diff.StatusDifferent, td.Status)
-		require.Positive(t, td.Changed)
-		require.Contains(t, td.ChangedColumns, "seed")
-		require.Equal(t, []string{"env_id", "hinted", "sample"}, []string{td.Rows[0].Key[0].Column, td.Rows[0].Key[1].Column, td.Rows[0].Key[2].Column})
-		for _, c := range []struct {
-			name string
-			args []string
-			code int
-		}{
-			{"one run", []string{"diff", "base"}, exitUsage},
-			{"unknown table", []string{"diff", "base", "base", "--table", "nope"}, exitUsage},
-			{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
-			// Every failure of diff is exit 2 (diff(1)'s "trouble"): exit 1
-			// means the runs differ, and a mistyped name must not read so.
-			{"missing run", []string{"diff", "base", "absent"}, exitUsage},
-			{"missing first run", []string{"diff", "absent", "base"}, exitUsage},
-			{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitUsage},
-			{"status past the next round", []string{"--run", "base", "status", "--round", "99"}, exitUsage},
-			{"status negative round", []string{"--run", "base", "status", "--round", "-3"}, exitUsage},
-			{"bad max rows", []string{"diff", "base", "base", "--max-rows", "-5"}, exitUsage},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				r := o.spade(t, nil, c.args...)
-				require.Equal(t, c.code, r.code, "%s%s", r.stdout, r.stderr)
-				require.Contains(t, r.stderr, "spade:")
-			})
-		}
-	})
+// opsReportUsesTheRunSConfig is TestOps' subtest "report uses the run's config".
+func opsReportUsesTheRunSConfig(t *testing.T, o *opsEnv, base map[string]string) {
+	// The invocation's band and k differ from the run's; the report
+	// describes the run as it was made.
+	out := filepath.Join(t.TempDir(), "r.html")
+	o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1", "SPADE_REGENERATE_EVERY=1"}, "report", "--run", "base", "--out", out)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	html := string(b)
+	require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
+	require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8].")
+	require.NotContains(t, html, "[0.1, 0.8]")
 
-	t.Run("fork continues identically and gc keeps every table readable", func(t *testing.T) {
-		out := o.must(t, nil, "fork", "base", "--round", "1", "branch")
-		require.Contains(t, out, "continue with: spade --config "+o.cfg+" --store "+o.store+" --run branch round 2")
-		rf, err := pipeline.ReadRunFile(context.Background(), local, "branch")
-		require.NoError(t, err)
-		require.Equal(t, "base", rf.ForkOf)
-		require.Equal(t, 1, rf.ForkRound)
-		o.must(t, nil, "round", "2", "--run", "branch")
-		require.Equal(t, base, sealDigests(t, local, "branch", 2), "same config from the same round 1 gives the same round 2")
-		r := o.spade(t, reseed, "fork", "base", "--round", "1", "branch")
-		require.Equal(t, exitConflict, r.code, "fork onto an existing run with another config: %s", r.stderr)
+	// A fork with another band: its round 1 is the base run's, labelled
+	// with the base run's band, and the page says so.
+	o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "fork", "base", "--round", "1", "banded")
+	o.must(t, []string{"SPADE_LABEL_BAND_LOW=0.1"}, "round", "2", "--run", "banded")
+	o.must(t, nil, "report", "--run", "banded", "--out", out)
+	b, err = os.ReadFile(out)
+	require.NoError(t, err)
+	html = string(b)
+	require.Contains(t, html, "Learnable band: win rate in [0.2, 0.8] (round 1), [0.1, 0.8] (round 2).")
+	require.Contains(t, html, "share in band of its round")
+	require.Contains(t, html, "2 rounds (1 to 2), 1 with regeneration")
+}
 
-		root := filepath.Join(o.dir, "runs")
-		old := time.Now().Add(-48 * time.Hour)
-		orphan := filepath.Join(root, "base/round=000001/designs/part-00099-of-00100-00000000deadbeef.parquet")
-		stale := filepath.Join(root, "base/round=000001/_pending/design-00000000deadbeef/part-00000.json")
-		fresh := filepath.Join(root, "branch/round=000002/rollouts/part-00099-of-00100-00000000cafebabe.parquet")
-		for _, p := range []string{orphan, stale, fresh} {
-			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			require.NoError(t, os.WriteFile(p, []byte("left behind by a crash"), 0o644))
-		}
-		require.NoError(t, os.Chtimes(orphan, old, old))
-		require.NoError(t, os.Chtimes(stale, old, old))
+// opsDiff is TestOps' subtest "diff".
+func opsDiff(t *testing.T, o *opsEnv) {
+	r := o.spade(t, nil, "diff", "base", "base")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "runs are equal")
+	r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "1")
+	require.Equal(t, 0, r.code, "round 1 is shared by the fork: %s%s", r.stdout, r.stderr)
+	r = o.spade(t, nil, "diff", "base", "reseeded")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stdout, "round 2 rollouts: different")
+	// A reader that goes away (spade diff | head) does not turn
+	// "different" into exit 0, "equal".
+	for _, format := range [][]string{nil, {"--json"}} {
+		r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, append([]string{"diff", "base", "reseeded", "--max-rows", "-1"}, format...))...)
+		require.Equal(t, 1, r.code, "stdout closed, %v: %s", format, r.stderr)
+	}
+	r = spadeClosedStdout(t, o.dir, nil, o.args(o.store, []string{"diff", "base", "base", "--all"})...)
+	require.Equal(t, 0, r.code, r.stderr)
+	r = o.spade(t, nil, "diff", "base", "reseeded", "--round", "2", "--table", "rollouts", "--json")
+	require.Equal(t, 1, r.code, r.stderr)
+	var rep diff.Report
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.Len(t, rep.Tables, 1)
+	td := rep.Tables[0]
+	require.Equal(t, diff.StatusDifferent, td.Status)
+	require.Positive(t, td.Changed)
+	require.Contains(t, td.ChangedColumns, "seed")
+	require.Equal(t, []string{"env_id", "hinted", "sample"}, []string{td.Rows[0].Key[0].Column, td.Rows[0].Key[1].Column, td.Rows[0].Key[2].Column})
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"one run", []string{"diff", "base"}, exitUsage},
+		{"unknown table", []string{"diff", "base", "base", "--table", "nope"}, exitUsage},
+		{"bad run name", []string{"diff", "base", "../x"}, exitUsage},
+		// Every failure of diff is exit 2 (diff(1)'s "trouble"): exit 1
+		// means the runs differ, and a mistyped name must not read so.
+		{"missing run", []string{"diff", "base", "absent"}, exitUsage},
+		{"missing first run", []string{"diff", "absent", "base"}, exitUsage},
+		{"missing round", []string{"diff", "base", "base", "--round", "99"}, exitUsage},
+		{"status past the next round", []string{"--run", "base", "status", "--round", "99"}, exitUsage},
+		{"status negative round", []string{"--run", "base", "status", "--round", "-3"}, exitUsage},
+		{"bad max rows", []string{"diff", "base", "base", "--max-rows", "-5"}, exitUsage},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := o.spade(t, nil, c.args...)
+			require.Equal(t, c.code, r.code, "%s%s", r.stdout, r.stderr)
+			require.Contains(t, r.stderr, "spade:")
+		})
+	}
+}
 
-		out = o.must(t, nil, "gc", "--all-runs", "--dry-run")
-		require.Contains(t, out, "would delete")
-		require.Contains(t, out, "3 unreferenced or past retention, 0 deleted")
-		for _, p := range []string{orphan, stale, fresh} {
-			require.FileExists(t, p)
-		}
-		out = o.must(t, nil, "gc", "--run", "branch", "--grace", "24h")
-		require.Contains(t, out, "1 unreferenced or past retention, 0 deleted (0 bytes), 1 within the grace period")
-		out = o.must(t, nil, "gc", "--all-runs", "--grace", "24h", "--json")
-		var res struct {
-			Deleted int `json:"deleted"`
-			Garbage []struct {
-				Key     string `json:"key"`
-				Deleted bool   `json:"deleted"`
-			} `json:"garbage"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &res))
-		require.Equal(t, 2, res.Deleted, out)
-		require.NoFileExists(t, orphan)
-		require.NoFileExists(t, stale)
-		require.FileExists(t, fresh)
-		for _, run := range []string{"base", "reseeded", "branch"} {
-			require.Equal(t, len(sealDigests(t, local, run, 2)), readAllTables(t, local, run, 2), run)
-		}
-		r = o.spade(t, nil, "gc", "--grace", "-1h")
-		require.Equal(t, exitUsage, r.code)
+// opsForkContinuesIdenticallyAndGcKeepsEveryTableReadable is TestOps' subtest "fork continues identically and gc keeps every table readable".
+func opsForkContinuesIdenticallyAndGcKeepsEveryTableReadable(t *testing.T, o *opsEnv, local storage.Store, base map[string]string, reseed []string) {
+	out := o.must(t, nil, "fork", "base", "--round", "1", "branch")
+	require.Contains(t, out, "continue with: spade --config "+o.cfg+" --store "+o.store+" --run branch round 2")
+	rf, err := pipeline.ReadRunFile(context.Background(), local, "branch")
+	require.NoError(t, err)
+	require.Equal(t, "base", rf.ForkOf)
+	require.Equal(t, 1, rf.ForkRound)
+	o.must(t, nil, "round", "2", "--run", "branch")
+	require.Equal(t, base, sealDigests(t, local, "branch", 2), "same config from the same round 1 gives the same round 2")
+	r := o.spade(t, reseed, "fork", "base", "--round", "1", "branch")
+	require.Equal(t, exitConflict, r.code, "fork onto an existing run with another config: %s", r.stderr)
 
-		// A key is file content too: a temp file named with a terminal
-		// escape is listed escaped in the table (kept as is in --json).
-		evil := filepath.Join(root, "base/round=000001/designs/.spade-tmp-\x1b]0;owned\x07")
-		require.NoError(t, os.WriteFile(evil, []byte("x"), 0o644))
-		out = o.must(t, nil, "gc", "--run", "base", "--dry-run")
-		require.NotContains(t, out, "\x1b]0;", "a raw escape reached the terminal: %q", out)
-		require.Contains(t, out, `.spade-tmp-\x1b]0;owned\x07`)
-		require.NoError(t, os.Remove(evil))
-	})
+	root := filepath.Join(o.dir, "runs")
+	old := time.Now().Add(-48 * time.Hour)
+	orphan := filepath.Join(root, "base/round=000001/designs/part-00099-of-00100-00000000deadbeef.parquet")
+	stale := filepath.Join(root, "base/round=000001/_pending/design-00000000deadbeef/part-00000.json")
+	fresh := filepath.Join(root, "branch/round=000002/rollouts/part-00099-of-00100-00000000cafebabe.parquet")
+	for _, p := range []string{orphan, stale, fresh} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte("left behind by a crash"), 0o644))
+	}
+	require.NoError(t, os.Chtimes(orphan, old, old))
+	require.NoError(t, os.Chtimes(stale, old, old))
 
-	t.Run("sharded stages in separate processes", func(t *testing.T) {
-		for _, n := range []int{1, 3, 8} {
-			t.Run(fmt.Sprint(n), func(t *testing.T) {
-				run := fmt.Sprintf("shard%d", n)
-				o.must(t, nil, "stage", "corpus", "--round", "0", "--run", run)
-				o.must(t, nil, "commit", "--round", "0", "--stage", "corpus", "--seal", "--run", run)
-				o.must(t, nil, "stage", "sample", "--round", "1", "--run", run)
-				for _, stage := range []string{"design", "validate", "hint", "rollout"} {
-					if stage == "hint" {
-						o.must(t, nil, "stage", "hint", "--round", "1", "--run", run)
-						continue
-					}
-					var wg sync.WaitGroup
-					results := make([]result, n)
-					errs := make([]error, n)
-					for i := 0; i < n; i++ {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							results[i], errs[i] = opsExec(o.dir, o.args(o.store, []string{"stage", stage, "--round", "1", "--run", run, "--shard", fmt.Sprintf("%d/%d", i, n)}))
-						}()
-					}
-					wg.Wait()
-					for i, r := range results {
-						require.NoError(t, errs[i])
-						require.Equal(t, 0, r.code, "%s shard %d/%d: %s", stage, i, n, r.stderr)
-					}
-					o.must(t, nil, "commit", "--round", "1", "--stage", stage, "--run", run)
+	out = o.must(t, nil, "gc", "--all-runs", "--dry-run")
+	require.Contains(t, out, "would delete")
+	require.Contains(t, out, "3 unreferenced or past retention, 0 deleted")
+	for _, p := range []string{orphan, stale, fresh} {
+		require.FileExists(t, p)
+	}
+	out = o.must(t, nil, "gc", "--run", "branch", "--grace", "24h")
+	require.Contains(t, out, "1 unreferenced or past retention, 0 deleted (0 bytes), 1 within the grace period")
+	out = o.must(t, nil, "gc", "--all-runs", "--grace", "24h", "--json")
+	var res struct {
+		Deleted int `json:"deleted"`
+		Garbage []struct {
+			Key     string `json:"key"`
+			Deleted bool   `json:"deleted"`
+		} `json:"garbage"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, 2, res.Deleted, out)
+	require.NoFileExists(t, orphan)
+	require.NoFileExists(t, stale)
+	require.FileExists(t, fresh)
+	for _, run := range []string{"base", "reseeded", "branch"} {
+		require.Equal(t, len(sealDigests(t, local, run, 2)), readAllTables(t, local, run, 2), run)
+	}
+	r = o.spade(t, nil, "gc", "--grace", "-1h")
+	require.Equal(t, exitUsage, r.code)
+
+	// A key is file content too: a temp file named with a terminal
+	// escape is listed escaped in the table (kept as is in --json).
+	evil := filepath.Join(root, "base/round=000001/designs/.spade-tmp-\x1b]0;owned\x07")
+	require.NoError(t, os.WriteFile(evil, []byte("x"), 0o644))
+	out = o.must(t, nil, "gc", "--run", "base", "--dry-run")
+	require.NotContains(t, out, "\x1b]0;", "a raw escape reached the terminal: %q", out)
+	require.Contains(t, out, `.spade-tmp-\x1b]0;owned\x07`)
+	require.NoError(t, os.Remove(evil))
+}
+
+// opsShardedStagesInSeparateProcesses is TestOps' subtest "sharded stages in separate processes".
+func opsShardedStagesInSeparateProcesses(t *testing.T, o *opsEnv, local storage.Store, base map[string]string) {
+	for _, n := range []int{1, 3, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			run := fmt.Sprintf("shard%d", n)
+			o.must(t, nil, "stage", "corpus", "--round", "0", "--run", run)
+			o.must(t, nil, "commit", "--round", "0", "--stage", "corpus", "--seal", "--run", run)
+			o.must(t, nil, "stage", "sample", "--round", "1", "--run", run)
+			for _, stage := range []string{"design", "validate", "hint", "rollout"} {
+				if stage == "hint" {
+					o.must(t, nil, "stage", "hint", "--round", "1", "--run", run)
+					continue
 				}
-				o.must(t, nil, "round", "1", "--run", run)
-				require.Equal(t, onlyRounds(base, 1), sealDigests(t, local, run, 1))
-				for _, table := range []string{"designs", "rollouts"} {
-					m, err := pipeline.ReadManifest(context.Background(), local, pipeline.ManifestKey(run, 1, table))
-					require.NoError(t, err)
-					require.GreaterOrEqual(t, len(m.Files), 3, "%s has parts for several shards", table)
+				var wg sync.WaitGroup
+				results := make([]result, n)
+				errs := make([]error, n)
+				for i := 0; i < n; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						results[i], errs[i] = opsExec(o.dir, o.args(o.store, []string{"stage", stage, "--round", "1", "--run", run, "--shard", fmt.Sprintf("%d/%d", i, n)}))
+					}()
 				}
-			})
-		}
-	})
-
-	t.Run("round next holds the lease", func(t *testing.T) {
-		o.must(t, nil, "fork", "base", "--round", "1", "sched")
-		lease := filepath.Join(o.dir, "runs", pipeline.LeaseKey("sched"))
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		first := exec.CommandContext(ctx, spadeBin, o.args(o.store, []string{"round", "next", "--run", "sched"})...)
-		var firstOut bytes.Buffer
-		first.Stdout, first.Stderr = &firstOut, &firstOut
-		require.NoError(t, first.Start())
-		exited := make(chan error, 1)
-		go func() { exited <- first.Wait() }()
-		held := false
-		for !held {
-			select {
-			case err := <-exited:
-				exited <- err
-				held = true
-			case <-time.After(5 * time.Millisecond):
-				_, err := os.Stat(lease)
-				held = err == nil
+				wg.Wait()
+				for i, r := range results {
+					require.NoError(t, errs[i])
+					require.Equal(t, 0, r.code, "%s shard %d/%d: %s", stage, i, n, r.stderr)
+				}
+				o.must(t, nil, "commit", "--round", "1", "--stage", stage, "--run", run)
 			}
-		}
-		second := o.spade(t, nil, "round", "next", "--run", "sched")
-		require.NoError(t, <-exited, firstOut.String())
-		require.Contains(t, firstOut.String(), "round 2 of run sched committed")
-		seal3, _ := pipeline.ReadSeal(context.Background(), local, "sched", 3)
-		t.Logf("second invocation: exit %d: %s%s", second.code, second.stdout, second.stderr)
-		if second.code == 0 {
-			// The first finished before the second read the lease: the
-			// second ran the next round, never the same one again.
-			require.Contains(t, second.stdout, "round 3 of run sched committed")
-			require.NotNil(t, seal3)
-		} else {
-			require.Equal(t, exitBusy, second.code, second.stderr)
-			require.Contains(t, second.stderr, "busy")
-			require.Nil(t, seal3, "the busy invocation ran nothing")
-		}
-		require.NoFileExists(t, lease, "the lease is released")
-		next, err := pipeline.NextRound(context.Background(), local, "sched")
-		require.NoError(t, err)
-		require.Equal(t, sealDigests(t, local, "base", 2), onlyRounds(sealDigests(t, local, "sched", next-1), 2))
+			o.must(t, nil, "round", "1", "--run", run)
+			require.Equal(t, onlyRounds(base, 1), sealDigests(t, local, run, 1))
+			for _, table := range []string{"designs", "rollouts"} {
+				m, err := pipeline.ReadManifest(context.Background(), local, pipeline.ManifestKey(run, 1, table))
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, len(m.Files), 3, "%s has parts for several shards", table)
+			}
+		})
+	}
+}
 
-		// A live lease of another host: busy, with the holder named.
-		live, err := json.Marshal(pipeline.Lease{Holder: "cron-host-a", Host: "a", PID: 1, Expires: time.Now().Add(time.Hour)})
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(lease, live, 0o644))
-		r := o.spade(t, nil, "round", "next", "--run", "sched")
-		require.Equal(t, exitBusy, r.code)
-		require.Contains(t, r.stderr, "cron-host-a")
-		after, err := pipeline.NextRound(context.Background(), local, "sched")
-		require.NoError(t, err)
-		require.Equal(t, next, after)
-		require.NoError(t, os.Remove(lease))
-	})
+// opsRoundNextHoldsTheLease is TestOps' subtest "round next holds the lease".
+func opsRoundNextHoldsTheLease(t *testing.T, o *opsEnv, local storage.Store) {
+	o.must(t, nil, "fork", "base", "--round", "1", "sched")
+	lease := filepath.Join(o.dir, "runs", pipeline.LeaseKey("sched"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	first := exec.CommandContext(ctx, spadeBin, o.args(o.store, []string{"round", "next", "--run", "sched"})...)
+	var firstOut bytes.Buffer
+	first.Stdout, first.Stderr = &firstOut, &firstOut
+	require.NoError(t, first.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- first.Wait() }()
+	held := false
+	for !held {
+		select {
+		case err := <-exited:
+			exited <- err
+			held = true
+		case <-time.After(5 * time.Millisecond):
+			_, err := os.Stat(lease)
+			held = err == nil
+		}
+	}
+	second := o.spade(t, nil, "round", "next", "--run", "sched")
+	require.NoError(t, <-exited, firstOut.String())
+	require.Contains(t, firstOut.String(), "round 2 of run sched committed")
+	seal3, _ := pipeline.ReadSeal(context.Background(), local, "sched", 3)
+	t.Logf("second invocation: exit %d: %s%s", second.code, second.stdout, second.stderr)
+	if second.code == 0 {
+		// The first finished before the second read the lease: the
+		// second ran the next round, never the same one again.
+		require.Contains(t, second.stdout, "round 3 of run sched committed")
+		require.NotNil(t, seal3)
+	} else {
+		require.Equal(t, exitBusy, second.code, second.stderr)
+		require.Contains(t, second.stderr, "busy")
+		require.Nil(t, seal3, "the busy invocation ran nothing")
+	}
+	require.NoFileExists(t, lease, "the lease is released")
+	next, err := pipeline.NextRound(context.Background(), local, "sched")
+	require.NoError(t, err)
+	require.Equal(t, sealDigests(t, local, "base", 2), onlyRounds(sealDigests(t, local, "sched", next-1), 2))
 
-	t.Run("whole round on S3 equals the local round", func(t *testing.T) {
-		srv := s3server.Start(t)
-		s3url := srv.StoreURL("spade/ops", nil)
-		r := spade(t, o.dir, nil, o.args(s3url, []string{"round", "1", "--run", "base"})...)
-		require.Equal(t, 0, r.code, r.stderr)
-		remote := openStore(t, s3url)
-		require.Equal(t, onlyRounds(base, 1), sealDigests(t, remote, "base", 1))
-		require.Equal(t, len(onlyRounds(base, 1)), readAllTables(t, remote, "base", 1))
-		r = spade(t, o.dir, nil, o.args(s3url, []string{"diff", "base", "base", "--round", "1", "--store-b", o.store})...)
-		require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
-		require.Contains(t, r.stdout, "runs are equal")
-	})
+	// A live lease of another host: busy, with the holder named.
+	live, err := json.Marshal(pipeline.Lease{Holder: "cron-host-a", Host: "a", PID: 1, Expires: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(lease, live, 0o644))
+	r := o.spade(t, nil, "round", "next", "--run", "sched")
+	require.Equal(t, exitBusy, r.code)
+	require.Contains(t, r.stderr, "cron-host-a")
+	after, err := pipeline.NextRound(context.Background(), local, "sched")
+	require.NoError(t, err)
+	require.Equal(t, next, after)
+	require.NoError(t, os.Remove(lease))
+}
+
+// opsWholeRoundOnS3EqualsTheLocalRound is TestOps' subtest "whole round on S3 equals the local round".
+func opsWholeRoundOnS3EqualsTheLocalRound(t *testing.T, o *opsEnv, base map[string]string) {
+	srv := s3server.Start(t)
+	s3url := srv.StoreURL("spade/ops", nil)
+	r := spade(t, o.dir, nil, o.args(s3url, []string{"round", "1", "--run", "base"})...)
+	require.Equal(t, 0, r.code, r.stderr)
+	remote := openStore(t, s3url)
+	require.Equal(t, onlyRounds(base, 1), sealDigests(t, remote, "base", 1))
+	require.Equal(t, len(onlyRounds(base, 1)), readAllTables(t, remote, "base", 1))
+	r = spade(t, o.dir, nil, o.args(s3url, []string{"diff", "base", "base", "--round", "1", "--store-b", o.store})...)
+	require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "runs are equal")
 }
 
 func readGolden(t *testing.T) opsGolden {
@@ -561,9 +585,105 @@ func TestDagAirflow(t *testing.T) {
 		require.Equal(t, 2, r.code, "%s: %s", bad, r.stderr)
 	}
 
+	want := dagWantFromStages(t, o.cfg)
+	// Sanity against the DAG of docs/design.md "Stages and their DAG".
+	require.Contains(t, want["design"], "sample")
+	require.Contains(t, want["rollout"], "hint")
+	require.Contains(t, want["label"], "rollout")
+	require.Contains(t, want["grpo"], "rollout")
+
+	// The comment block.
+	block, kinds := dagCommentBlock(t, src)
+	require.Equal(t, want, block)
+	require.Equal(t, "round0", kinds["corpus"])
+	for _, s := range defaultSharded {
+		require.Equal(t, "sharded", kinds[s], s)
+	}
+
+	got, sealed := dagEdges(t, src, want, kinds)
+	require.Equal(t, want, got)
+	require.Contains(t, sealed, "metrics")
+	require.Contains(t, sealed, "corpus")
+
+	// runs-at: the skip signal the DAG's tasks use (regenerate_every 2).
+	for _, c := range []struct {
+		stage string
+		round string
+		code  int
+	}{
+		{"design", "3", 0}, {"design", "2", exitSkip}, {"rollout", "2", 0}, {"corpus", "0", 0}, {"corpus", "1", exitSkip}, {"nope", "1", exitUsage},
+	} {
+		r := o.spade(t, nil, "dag", "runs-at", c.stage, "--round", c.round)
+		require.Equal(t, c.code, r.code, "runs-at %s %s: %s%s", c.stage, c.round, r.stdout, r.stderr)
+	}
+	r = o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
+	require.Equal(t, exitUsage, r.code)
+	// The messages used to say 'is not a stage of round 3' for both.
+	require.Contains(t, r.stderr, `--sharded "nope": no such stage (stages: corpus, sample,`)
+	r = o.spade(t, nil, "dag", "airflow", "--sharded", "corpus")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `--sharded "corpus": the round-0 stage runs as one task`)
+}
+
+// dagEdges reads the ">>" lines Airflow executes back into stage
+// dependencies (got) and the stages the seal tasks wait for (sealed).
+// The dependency lines Airflow executes, mapped back to stages: a
+// sharded stage S is S_shards -> S (mapped) -> S_commit.
+func dagEdges(t *testing.T, src []byte, want map[string][]string, kinds map[string]string) (got map[string][]string, sealed []string) {
+	got = map[string][]string{}
+	for s := range want {
+		got[s] = []string{}
+	}
+	stageOf := func(task string) string {
+		for _, suffix := range []string{"_shards", "_commit"} {
+			if s, ok := strings.CutSuffix(task, suffix); ok && kinds[s] == "sharded" {
+				return s
+			}
+		}
+		return task
+	}
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		m := dagEdgeRe.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		from, to := stageOf(m[1]), stageOf(m[2])
+		if m[1] == "round0_seal" && to != "seal" {
+			// A stage reading the corpus waits for round 0's seal, since
+			// spade stage at round 1 needs round 0 sealed.
+			from = "corpus"
+		} else if kinds[from] == "round0" {
+			require.Contains(t, []string{"seal", "round0_seal"}, to, "edge %s >> %s skips round0_seal", m[1], m[2])
+		}
+		switch {
+		case to == "seal" || to == "round0_seal":
+			sealed = append(sealed, from)
+		case from == to:
+			require.Equal(t, m[1], from, "within a sharded stage only S -> S_commit")
+			require.Equal(t, m[2], from+"_commit")
+		default:
+			require.Contains(t, want, to, "edge %s >> %s", m[1], m[2])
+			if strings.HasSuffix(m[1], "_shards") || (kinds[from] == "sharded" && !strings.HasSuffix(m[1], "_commit")) {
+				t.Fatalf("edge %s >> %s leaves a sharded stage before its commit", m[1], m[2])
+			}
+			got[to] = append(got[to], from)
+		}
+	}
+	for s := range got {
+		sort.Strings(got[s])
+	}
+	return got, sealed
+}
+
+// dagWantFromStages is TestDagAirflow's expected graph, derived from the
+// stages themselves rather than from pipeline.PlanRound (an independent
+// oracle): stage s follows t when s reads a table t writes at the same
+// regeneration round, or at round 0.
+func dagWantFromStages(t *testing.T, cfgPath string) map[string][]string {
 	// The expected graph, straight from the stages: stage s follows t when
 	// s reads a table t writes at the same regeneration round, or at round 0.
-	cfg, _, err := config.Load(o.cfg, nil)
+	cfg, _, err := config.Load(cfgPath, nil)
 	require.NoError(t, err)
 	stages := all.Stages(&engine.Engines{Config: &cfg})
 	regen := 1 + cfg.RegenerateEvery
@@ -595,15 +715,15 @@ func TestDagAirflow(t *testing.T) {
 		}
 		sort.Strings(want[s.Name()])
 	}
-	// Sanity against the DAG of docs/design.md "Stages and their DAG".
-	require.Contains(t, want["design"], "sample")
-	require.Contains(t, want["rollout"], "hint")
-	require.Contains(t, want["label"], "rollout")
-	require.Contains(t, want["grpo"], "rollout")
+	return want
+}
 
-	// The comment block.
-	block := map[string][]string{}
-	kinds := map[string]string{}
+// dagCommentBlock parses the "# spade-dag-begin" ... "# spade-dag-end"
+// comment of a generated DAG file: each stage's dependencies and its kind
+// (round0, sharded, ...).
+func dagCommentBlock(t *testing.T, src []byte) (block map[string][]string, kinds map[string]string) {
+	block = map[string][]string{}
+	kinds = map[string]string{}
 	in := false
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for sc.Scan() {
@@ -621,80 +741,7 @@ func TestDagAirflow(t *testing.T) {
 			block[f[1]] = append([]string{}, f[3:]...)
 		}
 	}
-	require.Equal(t, want, block)
-	require.Equal(t, "round0", kinds["corpus"])
-	for _, s := range defaultSharded {
-		require.Equal(t, "sharded", kinds[s], s)
-	}
-
-	// The dependency lines Airflow executes, mapped back to stages: a
-	// sharded stage S is S_shards -> S (mapped) -> S_commit.
-	got := map[string][]string{}
-	for s := range want {
-		got[s] = []string{}
-	}
-	stageOf := func(task string) string {
-		for _, suffix := range []string{"_shards", "_commit"} {
-			if s, ok := strings.CutSuffix(task, suffix); ok && kinds[s] == "sharded" {
-				return s
-			}
-		}
-		return task
-	}
-	var sealed []string
-	sc = bufio.NewScanner(bytes.NewReader(src))
-	for sc.Scan() {
-		m := dagEdgeRe.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		from, to := stageOf(m[1]), stageOf(m[2])
-		if m[1] == "round0_seal" && to != "seal" {
-			// A stage reading the corpus waits for round 0's seal, since
-			// spade stage at round 1 needs round 0 sealed.
-			from = "corpus"
-		} else if kinds[from] == "round0" {
-			require.Contains(t, []string{"seal", "round0_seal"}, to, "edge %s >> %s skips round0_seal", m[1], m[2])
-		}
-		switch {
-		case to == "seal" || to == "round0_seal":
-			sealed = append(sealed, from)
-		case from == to:
-			require.Equal(t, m[1], from, "within a sharded stage only S -> S_commit")
-			require.Equal(t, m[2], from+"_commit")
-		default:
-			require.Contains(t, want, to, "edge %s >> %s", m[1], m[2])
-			if strings.HasSuffix(m[1], "_shards") || (kinds[from] == "sharded" && !strings.HasSuffix(m[1], "_commit")) {
-				t.Fatalf("edge %s >> %s leaves a sharded stage before its commit", m[1], m[2])
-			}
-			got[to] = append(got[to], from)
-		}
-	}
-	for s := range got {
-		sort.Strings(got[s])
-	}
-	require.Equal(t, want, got)
-	require.Contains(t, sealed, "metrics")
-	require.Contains(t, sealed, "corpus")
-
-	// runs-at: the skip signal the DAG's tasks use (regenerate_every 2).
-	for _, c := range []struct {
-		stage string
-		round string
-		code  int
-	}{
-		{"design", "3", 0}, {"design", "2", exitSkip}, {"rollout", "2", 0}, {"corpus", "0", 0}, {"corpus", "1", exitSkip}, {"nope", "1", exitUsage},
-	} {
-		r := o.spade(t, nil, "dag", "runs-at", c.stage, "--round", c.round)
-		require.Equal(t, c.code, r.code, "runs-at %s %s: %s%s", c.stage, c.round, r.stdout, r.stderr)
-	}
-	r = o.spade(t, nil, "dag", "airflow", "--sharded", "hint,nope")
-	require.Equal(t, exitUsage, r.code)
-	// The messages used to say 'is not a stage of round 3' for both.
-	require.Contains(t, r.stderr, `--sharded "nope": no such stage (stages: corpus, sample,`)
-	r = o.spade(t, nil, "dag", "airflow", "--sharded", "corpus")
-	require.Equal(t, exitUsage, r.code)
-	require.Contains(t, r.stderr, `--sharded "corpus": the round-0 stage runs as one task`)
+	return block, kinds
 }
 
 // opsExec runs spade without touching t, for use from goroutines.
