@@ -505,6 +505,45 @@ type extracted struct {
 	err   error
 }
 
+// invalidText says why s is not valid Unicode text, or "" if it is; marks
+// as for row. Split out of row to keep it short.
+func invalidText(s string, marks Marks) string {
+	switch {
+	case !utf8.ValidString(s) || (marks.Bytes != "" && strings.Contains(s, marks.Bytes)):
+		return "is not valid UTF-8"
+	case marks.Surrogate != "" && strings.Contains(s, marks.Surrogate):
+		return `holds a \u escape of a lone UTF-16 surrogate (D800-DFFF outside a pair), which is no character`
+	}
+	return ""
+}
+
+// single returns the one trimmed value e of the single-valued field f
+// (none when f is nil or, unless required, missing), or false after
+// recording why the row is skipped; split out of row to keep it short.
+func (im *importer) single(file string, line int64, f *fieldSpec, e extracted, required bool, marks Marks) (string, bool) {
+	if f == nil {
+		return "", true
+	}
+	switch {
+	case e.err != nil:
+		im.skip(file, line, f.path.String(), fmt.Sprintf("%s field: %v", f.flag, e.err))
+		return "", false
+	case len(e.vals) == 0:
+		if required {
+			im.skip(file, line, f.path.String(), fmt.Sprintf("required %s field is missing", f.flag))
+			return "", false
+		}
+		return "", true
+	case len(e.vals) > 1:
+		im.skip(file, line, f.path.String(), fmt.Sprintf("%s field matched %d values, want one", f.flag, len(e.vals)))
+		return "", false
+	case invalidText(e.vals[0], marks) != "":
+		im.skip(file, line, f.path.String(), fmt.Sprintf("%s field %s", f.flag, invalidText(e.vals[0], marks)))
+		return "", false
+	}
+	return strings.TrimSpace(e.vals[0]), true
+}
+
 // row turns one decoded row into a document, or records why not. marks
 // names the stand-ins the JSONL decoder put in place of text that is not
 // valid Unicode (zero for other formats); a value holding one came from
@@ -527,39 +566,9 @@ func (im *importer) row(file string, line int64, v any, marks Marks) error {
 	for i, f := range im.text {
 		texts[i] = get(f)
 	}
-	// invalid says why s is not valid Unicode text, or "" if it is.
-	invalid := func(s string) string {
-		switch {
-		case !utf8.ValidString(s) || (marks.Bytes != "" && strings.Contains(s, marks.Bytes)):
-			return "is not valid UTF-8"
-		case marks.Surrogate != "" && strings.Contains(s, marks.Surrogate):
-			return `holds a \u escape of a lone UTF-16 surrogate (D800-DFFF outside a pair), which is no character`
-		}
-		return ""
-	}
-
+	invalid := func(s string) string { return invalidText(s, marks) }
 	single := func(f *fieldSpec, e extracted, required bool) (string, bool) {
-		if f == nil {
-			return "", true
-		}
-		switch {
-		case e.err != nil:
-			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field: %v", f.flag, e.err))
-			return "", false
-		case len(e.vals) == 0:
-			if required {
-				im.skip(file, line, f.path.String(), fmt.Sprintf("required %s field is missing", f.flag))
-				return "", false
-			}
-			return "", true
-		case len(e.vals) > 1:
-			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field matched %d values, want one", f.flag, len(e.vals)))
-			return "", false
-		case invalid(e.vals[0]) != "":
-			im.skip(file, line, f.path.String(), fmt.Sprintf("%s field %s", f.flag, invalid(e.vals[0])))
-			return "", false
-		}
-		return strings.TrimSpace(e.vals[0]), true
+		return im.single(file, line, f, e, required, marks)
 	}
 	docID, ok := single(im.id, id, true)
 	if !ok {

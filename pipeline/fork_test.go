@@ -92,6 +92,49 @@ func runRounds(t *testing.T, r *pipeline.Runner, rounds ...int) {
 	}
 }
 
+// testForkSameConfig is TestFork's "same config continues to identical
+// rounds" subtest (src: the source run's runner, rounds 0..2 run), a
+// function of its own to keep TestFork short.
+func testForkSameConfig(t *testing.T, ctx context.Context, s *memstore.Store, src *pipeline.Runner) {
+	res, err := pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 1, Target: "same", Config: src.Config})
+	require.NoError(t, err)
+	require.False(t, res.Existed)
+	require.Equal(t, "src", res.Run.ForkOf)
+	require.Equal(t, 1, res.Run.ForkRound)
+	require.Len(t, res.Seals, 2)
+	require.Equal(t, 3, res.Manifests) // corpus; metrics and memory_ref of round 1
+	for r := 0; r <= 1; r++ {
+		want, err := pipeline.ReadSeal(ctx, s, "src", r)
+		require.NoError(t, err)
+		require.Equal(t, want.Digest(), res.Seals[r].Digest(), "round id of round %d", r)
+	}
+	m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("same", 1, "metrics"))
+	require.NoError(t, err)
+	require.Equal(t, "same", m.Run)
+	require.Equal(t, pipeline.ManifestKey("src", 1, "metrics"), m.ReferenceOf)
+	for _, f := range m.Files {
+		require.Contains(t, f.Key, "src/round=000001/metrics/part-", "files are the source's, not copies")
+	}
+	// Nothing was copied: the fork has only manifests, seals and its run file.
+	infos, err := s.List(ctx, "same/")
+	require.NoError(t, err)
+	for _, in := range infos {
+		require.NotContains(t, in.Key, ".parquet")
+	}
+	fork := forkRunner(s, "same", 3)
+	runRounds(t, fork, 2)
+	a, err := pipeline.ReadSeal(ctx, s, "src", 2)
+	require.NoError(t, err)
+	b, err := pipeline.ReadSeal(ctx, s, "same", 2)
+	require.NoError(t, err)
+	require.Equal(t, a.Tables, b.Tables)
+	require.Equal(t, a.Digest(), b.Digest())
+	// A reference made in the fork points at the fork's own manifest.
+	ref, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("same", 2, "memory_ref"))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.ManifestKey("same", 0, "corpus"), ref.ReferenceOf)
+}
+
 func TestFork(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New(t.Name())
@@ -99,45 +142,7 @@ func TestFork(t *testing.T) {
 	src := forkRunner(s, "src", 3)
 	runRounds(t, src, 0, 1, 2)
 
-	t.Run("same config continues to identical rounds", func(t *testing.T) {
-		res, err := pipeline.Fork(ctx, s, pipeline.ForkOptions{Source: "src", Round: 1, Target: "same", Config: src.Config})
-		require.NoError(t, err)
-		require.False(t, res.Existed)
-		require.Equal(t, "src", res.Run.ForkOf)
-		require.Equal(t, 1, res.Run.ForkRound)
-		require.Len(t, res.Seals, 2)
-		require.Equal(t, 3, res.Manifests) // corpus; metrics and memory_ref of round 1
-		for r := 0; r <= 1; r++ {
-			want, err := pipeline.ReadSeal(ctx, s, "src", r)
-			require.NoError(t, err)
-			require.Equal(t, want.Digest(), res.Seals[r].Digest(), "round id of round %d", r)
-		}
-		m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("same", 1, "metrics"))
-		require.NoError(t, err)
-		require.Equal(t, "same", m.Run)
-		require.Equal(t, pipeline.ManifestKey("src", 1, "metrics"), m.ReferenceOf)
-		for _, f := range m.Files {
-			require.Contains(t, f.Key, "src/round=000001/metrics/part-", "files are the source's, not copies")
-		}
-		// Nothing was copied: the fork has only manifests, seals and its run file.
-		infos, err := s.List(ctx, "same/")
-		require.NoError(t, err)
-		for _, in := range infos {
-			require.NotContains(t, in.Key, ".parquet")
-		}
-		fork := forkRunner(s, "same", 3)
-		runRounds(t, fork, 2)
-		a, err := pipeline.ReadSeal(ctx, s, "src", 2)
-		require.NoError(t, err)
-		b, err := pipeline.ReadSeal(ctx, s, "same", 2)
-		require.NoError(t, err)
-		require.Equal(t, a.Tables, b.Tables)
-		require.Equal(t, a.Digest(), b.Digest())
-		// A reference made in the fork points at the fork's own manifest.
-		ref, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("same", 2, "memory_ref"))
-		require.NoError(t, err)
-		require.Equal(t, pipeline.ManifestKey("same", 0, "corpus"), ref.ReferenceOf)
-	})
+	t.Run("same config continues to identical rounds", func(t *testing.T) { testForkSameConfig(t, ctx, s, src) })
 
 	t.Run("another config changes only later rounds", func(t *testing.T) {
 		other := forkRunner(s, "other", 5)

@@ -288,54 +288,64 @@ func holdLease(ctx context.Context, s storage.Store, run string, keyOf func(hold
 			stop()
 			<-done
 			defer cancel(context.Canceled)
-			budget := leaseReleaseBudget
-			if ctx.Err() != nil {
-				budget = leaseReleaseInterruptedBudget
-			}
-			// Never retry past the lease's expiry: from then on another
-			// invocation may take it over between a read and the delete,
-			// and the delete would remove the new holder's lease. Past it
-			// already, one attempt is made (read, then delete if ours).
-			start := time.Now()
-			var err error
-			if !start.Before(written.Expires) {
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseLastTry)
-				err = releaseOnce(rctx, s, key, me.Holder)
-				rcancel()
-			} else {
-				deadline := start.Add(budget)
-				if written.Expires.Before(deadline) {
-					deadline = written.Expires
-				}
-				budget = time.Until(deadline).Round(time.Millisecond)
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-				warned := false
-				err = releaseLease(rctx, s, key, me.Holder, func(err error) {
-					if !warned {
-						warned = true
-						log.Warn("could not release the lease yet; retrying", "key", key, "for_at_most", budget.String(), "err", err)
-					}
-				})
-				rcancel()
-			}
-			if err == nil {
-				return
-			}
-			tried := time.Since(start).Round(time.Millisecond)
-			left := time.Until(written.Expires).Round(time.Second)
-			if left <= 0 {
-				log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it expired at %s, so the next `spade round next` of this run takes it over", key, tried, written.Expires.Format(time.RFC3339)),
-					"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
-				return
-			}
-			log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it stays until it expires at %s, in %s (lease TTL %s): "+
-				"until then a `spade round next` of this run on another host exits 4 (busy), while one on this host may take it over as soon as this process has ended. "+
-				"To free it sooner, make sure no `spade round next` of this run is running, then delete %s from the store by hand (rm on a file store, aws s3 rm on S3)",
-				key, tried, written.Expires.Format(time.RFC3339), left, d, key),
-				"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
+			releaseHeld(ctx, s, key, me.Holder, written, d, log)
 		})
 	}
 	return l, nil
+}
+
+// releaseHeld is HeldLease.Release's work once renewal has stopped: it
+// deletes the lease at key if holder still holds it, retrying within
+// leaseReleaseBudget (leaseReleaseInterruptedBudget once ctx has ended)
+// but never past written.Expires, and logs at ERROR what a failure leaves
+// behind (d is the lease TTL, for that message). Split out of holdLease to
+// keep it short.
+func releaseHeld(ctx context.Context, s storage.Store, key, holder string, written Lease, d time.Duration, log *slog.Logger) {
+	budget := leaseReleaseBudget
+	if ctx.Err() != nil {
+		budget = leaseReleaseInterruptedBudget
+	}
+	// Never retry past the lease's expiry: from then on another
+	// invocation may take it over between a read and the delete,
+	// and the delete would remove the new holder's lease. Past it
+	// already, one attempt is made (read, then delete if ours).
+	start := time.Now()
+	var err error
+	if !start.Before(written.Expires) {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseLastTry)
+		err = releaseOnce(rctx, s, key, holder)
+		rcancel()
+	} else {
+		deadline := start.Add(budget)
+		if written.Expires.Before(deadline) {
+			deadline = written.Expires
+		}
+		budget = time.Until(deadline).Round(time.Millisecond)
+		rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		warned := false
+		err = releaseLease(rctx, s, key, holder, func(err error) {
+			if !warned {
+				warned = true
+				log.Warn("could not release the lease yet; retrying", "key", key, "for_at_most", budget.String(), "err", err)
+			}
+		})
+		rcancel()
+	}
+	if err == nil {
+		return
+	}
+	tried := time.Since(start).Round(time.Millisecond)
+	left := time.Until(written.Expires).Round(time.Second)
+	if left <= 0 {
+		log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it expired at %s, so the next `spade round next` of this run takes it over", key, tried, written.Expires.Format(time.RFC3339)),
+			"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
+		return
+	}
+	log.Error(fmt.Sprintf("could not release the lease %s (tried for %s); it stays until it expires at %s, in %s (lease TTL %s): "+
+		"until then a `spade round next` of this run on another host exits 4 (busy), while one on this host may take it over as soon as this process has ended. "+
+		"To free it sooner, make sure no `spade round next` of this run is running, then delete %s from the store by hand (rm on a file store, aws s3 rm on S3)",
+		key, tried, written.Expires.Format(time.RFC3339), left, d, key),
+		"key", key, "store", s.URL(), "expires", written.Expires, "err", err)
 }
 
 // leaseReleaseBudget bounds how long HeldLease.Release keeps trying when

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,39 +95,13 @@ error, a run that does not exist, a store or table that cannot be read
 				}
 				defer func() { _ = sb.Close() }()
 			}
-			for _, side := range []struct {
-				st  storage.Store
-				run string
-			}{{a.store, args[0]}, {sb, args[1]}} {
-				if _, err := pipeline.ReadRunFile(ctx, side.st, side.run); err != nil {
-					if errors.Is(err, pipeline.ErrNotCommitted) {
-						return fmt.Errorf("run %s does not exist in %s", side.run, side.st.URL())
-					}
-					return err
-				}
+			sides := []diffSide{{a.store, args[0]}, {sb, args[1]}}
+			if err := checkDiffRuns(ctx, sides); err != nil {
+				return err
 			}
 			if verify {
-				// Digests compare what the manifests say; only reading the
-				// files shows that the store still holds it.
-				vround := -1
-				if len(opts.Rounds) == 1 {
-					vround = opts.Rounds[0]
-				}
-				for _, side := range []struct {
-					st  storage.Store
-					run string
-				}{{a.store, args[0]}, {sb, args[1]}} {
-					vr, err := pipeline.Verify(ctx, side.st, side.run, pipeline.VerifyOptions{Tables: a.tableNames(), Round: vround})
-					if err != nil {
-						return err
-					}
-					if len(vr.Damage) > 0 {
-						var lines []string
-						for _, d := range vr.Damage {
-							lines = append(lines, d.Key+": "+d.Problem)
-						}
-						return fmt.Errorf("run %s in %s is damaged (%d objects), so it cannot be compared: %w:\n%s", side.run, side.st.URL(), len(vr.Damage), pipeline.ErrIntegrity, strings.Join(lines, "\n"))
-					}
+				if err := verifyDiffRuns(ctx, sides, a.tableNames(), opts.Rounds); err != nil {
+					return err
 				}
 			}
 			rep, err := diff.Runs(ctx, diff.Side{Store: a.store, Run: args[0]}, diff.Side{Store: sb, Run: args[1]}, opts)
@@ -161,4 +136,54 @@ error, a run that does not exist, a store or table that cannot be read
 	f.BoolVar(&all, "all", false, "also list the tables that are equal")
 	f.BoolVar(&verify, "verify", false, "first read every file of both runs and check it (spade verify); damage is trouble (exit 2)")
 	return cmd
+}
+
+// diffSide is one run spade diff compares and the store it is read from;
+// it exists so both runs go through the same checks.
+type diffSide struct {
+	st  storage.Store
+	run string
+}
+
+// checkDiffRuns returns an error naming the first side whose run does not
+// exist in its store ("run R does not exist in URL"), or the store's error
+// reading its run file; split out of newDiffCmd.
+func checkDiffRuns(ctx context.Context, sides []diffSide) error {
+	for _, side := range sides {
+		if _, err := pipeline.ReadRunFile(ctx, side.st, side.run); err != nil {
+			if errors.Is(err, pipeline.ErrNotCommitted) {
+				return fmt.Errorf("run %s does not exist in %s", side.run, side.st.URL())
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyDiffRuns is spade diff --verify: each side's run is read in full
+// (pipeline.Verify over tables, the one round of rounds when it names
+// exactly one, else every round); damage is an error wrapping
+// pipeline.ErrIntegrity that lists each damaged object. Split out of
+// newDiffCmd.
+func verifyDiffRuns(ctx context.Context, sides []diffSide, tables []string, rounds []int) error {
+	// Digests compare what the manifests say; only reading the
+	// files shows that the store still holds it.
+	vround := -1
+	if len(rounds) == 1 {
+		vround = rounds[0]
+	}
+	for _, side := range sides {
+		vr, err := pipeline.Verify(ctx, side.st, side.run, pipeline.VerifyOptions{Tables: tables, Round: vround})
+		if err != nil {
+			return err
+		}
+		if len(vr.Damage) > 0 {
+			var lines []string
+			for _, d := range vr.Damage {
+				lines = append(lines, d.Key+": "+d.Problem)
+			}
+			return fmt.Errorf("run %s in %s is damaged (%d objects), so it cannot be compared: %w:\n%s", side.run, side.st.URL(), len(vr.Damage), pipeline.ErrIntegrity, strings.Join(lines, "\n"))
+		}
+	}
+	return nil
 }

@@ -240,14 +240,32 @@ func queryError(err error) error {
 	return fmt.Errorf("query: %w", err)
 }
 
+// writeRows writes the result rows to w in format: "json" (JSON Lines),
+// "csv", or anything else as an aligned text table.
 func writeRows(w io.Writer, rows *sql.Rows, format string) error {
-	cols, err := rows.Columns()
+	cols, records, err := scanRecords(rows)
 	if err != nil {
 		return err
 	}
+	switch format {
+	case "json":
+		return writeJSONRows(w, cols, records)
+	case "csv":
+		return writeCSVRows(w, cols, records)
+	}
+	return writeTableRows(w, cols, records)
+}
+
+// scanRecords reads every row of rows into memory with its column names;
+// split out of writeRows so each output format is its own function.
+func scanRecords(rows *sql.Rows) ([]string, [][]any, error) {
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, nil, err
+	}
 	types, err := rows.ColumnTypes()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	var records [][]any
 	for rows.Next() {
@@ -257,7 +275,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 			ptrs[i] = &vals[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			return err
+			return nil, nil, err
 		}
 		// A top-level UUID scans as its 16 bytes: print it as DuckDB does.
 		for i, v := range vals {
@@ -269,124 +287,136 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		records = append(records, vals)
 	}
 	if err := rows.Err(); err != nil {
-		return queryError(err)
+		return nil, nil, queryError(err)
 	}
-	cell := func(v any) string {
-		p := plain(v)
-		switch x := p.(type) {
-		case nil:
-			return "NULL"
-		case []byte:
-			return string(x)
-		case string:
-			return x
-		}
-		if b, err := json.Marshal(p); err == nil {
-			// Numbers, booleans, times as JSON; a string-valued one (a
-			// time) without its quotes; lists, structs and maps as JSON.
-			if len(b) > 1 && b[0] == '"' {
-				var str string
-				if json.Unmarshal(b, &str) == nil {
-					return str
-				}
-			}
-			return string(b)
-		}
-		return fmt.Sprint(v)
+	return cols, records, nil
+}
+
+// cellText is one value as text for the csv and table formats, shared by
+// both writers.
+func cellText(v any) string {
+	p := plain(v)
+	switch x := p.(type) {
+	case nil:
+		return "NULL"
+	case []byte:
+		return string(x)
+	case string:
+		return x
 	}
-	switch format {
-	case "json":
-		// JSON Lines: one object per row, keys in column order; a name
-		// that repeats (select 1 as a, 2 as a; a join's shared columns)
-		// gets _2, _3, ... so no column is lost.
-		keys := make([][]byte, len(cols))
-		taken := map[string]bool{} // every column's own name, then each key used
-		for _, c := range cols {
-			taken[c] = true
-		}
-		used := map[string]bool{}
-		for i, c := range cols {
-			name := c
-			if used[name] {
-				for n := 2; taken[name]; n++ {
-					name = fmt.Sprintf("%s_%d", c, n)
-				}
-			}
-			used[name], taken[name] = true, true
-			keys[i], _ = json.Marshal(name)
-		}
-		var line []byte
-		for _, rec := range records {
-			line = append(line[:0], '{')
-			for i, v := range rec {
-				b, err := json.Marshal(plain(v))
-				if err != nil {
-					return fmt.Errorf("row value of column %s: %w", cols[i], err)
-				}
-				if i > 0 {
-					line = append(line, ',')
-				}
-				line = append(append(append(line, keys[i]...), ':'), b...)
-			}
-			line = append(line, '}', '\n')
-			if _, err := w.Write(line); err != nil {
-				return err
+	if b, err := json.Marshal(p); err == nil {
+		// Numbers, booleans, times as JSON; a string-valued one (a
+		// time) without its quotes; lists, structs and maps as JSON.
+		if len(b) > 1 && b[0] == '"' {
+			var str string
+			if json.Unmarshal(b, &str) == nil {
+				return str
 			}
 		}
-		return nil
-	case "csv":
-		// RFC 4180 through encoding/csv, with DuckDB's convention for
-		// NULL: an empty unquoted field is NULL, a quoted "" the empty
-		// string (read_csv reads them back so). encoding/csv never quotes
-		// an empty field, so a row holding an empty string is put together
-		// here from fields quoted one at a time by encoding/csv.
-		cw := csv.NewWriter(w)
-		_ = cw.Write(cols)
-		var fb bytes.Buffer
-		fw := csv.NewWriter(&fb)
-		for _, rec := range records {
-			line := make([]string, len(rec))
-			empty := len(rec) == 1 && rec[0] == nil
-			for i, v := range rec {
-				if v != nil {
-					line[i] = cell(v)
-					empty = empty || line[i] == ""
-				}
+		return string(b)
+	}
+	return fmt.Sprint(v)
+}
+
+// writeJSONRows is writeRows' "json" format, split out of it.
+func writeJSONRows(w io.Writer, cols []string, records [][]any) error {
+	// JSON Lines: one object per row, keys in column order; a name
+	// that repeats (select 1 as a, 2 as a; a join's shared columns)
+	// gets _2, _3, ... so no column is lost.
+	keys := make([][]byte, len(cols))
+	taken := map[string]bool{} // every column's own name, then each key used
+	for _, c := range cols {
+		taken[c] = true
+	}
+	used := map[string]bool{}
+	for i, c := range cols {
+		name := c
+		if used[name] {
+			for n := 2; taken[name]; n++ {
+				name = fmt.Sprintf("%s_%d", c, n)
 			}
-			if !empty {
-				_ = cw.Write(line)
-				continue
+		}
+		used[name], taken[name] = true, true
+		keys[i], _ = json.Marshal(name)
+	}
+	var line []byte
+	for _, rec := range records {
+		line = append(line[:0], '{')
+		for i, v := range rec {
+			b, err := json.Marshal(plain(v))
+			if err != nil {
+				return fmt.Errorf("row value of column %s: %w", cols[i], err)
 			}
-			var row []byte
-			if len(rec) == 1 && rec[0] == nil {
-				// A lone NULL would be a blank line, which CSV readers skip:
-				// write "" as Python's csv module does (NULL and '' are then
-				// alike in a one-column result).
+			if i > 0 {
+				line = append(line, ',')
+			}
+			line = append(append(append(line, keys[i]...), ':'), b...)
+		}
+		line = append(line, '}', '\n')
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCSVRows is writeRows' "csv" format, split out of it.
+func writeCSVRows(w io.Writer, cols []string, records [][]any) error {
+	// RFC 4180 through encoding/csv, with DuckDB's convention for
+	// NULL: an empty unquoted field is NULL, a quoted "" the empty
+	// string (read_csv reads them back so). encoding/csv never quotes
+	// an empty field, so a row holding an empty string is put together
+	// here from fields quoted one at a time by encoding/csv.
+	cw := csv.NewWriter(w)
+	_ = cw.Write(cols)
+	var fb bytes.Buffer
+	fw := csv.NewWriter(&fb)
+	for _, rec := range records {
+		line := make([]string, len(rec))
+		empty := len(rec) == 1 && rec[0] == nil
+		for i, v := range rec {
+			if v != nil {
+				line[i] = cellText(v)
+				empty = empty || line[i] == ""
+			}
+		}
+		if !empty {
+			_ = cw.Write(line)
+			continue
+		}
+		var row []byte
+		if len(rec) == 1 && rec[0] == nil {
+			// A lone NULL would be a blank line, which CSV readers skip:
+			// write "" as Python's csv module does (NULL and '' are then
+			// alike in a one-column result).
+			row = append(row, '"', '"')
+		}
+		for i, v := range rec {
+			if i > 0 {
+				row = append(row, ',')
+			}
+			switch {
+			case v == nil:
+			case line[i] == "":
 				row = append(row, '"', '"')
-			}
-			for i, v := range rec {
-				if i > 0 {
-					row = append(row, ',')
-				}
-				switch {
-				case v == nil:
-				case line[i] == "":
-					row = append(row, '"', '"')
-				default:
-					fb.Reset()
-					_ = fw.Write(line[i : i+1])
-					fw.Flush()
-					row = append(row, bytes.TrimSuffix(fb.Bytes(), []byte("\n"))...)
-				}
-			}
-			cw.Flush()
-			if _, err := w.Write(append(row, '\n')); err != nil {
-				return err
+			default:
+				fb.Reset()
+				_ = fw.Write(line[i : i+1])
+				fw.Flush()
+				row = append(row, bytes.TrimSuffix(fb.Bytes(), []byte("\n"))...)
 			}
 		}
 		cw.Flush()
-		return cw.Error()
+		if _, err := w.Write(append(row, '\n')); err != nil {
+			return err
+		}
 	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writeTableRows is writeRows' aligned text table, split out of it.
+func writeTableRows(w io.Writer, cols []string, records [][]any) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for i, c := range cols {
 		cols[i] = termtext.Safe(c)
@@ -397,7 +427,7 @@ func writeRows(w io.Writer, rows *sql.Rows, format string) error {
 		for i, v := range rec {
 			s := tableFloat(v)
 			if s == "" {
-				s = cell(v)
+				s = cellText(v)
 			}
 			if len(s) > 80 {
 				s = textcut.Prefix(s, 77) + "..."

@@ -375,38 +375,48 @@ func run(ctx context.Context, sb *sandbox.Sandbox, source string, o Options, qui
 	}
 	c.pass(CheckEpisodeEnds, v.endsDetail())
 
+	if !v.replayAll(ctx, seeds, traces) {
+		return c.report(&meta, start)
+	}
+
+	if meta.Kind == "tool_use" {
+		v.toolChecks(ctx, seeds)
+	}
+	return finish()
+}
+
+// replayAll is run's determinism check: each of seeds is played again
+// and must repeat traces, its first play's; false when it failed (the
+// check's result is recorded). Split out of run to keep it short.
+func (v *validator) replayAll(ctx context.Context, seeds []int64, traces [][]string) bool {
 	// Every seed is replayed after the other episodes (state kept on the
 	// class or in module globals shows), the last one on the class of a
 	// second execution of the program's code (ResetFresh): what the program
 	// draws once at module level (os.urandom, random.Random(), the clock)
 	// is the same for every episode of one process but differs between
 	// processes, so between this validation and the rollouts.
-	t0 = time.Now()
+	t0 := time.Now()
 	for i, seed := range seeds {
 		fresh := i == len(seeds)-1
-		tr, ok := v.episode(ctx, seed, meta.MaxTurns, true, false, fresh)
+		tr, ok := v.episode(ctx, seed, v.meta.MaxTurns, true, false, fresh)
 		if !ok {
-			if c.ok() {
-				c.fail(CheckDeterministic, fmt.Sprintf("seed %d: the replay failed", seed), nil)
+			if v.c.ok() {
+				v.c.fail(CheckDeterministic, fmt.Sprintf("seed %d: the replay failed", seed), nil)
 			}
-			return c.report(&meta, start)
+			return false
 		}
 		if d := firstDiff(traces[i], tr); d != "" {
 			how := ""
 			if fresh {
 				how = " on the class of a second execution of the program's code (module-level state was new: randomness or a clock reading taken at module level, or state left by earlier episodes)"
 			}
-			c.fail(CheckDeterministic, fmt.Sprintf("seed %d replayed with the same actions%s diverged at %s", seed, how, d), nil)
-			return c.report(&meta, start)
+			v.c.fail(CheckDeterministic, fmt.Sprintf("seed %d replayed with the same actions%s diverged at %s", seed, how, d), nil)
+			return false
 		}
 	}
-	c.time(CheckDeterministic, time.Since(t0))
-	c.pass(CheckDeterministic, fmt.Sprintf("%d seeds replayed identically", len(seeds)))
-
-	if meta.Kind == "tool_use" {
-		v.toolChecks(ctx, seeds)
-	}
-	return finish()
+	v.c.time(CheckDeterministic, time.Since(t0))
+	v.c.pass(CheckDeterministic, fmt.Sprintf("%d seeds replayed identically", len(seeds)))
+	return true
 }
 
 // metadataProblem checks the class attributes before anything runs.
@@ -533,16 +543,7 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		c.time(CheckReset, time.Since(t0))
 	}
 	if err != nil {
-		if fresh {
-			c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay with a second execution of the program's code: %s", seed, errDetail(err)), err)
-			return nil, false
-		}
-		if !first {
-			c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay: %s", seed, errDetail(err)), err)
-			return nil, false
-		}
-		name := CheckReset
-		c.fail(name, fmt.Sprintf("reset(seed=%d): %s", seed, errDetail(err)), err)
+		v.resetFailed(seed, err, first, fresh)
 		return nil, false
 	}
 	closed := false
@@ -601,37 +602,7 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		}
 		res, err := ep.Step(ctx, action)
 		where := fmt.Sprintf("seed %d, step %d, action %s", seed, step+1, clip(action, 60))
-		if err != nil {
-			switch {
-			case sandbox.KindOf(err) == sandbox.KindContract:
-				c.fail(CheckStepTuple, where+": "+errDetail(err), err)
-			case !first:
-				c.fail(CheckDeterministic, where+": replay failed: "+errDetail(err), err)
-			default:
-				what := "plausible"
-				if isMalformed {
-					what = "malformed"
-				}
-				c.fail(CheckProbeStep, where+" ("+what+"): "+errDetail(err), err)
-			}
-			return nil, false
-		}
-		if d := successProblem(res.Info); d != "" {
-			c.fail(CheckStepTuple, where+": "+d, nil)
-			return nil, false
-		}
-		if !finite(res.Reward) {
-			c.fail(CheckReward, fmt.Sprintf("%s: reward %v is not finite", where, res.Reward), nil)
-			return nil, false
-		}
-		if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; !RewardInRange(res.Reward, lo, hi) {
-			c.fail(CheckReward, fmt.Sprintf("%s: reward %g outside reward_range [%g, %g]", where, res.Reward, lo, hi), nil)
-			return nil, false
-		}
-		if !v.observation(res.Observation, where) {
-			return nil, false
-		}
-		if !res.Terminated && !res.Truncated && !v.actionsListed(res.Observation, where) {
+		if !v.judgeStep(where, res, err, first, isMalformed) {
 			return nil, false
 		}
 		trace = append(trace, action, res.Observation, fmt.Sprint(res.Reward, res.Terminated, res.Truncated), string(res.Info))
@@ -654,6 +625,63 @@ func (v *validator) episode(ctx context.Context, seed int64, maxSteps int, full,
 		return nil, false
 	}
 	return finish(trace)
+}
+
+// resetFailed records the failure of episode's reset on seed (err): a
+// replay's (first false; fresh: with Program.ResetFresh) fails
+// CheckDeterministic, a first play's CheckReset. Split out of episode.
+func (v *validator) resetFailed(seed int64, err error, first, fresh bool) {
+	c := v.c
+	if fresh {
+		c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay with a second execution of the program's code: %s", seed, errDetail(err)), err)
+		return
+	}
+	if !first {
+		c.fail(CheckDeterministic, fmt.Sprintf("seed %d: reset failed on replay: %s", seed, errDetail(err)), err)
+		return
+	}
+	name := CheckReset
+	c.fail(name, fmt.Sprintf("reset(seed=%d): %s", seed, errDetail(err)), err)
+}
+
+// judgeStep checks one step of episode (where names it; res and err are
+// what Step returned; isMalformed: a malformed probe action); false after
+// recording a failure. Split out of episode.
+func (v *validator) judgeStep(where string, res sandbox.StepResult, err error, first, isMalformed bool) bool {
+	if err != nil {
+		switch {
+		case sandbox.KindOf(err) == sandbox.KindContract:
+			v.c.fail(CheckStepTuple, where+": "+errDetail(err), err)
+		case !first:
+			v.c.fail(CheckDeterministic, where+": replay failed: "+errDetail(err), err)
+		default:
+			what := "plausible"
+			if isMalformed {
+				what = "malformed"
+			}
+			v.c.fail(CheckProbeStep, where+" ("+what+"): "+errDetail(err), err)
+		}
+		return false
+	}
+	if d := successProblem(res.Info); d != "" {
+		v.c.fail(CheckStepTuple, where+": "+d, nil)
+		return false
+	}
+	if !finite(res.Reward) {
+		v.c.fail(CheckReward, fmt.Sprintf("%s: reward %v is not finite", where, res.Reward), nil)
+		return false
+	}
+	if lo, hi := v.meta.RewardRange[0], v.meta.RewardRange[1]; !RewardInRange(res.Reward, lo, hi) {
+		v.c.fail(CheckReward, fmt.Sprintf("%s: reward %g outside reward_range [%g, %g]", where, res.Reward, lo, hi), nil)
+		return false
+	}
+	if !v.observation(res.Observation, where) {
+		return false
+	}
+	if !res.Terminated && !res.Truncated && !v.actionsListed(res.Observation, where) {
+		return false
+	}
+	return true
 }
 
 // observation checks one observation; false after recording a failure.

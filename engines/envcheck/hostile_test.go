@@ -88,6 +88,62 @@ func processesWith(marker string) []string {
 	return found
 }
 
+// hostileListener starts a loopback listener on the host that counts the
+// connections it accepts, and returns its port, the count and a function
+// that stops it; split out of TestHostileSuite.
+func hostileListener(t *testing.T) (int, *atomic.Int32, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	conns := new(atomic.Int32)
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, conns, func() { ln.Close(); <-acceptDone }
+}
+
+// hostileItem is one program TestHostileSuite validates; valid marks the
+// documentation's examples, which must pass.
+type hostileItem struct {
+	name, src string
+	valid     bool
+}
+
+// hostileItems returns testdata/hostile's programs with their
+// placeholders filled in (port, hostDir, marker) and, twice each and
+// interleaved, the documentation's valid examples; split out of
+// TestHostileSuite.
+func hostileItems(t *testing.T, port int, hostDir, marker string) []hostileItem {
+	t.Helper()
+	files, err := filepath.Glob("testdata/hostile/*.py")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 25)
+	var items []hostileItem
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		src := strings.NewReplacer("{{PORT}}", fmt.Sprint(port), "{{HOSTDIR}}", hostDir, "{{MARKER}}", marker).Replace(string(b))
+		items = append(items, hostileItem{name: filepath.Base(f), src: src})
+	}
+	for _, f := range []string{"../../docs/examples/guess_game.py", "../../docs/examples/bank_tooluse.py"} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		// Twice each, interleaved with the hostile programs.
+		items = append(items, hostileItem{name: filepath.Base(f), src: string(b), valid: true})
+		items = append([]hostileItem{{name: filepath.Base(f) + "#2", src: string(b), valid: true}}, items...)
+	}
+	return items
+}
+
 // TestHostileSuite validates every program under testdata/hostile together
 // with the valid examples, two sandboxes at a time. Each hostile program must
 // be rejected by its expected check within its limits, the valid examples
@@ -117,23 +173,8 @@ func TestHostileSuite(t *testing.T) {
 	}
 
 	// A loopback listener on the host that no sandbox may reach.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var conns atomic.Int32
-	acceptDone := make(chan struct{})
-	go func() {
-		defer close(acceptDone)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); <-acceptDone }()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port, conns, stopListener := hostileListener(t)
+	defer stopListener()
 	marker := fmt.Sprintf("4242.%06d", os.Getpid()%1000000)
 
 	sb, err := sandbox.New(sandbox.Config{
@@ -144,27 +185,7 @@ func TestHostileSuite(t *testing.T) {
 	require.NoError(t, err)
 	defer sb.Close()
 
-	files, err := filepath.Glob("testdata/hostile/*.py")
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(files), 25)
-	type item struct {
-		name, src string
-		valid     bool
-	}
-	var items []item
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		src := strings.NewReplacer("{{PORT}}", fmt.Sprint(port), "{{HOSTDIR}}", hostDir, "{{MARKER}}", marker).Replace(string(b))
-		items = append(items, item{name: filepath.Base(f), src: src})
-	}
-	for _, f := range []string{"../../docs/examples/guess_game.py", "../../docs/examples/bank_tooluse.py"} {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		// Twice each, interleaved with the hostile programs.
-		items = append(items, item{name: filepath.Base(f), src: string(b), valid: true})
-		items = append([]item{{name: filepath.Base(f) + "#2", src: string(b), valid: true}}, items...)
-	}
+	items := hostileItems(t, port, hostDir, marker)
 
 	var mu sync.Mutex
 	reports := map[string]Report{}

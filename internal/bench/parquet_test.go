@@ -22,6 +22,59 @@ const (
 	parquetReps = 5
 )
 
+// parquetRoundTrip encodes a copy of gen (unsorted each time) with
+// table.Encode into the file ours and decodes it back, returning the
+// write's and the read's wall-clock and CPU time and the file's size;
+// BenchmarkParquet's spade side, split out of it.
+func parquetRoundTrip(b *testing.B, gen []schemas.Rollout, ours string) (wWall, wC, rWall, rC time.Duration, size int64) {
+	rows := slices.Clone(gen) // Encode sorts in place; start unsorted each time
+	runtime.GC()              // no repetition pays for the previous one's garbage
+	wWall, wC = measure(b, func() {
+		data, err := table.Encode(schemas.Rollouts, rows)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(ours, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		size = int64(len(data))
+	})
+	var got []schemas.Rollout
+	runtime.GC()
+	rWall, rC = measure(b, func() {
+		data, err := os.ReadFile(ours)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got, _, err = table.Decode(schemas.Rollouts, ours, data); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if len(got) != parquetRows {
+		b.Fatalf("decoded %d rows, want %d", len(got), parquetRows)
+	}
+	return wWall, wC, rWall, rC, size
+}
+
+// ratios is a[i] / c[i] for each i; split out of BenchmarkParquet.
+func ratios(a, c []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / c[i]
+	}
+	return out
+}
+
+// perCPUSecond is logical bytes, in MB, per each CPU-second of cpuSec;
+// split out of BenchmarkParquet.
+func perCPUSecond(logical float64, cpuSec []float64) []float64 {
+	out := make([]float64, len(cpuSec))
+	for i, s := range cpuSec {
+		out[i] = logical / 1e6 / s
+	}
+	return out
+}
+
 // BenchmarkParquet writes and reads a realistic rollouts table (100,000
 // schemas.Rollout rows, DefaultRolloutShape) with the project's writer
 // (table.Encode, then the file written to disk) and reader (table.Decode of
@@ -66,32 +119,7 @@ func BenchmarkParquet(b *testing.B) {
 		)
 		// spade writes then reads the file; returns wall-clock seconds and CPU.
 		spade := func() (wWall time.Duration, wC time.Duration, rWall time.Duration, rC time.Duration) {
-			rows := slices.Clone(gen) // Encode sorts in place; start unsorted each time
-			runtime.GC()              // no repetition pays for the previous one's garbage
-			wWall, wC = measure(b, func() {
-				data, err := table.Encode(schemas.Rollouts, rows)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := os.WriteFile(ours, data, 0o644); err != nil {
-					b.Fatal(err)
-				}
-				size = int64(len(data))
-			})
-			var got []schemas.Rollout
-			runtime.GC()
-			rWall, rC = measure(b, func() {
-				data, err := os.ReadFile(ours)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if got, _, err = table.Decode(schemas.Rollouts, ours, data); err != nil {
-					b.Fatal(err)
-				}
-			})
-			if len(got) != parquetRows {
-				b.Fatalf("decoded %d rows, want %d", len(got), parquetRows)
-			}
+			wWall, wC, rWall, rC, size = parquetRoundTrip(b, gen, ours)
 			return wWall, wC, rWall, rC
 		}
 		// duck writes (COPY) and reads back spade's file with threads threads.
@@ -132,20 +160,8 @@ func BenchmarkParquet(b *testing.B) {
 			dw1, dw1CPU, dr1, dr1CPU = append(dw1, mbps(ww)), append(dw1CPU, wc.Seconds()), append(dr1, mbps(rw)), append(dr1CPU, rc.Seconds())
 		}
 
-		div := func(a, c []float64) []float64 {
-			out := make([]float64, len(a))
-			for i := range a {
-				out[i] = a[i] / c[i]
-			}
-			return out
-		}
-		perCPU := func(cpuSec []float64) []float64 {
-			out := make([]float64, len(cpuSec))
-			for i, s := range cpuSec {
-				out[i] = logical / 1e6 / s
-			}
-			return out
-		}
+		div := ratios
+		perCPU := func(cpuSec []float64) []float64 { return perCPUSecond(logical, cpuSec) }
 		const s = "2. Parquet I/O"
 		shape := fmt.Sprintf("%d rollouts rows, %.0f MB logical", parquetRows, logical/1e6)
 		rec.Add(s, "write, spade table.Encode + file write: "+shape, "MB/s", w, Target{}, fmt.Sprintf("%s rows/s at the median; file %.1f MB; single goroutine, zstd level 3, 8,192-row groups, rows sorted first; after one untimed warm-up, spade and DuckDB alternate within each repetition", FormatNumber(Median(w)*1e6/logical*parquetRows), float64(size)/1e6))

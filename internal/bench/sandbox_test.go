@@ -17,6 +17,86 @@ import (
 
 const sandboxReps = 5
 
+// sandboxFixedCosts measures the two fixed costs a validation or a play
+// pays, in CPU milliseconds: a fresh program of source counter and one
+// more episode of a loaded one; split out of BenchmarkSandbox.
+func sandboxFixedCosts(b *testing.B, ctx context.Context, sb *sandbox.Sandbox, counter string) (prog, ep float64) {
+	// The two fixed costs a validation or a play pays: a fresh
+	// program (sandbox start, interpreter, load, one episode,
+	// close) and one more episode of a loaded program (fork,
+	// reset, one step, close).
+	const programs, episodes = 10, 50
+	_, c := measure(b, func() {
+		for range programs {
+			p, err := sb.Load(ctx, counter)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := p.Reset(ctx, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Close()
+			p.Close()
+		}
+	})
+	prog = float64(c.Microseconds()) / 1000 / programs
+	p, err := sb.Load(ctx, counter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, c = measure(b, func() {
+		for i := range episodes {
+			e, err := p.Reset(ctx, int64(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.Step(ctx, "add1"); err != nil {
+				b.Fatal(err)
+			}
+			e.Close()
+		}
+	})
+	p.Close()
+	return prog, float64(c.Microseconds()) / 1000 / episodes
+}
+
+// sandboxStepRate measures steps steps of counter spread over workers
+// loaded programs, returning steps per wall-clock second and CPU
+// microseconds per step; split out of BenchmarkSandbox.
+func sandboxStepRate(b *testing.B, ctx context.Context, sb *sandbox.Sandbox, counter string, steps, workers int) (float64, float64) {
+	eps := make([]*sandbox.Episode, workers)
+	progs := make([]*sandbox.Program, workers)
+	var err error
+	for i := range workers {
+		if progs[i], err = sb.Load(ctx, counter); err != nil {
+			b.Fatal(err)
+		}
+		if eps[i], err = progs[i].Reset(ctx, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall, c := measure(b, func() {
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Go(func() {
+				for range steps / workers {
+					if _, err := eps[i].Step(ctx, "add1"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	for i := range workers {
+		eps[i].Close()
+		progs[i].Close()
+	}
+	return float64(steps) / wall.Seconds(), float64(c.Microseconds()) / float64(steps)
+}
+
 // BenchmarkSandbox measures, in one run: step() throughput of a trivial
 // environment (engines/sandbox/testdata/counter.py) on two sandboxed
 // programs; a process-per-call executor on the same environment; and full
@@ -48,78 +128,13 @@ func BenchmarkSandbox(b *testing.B) {
 		const steps, workers = 20000, 2
 		var rate, cpuStep, perCallRate, cpuCall, vRate, cpuVal, vRate1, cpuVal1, cpuProg, cpuEp []float64
 		for range sandboxReps {
-			// The two fixed costs a validation or a play pays: a fresh
-			// program (sandbox start, interpreter, load, one episode,
-			// close) and one more episode of a loaded program (fork,
-			// reset, one step, close).
-			const programs, episodes = 10, 50
-			_, c := measure(b, func() {
-				for range programs {
-					p, err := sb.Load(ctx, string(counter))
-					if err != nil {
-						b.Fatal(err)
-					}
-					e, err := p.Reset(ctx, 1)
-					if err != nil {
-						b.Fatal(err)
-					}
-					e.Close()
-					p.Close()
-				}
-			})
-			cpuProg = append(cpuProg, float64(c.Microseconds())/1000/programs)
-			p, err := sb.Load(ctx, string(counter))
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, c = measure(b, func() {
-				for i := range episodes {
-					e, err := p.Reset(ctx, int64(i))
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := e.Step(ctx, "add1"); err != nil {
-						b.Fatal(err)
-					}
-					e.Close()
-				}
-			})
-			p.Close()
-			cpuEp = append(cpuEp, float64(c.Microseconds())/1000/episodes)
-
-			eps := make([]*sandbox.Episode, workers)
-			progs := make([]*sandbox.Program, workers)
-			for i := range workers {
-				if progs[i], err = sb.Load(ctx, string(counter)); err != nil {
-					b.Fatal(err)
-				}
-				if eps[i], err = progs[i].Reset(ctx, int64(i)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			wall, c := measure(b, func() {
-				var wg sync.WaitGroup
-				for i := range workers {
-					wg.Go(func() {
-						for range steps / workers {
-							if _, err := eps[i].Step(ctx, "add1"); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-			})
-			for i := range workers {
-				eps[i].Close()
-				progs[i].Close()
-			}
-			rate = append(rate, steps/wall.Seconds())
-			cpuStep = append(cpuStep, float64(c.Microseconds())/steps)
+			prog, ep := sandboxFixedCosts(b, ctx, sb, string(counter))
+			cpuProg, cpuEp = append(cpuProg, prog), append(cpuEp, ep)
+			r, cs := sandboxStepRate(b, ctx, sb, string(counter), steps, workers)
+			rate, cpuStep = append(rate, r), append(cpuStep, cs)
 
 			const calls = 10
-			wall, c = measure(b, func() {
+			wall, c := measure(b, func() {
 				p := pool.New().WithMaxGoroutines(workers)
 				for range calls {
 					p.Go(func() {

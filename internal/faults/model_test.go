@@ -78,6 +78,29 @@ var transient = []modeltest.Fault{
 	{Kind: modeltest.FaultHuge},
 }
 
+// chatText is every message content of req, each followed by a newline;
+// split out of TestModelServerFaults' handler.
+func chatText(req modeltest.Request) string {
+	var text strings.Builder
+	for _, m := range req.Chat.Messages {
+		text.WriteString(m.Content)
+		text.WriteByte('\n')
+	}
+	return text.String()
+}
+
+// assistantTurns counts the assistant messages of req; split out of
+// TestModelServerFaults' handler.
+func assistantTurns(req modeltest.Request) int {
+	turns := 0
+	for _, m := range req.Chat.Messages {
+		if m.Role == model.RoleAssistant {
+			turns++
+		}
+	}
+	return turns
+}
+
 // TestModelServerFaults runs a round with model.backend openai against
 // modeltest, which answers a share of calls with 429 + Retry-After, 500,
 // truncated JSON, empty choices, 1 MiB answers, slow answers and hangs
@@ -93,12 +116,7 @@ func TestModelServerFaults(t *testing.T) {
 	var eligible atomic.Int64
 	base := modeltest.DefaultHandler(modeltest.DefaultEnvSource, modeltest.DefaultHint)
 	handler := func(req modeltest.Request) modeltest.Reply {
-		var text strings.Builder
-		for _, m := range req.Chat.Messages {
-			text.WriteString(m.Content)
-			text.WriteByte('\n')
-		}
-		all := text.String()
+		all := chatText(req)
 		role := modeltest.Classify(req.Chat)
 		// Deliberate, deterministic failures first.
 		switch {
@@ -106,13 +124,7 @@ func TestModelServerFaults(t *testing.T) {
 			injected[modeltest.FaultEmptyChoices].Add(1)
 			return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultEmptyChoices}}
 		case role == modeltest.RoleAgent && strings.Contains(all, "(variant "+skillBadRq+")") && strings.Contains(all, modeltest.DefaultHint):
-			turns := 0
-			for _, m := range req.Chat.Messages {
-				if m.Role == model.RoleAssistant {
-					turns++
-				}
-			}
-			if turns >= 1 {
+			if assistantTurns(req) >= 1 {
 				injected[modeltest.FaultBadRequest].Add(1)
 				return modeltest.Reply{Fault: modeltest.Fault{Kind: modeltest.FaultBadRequest, Message: contextMsg}}
 			}

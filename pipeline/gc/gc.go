@@ -515,15 +515,24 @@ func differ(a, b []storage.Info) string {
 	return ""
 }
 
-// garbage returns the garbage of run in its listing (every key under
-// "<run>/"): part records that can never be committed, part files that
-// no manifest read into st and no live part record lists, and temps (the
-// run's temp objects, kept unless the run has a run file). The files live
-// part records list are added to recRefs. Warnings name part records that
-// could not be read (every part file of their round is then kept).
-func (st *state) garbage(ctx context.Context, s storage.Store, run string, listing, temps []storage.Info, recRefs map[string]bool) ([]Object, []string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// pendingAttempt is one commit attempt of a stage committed with its own
+// fingerprint, keyed "<run>/round=NNNNNN stage fp": the runner writes a
+// stage's manifests one table at a time, so a commit cut short (a kill, a
+// full disk) leaves some tables committed and the others still needing
+// every part record and the files they list. A package-level type so
+// garbage stays short.
+type pendingAttempt struct {
+	round   string // "<run>/round=NNNNNN"
+	stage   string
+	records []storage.Info
+	files   []string
+	tables  map[string]bool
+}
+
+// sealedRounds returns the rounds ("<run>/round=NNNNNN") of listing that
+// have a seal, and whether listing holds the run file; split out of
+// garbage.
+func sealedRounds(listing []storage.Info) (map[string]bool, bool) {
 	sealed := map[string]bool{}
 	hasRunFile := false
 	for _, in := range listing {
@@ -534,23 +543,26 @@ func (st *state) garbage(ctx context.Context, s storage.Store, run string, listi
 			hasRunFile = true
 		}
 	}
+	return sealed, hasRunFile
+}
+
+// garbage returns the garbage of run in its listing (every key under
+// "<run>/"): part records that can never be committed, part files that
+// no manifest read into st and no live part record lists, and temps (the
+// run's temp objects, kept unless the run has a run file). The files live
+// part records list are added to recRefs. Warnings name part records that
+// could not be read (every part file of their round is then kept).
+func (st *state) garbage(ctx context.Context, s storage.Store, run string, listing, temps []storage.Info, recRefs map[string]bool) ([]Object, []string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sealed, hasRunFile := sealedRounds(listing)
 	var warns []string
 	garbage := []Object{}
 	referenced := map[string]bool{} // files of live part records
 	unreadable := map[string]bool{} // rounds with a part record gc could not read
 	// Part records of a stage committed with their own fingerprint are
-	// judged per attempt ("<run>/round=NNNNNN stage fp"): the runner writes
-	// a stage's manifests one table at a time, so a commit cut short (a
-	// kill, a full disk) leaves some tables committed and the others still
-	// needing every part record and the files they list.
-	type attempt struct {
-		round   string // "<run>/round=NNNNNN"
-		stage   string
-		records []storage.Info
-		files   []string
-		tables  map[string]bool
-	}
-	attempts := map[string]*attempt{}
+	// judged per attempt (pendingAttempt).
+	attempts := map[string]*pendingAttempt{}
 	var attemptOrder []string
 	for _, in := range listing {
 		m := pendingRe.FindStringSubmatch(in.Key)
@@ -599,7 +611,7 @@ func (st *state) garbage(ctx context.Context, s storage.Store, run string, listi
 		id := rd + " " + stage + " " + fp
 		a := attempts[id]
 		if a == nil {
-			a = &attempt{round: rd, stage: stage, tables: map[string]bool{}}
+			a = &pendingAttempt{round: rd, stage: stage, tables: map[string]bool{}}
 			attempts[id] = a
 			attemptOrder = append(attemptOrder, id)
 		}

@@ -111,6 +111,27 @@ func readEverything(t *testing.T, s storage.Store) int {
 	return n
 }
 
+// addPointerManifest commits round 2's metrics manifest of a run
+// "pointer" that also lists a copy of src's first metrics file, stored in
+// src's directory, and returns the copy's key; split out of TestCollect.
+func addPointerManifest(t *testing.T, ctx context.Context, s storage.Store) string {
+	t.Helper()
+	m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("src", 2, "metrics"))
+	require.NoError(t, err)
+	data, err := storage.ReadAll(ctx, s, m.Files[0].Key)
+	require.NoError(t, err)
+	copied := m.Files[0]
+	copied.Key = pipeline.PartKey("src", 2, "metrics", 5, 9, copied.SHA256)
+	pointedTo := copied.Key
+	require.NoError(t, storage.PutBytes(ctx, s, pointedTo, data))
+	m.Run = "pointer"
+	m.Files = append(m.Files, copied)
+	m.Bytes += copied.Bytes
+	m.Rows += copied.Rows
+	require.NoError(t, storage.PutBytes(ctx, s, pipeline.ManifestKey("pointer", 2, "metrics"), m.Encode()))
+	return pointedTo
+}
+
 func TestCollect(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New(t.Name())
@@ -144,19 +165,7 @@ func TestCollect(t *testing.T) {
 	require.NoError(t, storage.PutBytes(ctx, s, staleRecord, []byte(`{"files":{"metrics":{"key":"`+oldOrphan+`"}}}`)))
 	// A manifest of a third run lists pointedTo, which lives in src's
 	// directory: it is referenced, whatever run gc collects.
-	m, err := pipeline.ReadManifest(ctx, s, pipeline.ManifestKey("src", 2, "metrics"))
-	require.NoError(t, err)
-	data, err := storage.ReadAll(ctx, s, m.Files[0].Key)
-	require.NoError(t, err)
-	copied := m.Files[0]
-	copied.Key = pipeline.PartKey("src", 2, "metrics", 5, 9, copied.SHA256)
-	pointedTo := copied.Key
-	require.NoError(t, storage.PutBytes(ctx, s, pointedTo, data))
-	m.Run = "pointer"
-	m.Files = append(m.Files, copied)
-	m.Bytes += copied.Bytes
-	m.Rows += copied.Rows
-	require.NoError(t, storage.PutBytes(ctx, s, pipeline.ManifestKey("pointer", 2, "metrics"), m.Encode()))
+	pointedTo := addPointerManifest(t, ctx, s)
 
 	clk.set(t0.Add(30 * time.Hour))
 	freshOrphan := pipeline.PartKey("src", 2, "metrics", 1, 3, strings.Repeat("1", 64))

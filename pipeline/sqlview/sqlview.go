@@ -140,57 +140,16 @@ func confine(ctx context.Context, db *sql.DB, paths []string, tempDir string) er
 	return nil
 }
 
+// createViews creates in db one view per table of opts.Tables over run's
+// committed manifests (rounds 0..NextRound, capped by opts.MaxRound) and
+// returns the views and the local file paths DuckDB may read.
 func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, opts Options) ([]View, []string, error) {
 	if _, err := pipeline.ReadRunFile(ctx, s, run); err != nil {
 		return nil, nil, err
 	}
-	var local func(f pipeline.FileEntry) (string, error)
-	if fs, ok := s.(*filestore.Store); ok {
-		// Read in place, but only after checking size and sha256 against
-		// the manifest, as every other reader does (pipeline.ReadVerified):
-		// DuckDB would otherwise return rows from a damaged file silently.
-		local = func(f pipeline.FileEntry) (string, error) {
-			// fs.Root() is absolute (filestore.New), so p is the path
-			// allowed_paths names, whatever the working directory.
-			p := filepath.Join(fs.Root(), filepath.FromSlash(f.Key))
-			return p, verifyFile(p, f)
-		}
-	} else {
-		dir := opts.CacheDir
-		if dir == "" {
-			base, err := os.UserCacheDir()
-			if err != nil {
-				base = os.TempDir()
-			}
-			dir = filepath.Join(base, "spade")
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, nil, fmt.Errorf("cache dir %s: %w", dir, err)
-		}
-		// Absolute, so that the paths DuckDB opens are those allowed_paths
-		// names, whatever the working directory.
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cache dir %s: %w", dir, err)
-		}
-		dir = abs
-		local = func(f pipeline.FileEntry) (string, error) {
-			p := filepath.Join(dir, f.SHA256+".parquet")
-			// A copy is reused only if it still hashes to the manifest's
-			// sha256; a damaged one is fetched again.
-			if st, err := os.Stat(p); err == nil && st.Size() == f.Bytes && verifyFile(p, f) == nil {
-				return p, nil
-			}
-			data, err := pipeline.ReadVerified(ctx, s, f)
-			if err != nil {
-				return "", err
-			}
-			tmp := p + ".tmp"
-			if err := os.WriteFile(tmp, data, 0o644); err != nil {
-				return "", err
-			}
-			return p, os.Rename(tmp, p)
-		}
+	local, err := localFiles(ctx, s, opts)
+	if err != nil {
+		return nil, nil, err
 	}
 	// Sealed rounds plus the one in progress (its committed tables show).
 	last, err := pipeline.NextRound(ctx, s, run)
@@ -200,20 +159,9 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 	if opts.MaxRound > 0 {
 		last = min(last, opts.MaxRound)
 	}
-	// Seals are trusted, manifests are checked against them: a sealed
-	// round's manifest whose content digest is not the one its seal
-	// records (a hand edit, files swapped with the totals fixed) is
-	// refused, naming it, as spade status refuses it.
-	seals := map[int]*pipeline.Seal{}
-	for r := 0; r <= last; r++ {
-		seal, err := pipeline.ReadSeal(ctx, s, run, r)
-		if errors.Is(err, pipeline.ErrNotCommitted) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		seals[r] = seal
+	seals, err := readSeals(ctx, s, run, last)
+	if err != nil {
+		return nil, nil, err
 	}
 	var views []View
 	var allowed []string
@@ -288,6 +236,82 @@ func createViews(ctx context.Context, db *sql.DB, s storage.Store, run string, o
 		views = append(views, v)
 	}
 	return views, allowed, nil
+}
+
+// localFiles returns how createViews gets a local path to each file of a
+// manifest: a filestore's files are read in place once checked against the
+// manifest (size, sha256), any other store's are copied into
+// opts.CacheDir (default the user cache dir's "spade") and reused while
+// they still match. Split out of createViews to keep it short; errors are
+// the cache dir's.
+func localFiles(ctx context.Context, s storage.Store, opts Options) (func(f pipeline.FileEntry) (string, error), error) {
+	if fs, ok := s.(*filestore.Store); ok {
+		// Read in place, but only after checking size and sha256 against
+		// the manifest, as every other reader does (pipeline.ReadVerified):
+		// DuckDB would otherwise return rows from a damaged file silently.
+		return func(f pipeline.FileEntry) (string, error) {
+			// fs.Root() is absolute (filestore.New), so p is the path
+			// allowed_paths names, whatever the working directory.
+			p := filepath.Join(fs.Root(), filepath.FromSlash(f.Key))
+			return p, verifyFile(p, f)
+		}, nil
+	}
+	dir := opts.CacheDir
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "spade")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cache dir %s: %w", dir, err)
+	}
+	// Absolute, so that the paths DuckDB opens are those allowed_paths
+	// names, whatever the working directory.
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache dir %s: %w", dir, err)
+	}
+	dir = abs
+	return func(f pipeline.FileEntry) (string, error) {
+		p := filepath.Join(dir, f.SHA256+".parquet")
+		// A copy is reused only if it still hashes to the manifest's
+		// sha256; a damaged one is fetched again.
+		if st, err := os.Stat(p); err == nil && st.Size() == f.Bytes && verifyFile(p, f) == nil {
+			return p, nil
+		}
+		data, err := pipeline.ReadVerified(ctx, s, f)
+		if err != nil {
+			return "", err
+		}
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			return "", err
+		}
+		return p, os.Rename(tmp, p)
+	}, nil
+}
+
+// readSeals returns the seals of run's rounds 0..last, by round (a round
+// without one is absent); split out of createViews to keep it short.
+func readSeals(ctx context.Context, s storage.Store, run string, last int) (map[int]*pipeline.Seal, error) {
+	// Seals are trusted, manifests are checked against them: a sealed
+	// round's manifest whose content digest is not the one its seal
+	// records (a hand edit, files swapped with the totals fixed) is
+	// refused, naming it, as spade status refuses it.
+	seals := map[int]*pipeline.Seal{}
+	for r := 0; r <= last; r++ {
+		seal, err := pipeline.ReadSeal(ctx, s, run, r)
+		if errors.Is(err, pipeline.ErrNotCommitted) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		seals[r] = seal
+	}
+	return seals, nil
 }
 
 // emptySelect returns a SELECT of no rows with the columns of m's table: a

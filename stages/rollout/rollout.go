@@ -449,19 +449,7 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 		{Role: model.RoleSystem, Content: prompt.AgentSystem(hint, t.ToolUse, cfg.Rollout.ActionFormat)},
 		{Role: model.RoleUser, Content: ep.Observation},
 	}
-	var tools []model.Tool
-	if t.ToolUse && t.Tools != "" {
-		var decl []struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-		}
-		if err := json.Unmarshal([]byte(t.Tools), &decl); err == nil {
-			for _, d := range decl {
-				tools = append(tools, model.Tool{Name: d.Name, Description: d.Description, Parameters: string(d.Parameters)})
-			}
-		}
-	}
+	tools := declaredTools(t)
 	limit := cfg.Rollout.MaxTurns
 	if t.MaxTurns > 0 {
 		limit = min(limit, t.MaxTurns)
@@ -500,28 +488,7 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 			r.Termination = TermAgentCut
 			return
 		}
-		act := answer
-		obsMsg := model.Message{Role: model.RoleUser}
-		if len(msg.ToolCalls) > 0 {
-			if _, rest, ok := model.ParseToolCallText(answer, tools); ok {
-				// Calls the model wrote as text (model.ParseToolCallText)
-				// are sent back as tool_calls, not twice.
-				turnMsg.Content = rest
-			}
-			tc := msg.ToolCalls[0]
-			turnMsg.ToolCalls = msg.ToolCalls[:1]
-			if tc.ID == "" {
-				tc.ID = fmt.Sprintf("call_%d", turn)
-				turnMsg.ToolCalls[0].ID = tc.ID
-			}
-			act = toolAction(tc)
-			obsMsg = model.Message{Role: model.RoleTool, ToolCallID: tc.ID}
-		} else if !t.ToolUse {
-			var ok bool
-			if act, ok = action.Extract(cfg.Rollout.ActionFormat, answer, obs); !ok {
-				r.Unextracted++
-			}
-		}
+		act, obsMsg := agentAction(cfg, t, tools, msg, answer, obs, turn, &turnMsg, r)
 		msgs = append(msgs, turnMsg)
 		r.Actions = append(r.Actions, act)
 		var st sandbox.StepResult
@@ -533,27 +500,8 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 			r.Error = "env step: " + err.Error()
 			return
 		}
-		if ret := r.Return + st.Reward; math.IsNaN(ret) || math.IsInf(ret, 0) {
-			// A NaN or infinite reward (or a return that overflows) ends
-			// the play as an environment failure with its return so far:
-			// stored, it would poison the labels' means, and the grpo and
-			// metrics stages refuse non-finite values, so one environment
-			// would stop the round for good.
-			r.Error = fmt.Sprintf("env step: non-finite reward %v", st.Reward)
-			if !math.IsNaN(st.Reward) && !math.IsInf(st.Reward, 0) {
-				r.Error = fmt.Sprintf("env step: reward %v makes the return overflow", st.Reward)
-			}
-			return
-		}
-		if !envcheck.RewardInRange(st.Reward, lo, hi) {
-			// Ends the play like a non-finite reward: a return beyond the
-			// declared range would inflate the regret (and the designer
-			// reward, which divides by the declared width).
-			r.Error = fmt.Sprintf("env step: reward %v outside reward_range [%g, %g]", st.Reward, lo, hi)
-			return
-		}
-		if n := len(st.Observation); n > envcheck.DefaultMaxObservationBytes {
-			r.Error = fmt.Sprintf("env step: observation of %d bytes exceeds %d", n, envcheck.DefaultMaxObservationBytes)
+		if why := stepProblem(r.Return, st, lo, hi); why != "" {
+			r.Error = why
 			return
 		}
 		r.Turns++
@@ -583,6 +531,84 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 		r.Termination, r.Truncated = TermMaxTurns, true
 	}
 	r.Success = success(lastInfo, r.Return, r.Termination == TermMaxTurns || r.Termination == TermMaxContext)
+}
+
+// declaredTools returns the tools t declares (t.Tools, a JSON list) when
+// t is a tool-use target; a list that does not parse declares none. Split
+// out of playEpisode.
+func declaredTools(t Target) []model.Tool {
+	var tools []model.Tool
+	if t.ToolUse && t.Tools != "" {
+		var decl []struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		}
+		if err := json.Unmarshal([]byte(t.Tools), &decl); err == nil {
+			for _, d := range decl {
+				tools = append(tools, model.Tool{Name: d.Name, Description: d.Description, Parameters: string(d.Parameters)})
+			}
+		}
+	}
+	return tools
+}
+
+// agentAction returns the action of the agent's reply msg at turn (answer:
+// its content without reasoning; obs: the observation it answers) and the
+// message the next observation goes back in; a tool call is sent back as
+// the one call acted on (turnMsg), an action not extracted from the text
+// is counted in r.Unextracted. Split out of playEpisode.
+func agentAction(cfg *config.Config, t Target, tools []model.Tool, msg model.Message, answer, obs string, turn int, turnMsg *model.Message, r *schemas.Rollout) (string, model.Message) {
+	act := answer
+	obsMsg := model.Message{Role: model.RoleUser}
+	if len(msg.ToolCalls) > 0 {
+		if _, rest, ok := model.ParseToolCallText(answer, tools); ok {
+			// Calls the model wrote as text (model.ParseToolCallText)
+			// are sent back as tool_calls, not twice.
+			turnMsg.Content = rest
+		}
+		tc := msg.ToolCalls[0]
+		turnMsg.ToolCalls = msg.ToolCalls[:1]
+		if tc.ID == "" {
+			tc.ID = fmt.Sprintf("call_%d", turn)
+			turnMsg.ToolCalls[0].ID = tc.ID
+		}
+		act = toolAction(tc)
+		obsMsg = model.Message{Role: model.RoleTool, ToolCallID: tc.ID}
+	} else if !t.ToolUse {
+		var ok bool
+		if act, ok = action.Extract(cfg.Rollout.ActionFormat, answer, obs); !ok {
+			r.Unextracted++
+		}
+	}
+	return act, obsMsg
+}
+
+// stepProblem says why step st ends the play as an environment failure,
+// given the return ret before it and the declared reward range [lo, hi],
+// or "" when it does not; split out of playEpisode.
+func stepProblem(ret float64, st sandbox.StepResult, lo, hi float64) string {
+	if sum := ret + st.Reward; math.IsNaN(sum) || math.IsInf(sum, 0) {
+		// A NaN or infinite reward (or a return that overflows) ends
+		// the play as an environment failure with its return so far:
+		// stored, it would poison the labels' means, and the grpo and
+		// metrics stages refuse non-finite values, so one environment
+		// would stop the round for good.
+		if !math.IsNaN(st.Reward) && !math.IsInf(st.Reward, 0) {
+			return fmt.Sprintf("env step: reward %v makes the return overflow", st.Reward)
+		}
+		return fmt.Sprintf("env step: non-finite reward %v", st.Reward)
+	}
+	if !envcheck.RewardInRange(st.Reward, lo, hi) {
+		// Ends the play like a non-finite reward: a return beyond the
+		// declared range would inflate the regret (and the designer
+		// reward, which divides by the declared width).
+		return fmt.Sprintf("env step: reward %v outside reward_range [%g, %g]", st.Reward, lo, hi)
+	}
+	if n := len(st.Observation); n > envcheck.DefaultMaxObservationBytes {
+		return fmt.Sprintf("env step: observation of %d bytes exceeds %d", n, envcheck.DefaultMaxObservationBytes)
+	}
+	return ""
 }
 
 // withoutReasoning is msgs as sent to the model: reasoning is kept in the

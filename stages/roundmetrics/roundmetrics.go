@@ -108,12 +108,12 @@ const (
 // rates".
 func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Out) error {
 	r := env.Round.Round
-	emit := func(name, skill string, v float64) {
+	emit := emitFunc(func(name, skill string, v float64) {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return
 		}
 		pipeline.Emit(out, schemas.Metrics, "metrics", schemas.Metric{Name: name, Skill: skill, Value: v})
-	}
+	})
 	plays, err := pipeline.ReadAll(ctx, env, schemas.Rollouts, "rollouts", r)
 	if err != nil {
 		return err
@@ -129,6 +129,41 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		return err
 	}
 	emit(Plays, "", float64(len(plays)))
+	perEnv := emitPlays(emit, plays)
+	admitted, err := emitLabels(emit, env, labels)
+	if err != nil {
+		return err
+	}
+	if err := emitRewardLevels(emit, perEnv); err != nil {
+		return err
+	}
+	if m := env.Manifest("memory", r); m != nil {
+		emit(MemorySize, "", float64(m.Rows))
+	} else {
+		emit(MemorySize, "", 0)
+	}
+	pool := env.Manifest("pool", r).Rows
+	if pool == 0 {
+		// Every later table of the run will be empty too; say so rather
+		// than let the round end quietly.
+		slog.Warn("the pool is empty: no environment is admitted, so nothing is played or trained; the designs, environments and labels tables say why (error, reason, admitted)",
+			"round", r, "labels", len(labels), "admitted", admitted)
+	}
+	emit(PoolSize, "", float64(pool))
+	emit(TrainSamples, "", float64(env.Manifest("train_batch", r).Rows))
+	if !env.Round.Regeneration {
+		return nil
+	}
+	return emitRegeneration(ctx, env, emit, admitted)
+}
+
+// emitFunc writes one metrics row (name, skill, value); it exists so Run's
+// parts below share Run's one writer.
+type emitFunc func(name, skill string, v float64)
+
+// emitPlays emits PlayErrors and returns each environment's step rewards
+// per play, keyed by env id; split out of Run to keep it short.
+func emitPlays(emit emitFunc, plays []schemas.Rollout) map[string][][]float64 {
 	errs := 0
 	perEnv := map[string][][]float64{}
 	for _, p := range plays {
@@ -138,6 +173,13 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		perEnv[p.EnvID] = append(perEnv[p.EnvID], p.StepRewards)
 	}
 	emit(PlayErrors, "", float64(errs))
+	return perEnv
+}
+
+// emitLabels emits the label metrics (Played, Admitted, the win-rate and
+// regret summaries) and returns how many labels were admitted; split out
+// of Run to keep it short. Errors are Run's (engines/metrics).
+func emitLabels(emit emitFunc, env *pipeline.Env, labels []schemas.Label) (int, error) {
 	var winRates, regrets []float64
 	var skills []string
 	admitted := 0
@@ -159,17 +201,17 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	if len(winRates) > 0 {
 		lf, err := metrics.LearnableFraction(winRates, env.Config.Label.BandLow, env.Config.Label.BandHigh)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		emit(LearnableFraction, "", lf)
 		ws, err := metrics.Summarize(winRates)
 		if err != nil {
-			return fmt.Errorf("win rates: %w", err)
+			return 0, fmt.Errorf("win rates: %w", err)
 		}
 		emit(WinRate, "", ws.Mean)
 		per, err := metrics.PerSkillWinRate(skills, winRates)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, sk := range metrics.SortedKeys(per) {
 			emit(SkillWinRate, sk, per[sk])
@@ -178,46 +220,46 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 	if len(regrets) > 0 {
 		rs, err := metrics.Summarize(regrets)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		emit(RegretMean, "", rs.Mean)
 		emit(RegretP10, "", rs.P10)
 		emit(RegretP50, "", rs.P50)
 		emit(RegretP90, "", rs.P90)
 	}
-	if len(perEnv) > 0 {
-		ids := make([]string, 0, len(perEnv))
-		for id := range perEnv {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		var levels float64
-		for _, id := range ids {
-			g, err := metrics.RewardGranularity(perEnv[id])
-			if err != nil {
-				return err
-			}
-			levels += float64(g)
-		}
-		emit(RewardLevels, "", levels/float64(len(ids)))
-	}
-	if m := env.Manifest("memory", r); m != nil {
-		emit(MemorySize, "", float64(m.Rows))
-	} else {
-		emit(MemorySize, "", 0)
-	}
-	pool := env.Manifest("pool", r).Rows
-	if pool == 0 {
-		// Every later table of the run will be empty too; say so rather
-		// than let the round end quietly.
-		slog.Warn("the pool is empty: no environment is admitted, so nothing is played or trained; the designs, environments and labels tables say why (error, reason, admitted)",
-			"round", r, "labels", len(labels), "admitted", admitted)
-	}
-	emit(PoolSize, "", float64(pool))
-	emit(TrainSamples, "", float64(env.Manifest("train_batch", r).Rows))
-	if !env.Round.Regeneration {
+	return admitted, nil
+}
+
+// emitRewardLevels emits RewardLevels, the mean over environments (in id
+// order) of metrics.RewardGranularity, when any environment was played;
+// split out of Run to keep it short.
+func emitRewardLevels(emit emitFunc, perEnv map[string][][]float64) error {
+	if len(perEnv) == 0 {
 		return nil
 	}
+	ids := make([]string, 0, len(perEnv))
+	for id := range perEnv {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var levels float64
+	for _, id := range ids {
+		g, err := metrics.RewardGranularity(perEnv[id])
+		if err != nil {
+			return err
+		}
+		levels += float64(g)
+	}
+	emit(RewardLevels, "", levels/float64(len(ids)))
+	return nil
+}
+
+// emitRegeneration emits the metrics of a regeneration round (slots,
+// designs, validity, admission, diversity, domain coverage) given the
+// round's admitted count; split out of Run to keep it short. Errors are
+// Run's.
+func emitRegeneration(ctx context.Context, env *pipeline.Env, emit emitFunc, admitted int) error {
+	r := env.Round.Round
 	slots, err := pipeline.ReadAll(ctx, env, schemas.Slots, "slots", r)
 	if err != nil {
 		return err

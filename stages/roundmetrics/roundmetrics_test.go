@@ -104,8 +104,10 @@ func metricsOf(t *testing.T, st storage.Store, run string, r int) (map[string]fl
 // values worked out by hand. The learnable band is set to [0.25, 0.75]
 // (not the default [0.2, 0.8]) and one environment has win rate 0.2, so a
 // stage that ignored label.band_low would count it.
-func TestRoundMetrics(t *testing.T) {
-	ctx := context.Background()
+// roundMetricsFixture is TestRoundMetrics' two rounds of input tables (a
+// regeneration round 1, a plain round 2); a function of its own to keep
+// the test short.
+func roundMetricsFixture() *fixture {
 	const src = "class Env:\n    pass\n"
 	valid := func(id string, win float64, plays int64, regret *float64, admitted bool, skill string) schemas.Label {
 		return schemas.Label{EnvID: id, Skill: skill, Valid: true, Plays: plays, WinRate: win, Regret: regret, Admitted: admitted}
@@ -119,7 +121,7 @@ func TestRoundMetrics(t *testing.T) {
 	design := func(slotIdx, attempt int, errText, source string) schemas.Design {
 		return schemas.Design{SlotID: "r000001-s000" + string(rune('0'+slotIdx)), Attempt: int64(attempt), Error: errText, Source: source}
 	}
-	f := &fixture{rounds: map[int]round{
+	return &fixture{rounds: map[int]round{
 		1: {
 			rollouts: []schemas.Rollout{
 				// a: rewards {0, 1}: 2 levels.
@@ -171,6 +173,11 @@ func TestRoundMetrics(t *testing.T) {
 			train: []schemas.TrainSample{{SampleID: "s1"}, {SampleID: "s2"}},
 		},
 	}}
+}
+
+func TestRoundMetrics(t *testing.T) {
+	ctx := context.Background()
+	f := roundMetricsFixture()
 
 	name := "roundmetrics-test"
 	t.Cleanup(func() { memstore.Forget(name) })

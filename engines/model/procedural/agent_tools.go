@@ -112,16 +112,11 @@ type toolTurn struct {
 	usedLookup map[string]bool
 }
 
-// toolAct chooses the next tool call (or "done") of a tool-use play.
-func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, choice int) model.Choice {
-	p := newPersona(seed, choice)
-	turn := 0
-	for _, m := range msgs {
-		if m.Role == model.RoleAssistant {
-			turn++
-		}
-	}
-	rng := turnRand(seed, choice, turn)
+// readToolTurn reads the current instruction of a tool-use play from msgs
+// (the last one stated) with the tool results and calls since, and the
+// sentences of hint that name its terms; false when every instruction is
+// complete or none was stated (the play is done). Split out of toolAct.
+func readToolTurn(msgs []model.Message, hint string) (toolTurn, bool) {
 	tt := toolTurn{usedLookup: map[string]bool{}}
 	instrAt := -1
 	for i, m := range msgs {
@@ -129,7 +124,7 @@ func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, 
 			continue
 		}
 		if strings.Contains(m.Content, "All instructions are complete") {
-			return textChoice("done")
+			return toolTurn{}, false
 		}
 		if ms := instructionRE.FindAllStringSubmatch(m.Content, -1); ms != nil {
 			tt.instr = ms[len(ms)-1][3]
@@ -137,7 +132,7 @@ func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, 
 		}
 	}
 	if instrAt < 0 {
-		return textChoice("done")
+		return toolTurn{}, false
 	}
 	for i := instrAt; i < len(msgs); i++ {
 		m := msgs[i]
@@ -166,54 +161,22 @@ func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, 
 			}
 		}
 	}
-	if p.depth <= 1 {
-		tt.results = nil // shallow reasoning: does not read earlier tool results
-	}
-	specs := parseTools(tools)
-	if len(specs) == 0 {
-		return textChoice("done")
-	}
-	iw := lowerWordsOf(tt.instr)
-	type option struct {
-		spec  toolSpec
-		args  map[string]any
-		ok    bool
-		score float64
-	}
-	var opts []option
-	for _, s := range specs {
-		sc := 0.0
-		for _, w := range iw {
-			for _, nw := range s.nameWord {
-				if stemMatch(w, nw) {
-					sc += 2
-				}
-			}
-			for _, dw := range lowerWordsOf(s.tool.Description) {
-				if stemMatch(w, dw) {
-					sc += 0.5
-				}
-			}
-		}
-		if s.lookup {
-			sc -= 1.5
-		}
-		slip := rng.Float64() < p.eps*2.5
-		args, ok := fillArgs(s, tt, p, slip, nil)
-		if ok && s.lookup && tt.usedLookup[s.tool.Name+" "+canonicalJSON(args)] {
-			// Already looked that up: try the instruction's other identifiers.
-			ex := map[string]bool{}
-			for _, v := range args {
-				if str, isStr := v.(string); isStr {
-					ex[str] = true
-				}
-			}
-			if a2, ok2 := fillArgs(s, tt, p, false, ex); ok2 {
-				args = a2
-			}
-		}
-		opts = append(opts, option{spec: s, args: args, ok: ok, score: sc})
-	}
+	return tt, true
+}
+
+// toolOption is one tool toolAct could call, with the arguments it filled
+// (ok: all of them) and how well its name and description match the
+// instruction; package-level so pickTool can take it.
+type toolOption struct {
+	spec  toolSpec
+	args  map[string]any
+	ok    bool
+	score float64
+}
+
+// pickTool returns the index in opts of the tool toolAct calls, or -1
+// (done); split out of toolAct.
+func pickTool(opts []toolOption, tt toolTurn) int {
 	// The best-matching tool whose arguments can all be filled and that was
 	// not already tried identically for this instruction.
 	best := -1
@@ -245,6 +208,66 @@ func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, 
 			best = lk
 		}
 	}
+	return best
+}
+
+// toolAct chooses the next tool call (or "done") of a tool-use play.
+func toolAct(msgs []model.Message, tools []model.Tool, hint string, seed int64, choice int) model.Choice {
+	p := newPersona(seed, choice)
+	turn := 0
+	for _, m := range msgs {
+		if m.Role == model.RoleAssistant {
+			turn++
+		}
+	}
+	rng := turnRand(seed, choice, turn)
+	tt, ok := readToolTurn(msgs, hint)
+	if !ok {
+		return textChoice("done")
+	}
+	if p.depth <= 1 {
+		tt.results = nil // shallow reasoning: does not read earlier tool results
+	}
+	specs := parseTools(tools)
+	if len(specs) == 0 {
+		return textChoice("done")
+	}
+	iw := lowerWordsOf(tt.instr)
+	var opts []toolOption
+	for _, s := range specs {
+		sc := 0.0
+		for _, w := range iw {
+			for _, nw := range s.nameWord {
+				if stemMatch(w, nw) {
+					sc += 2
+				}
+			}
+			for _, dw := range lowerWordsOf(s.tool.Description) {
+				if stemMatch(w, dw) {
+					sc += 0.5
+				}
+			}
+		}
+		if s.lookup {
+			sc -= 1.5
+		}
+		slip := rng.Float64() < p.eps*2.5
+		args, ok := fillArgs(s, tt, p, slip, nil)
+		if ok && s.lookup && tt.usedLookup[s.tool.Name+" "+canonicalJSON(args)] {
+			// Already looked that up: try the instruction's other identifiers.
+			ex := map[string]bool{}
+			for _, v := range args {
+				if str, isStr := v.(string); isStr {
+					ex[str] = true
+				}
+			}
+			if a2, ok2 := fillArgs(s, tt, p, false, ex); ok2 {
+				args = a2
+			}
+		}
+		opts = append(opts, toolOption{spec: s, args: args, ok: ok, score: sc})
+	}
+	best := pickTool(opts, tt)
 	if best < 0 {
 		return textChoice("done")
 	}
