@@ -91,10 +91,19 @@ func readFile(p string) ([]byte, error) {
 // TrainingFiles (in that order, each as path NUL length NUL content), so
 // the grpo stage's fingerprint changes exactly when the code that trains
 // does, and not when the evaluator, a test server or a test changes.
-func Digest() string {
+func Digest() string { return digestOf(training, TrainingFiles()) }
+
+// EvaluatorDigest is Digest's hash over EvaluatorFiles: part of what an
+// evaluation's scores depend on (engines/evaluate.Settings), so an edited
+// evaluator is another evaluation, and never part of the grpo stage's
+// fingerprint.
+func EvaluatorDigest() string { return digestOf(evaluator, EvaluatorFiles()) }
+
+// digestOf hashes files of fsys as Digest describes.
+func digestOf(fsys embed.FS, files []string) string {
 	h := sha256.New()
-	for _, p := range TrainingFiles() {
-		b, _ := training.ReadFile(p)
+	for _, p := range files {
+		b, _ := fsys.ReadFile(p)
 		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
 		_, _ = h.Write(b) // hash writes never fail
 	}

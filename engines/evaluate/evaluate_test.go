@@ -3,6 +3,7 @@ package evaluate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,11 +11,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spade-pipeline/spade/engines/model"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/storage/memstore"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/trainer"
 )
 
 // TestReadRows: the evaluator's JSONL is parsed strictly, a bad line named
@@ -222,4 +226,17 @@ func TestEvaluatorLog(t *testing.T) {
 	if !strings.HasSuffix(w.String(), "partial") || !strings.HasPrefix(w.String(), "harness noise") {
 		t.Errorf("kept %q", w.String())
 	}
+}
+
+// TestSettingsCoverTheEvaluator: the eval stage's config subset (and so
+// the side files' digest) carries the evaluator's code digest, which is
+// not the trainer's: editing evaluate.py is another evaluation and does
+// not re-run grpo.
+func TestSettingsCoverTheEvaluator(t *testing.T) {
+	c := config.Default()
+	b, err := json.Marshal(Settings(&c))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"Evaluator":"`+trainer.EvaluatorDigest()+`"`)
+	require.NotEqual(t, trainer.Digest(), trainer.EvaluatorDigest())
+	require.Len(t, trainer.EvaluatorDigest(), 64)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/pipeline/table"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/trainer"
 )
 
 // Evaluations of sealed rounds (`spade eval --round R`) cannot join the
@@ -220,7 +221,8 @@ func Scores(rows []schemas.Eval) map[string]float64 {
 
 // Settings is what an evaluation's scores depend on: the eval settings
 // and what answers the agent role (backend, serving mode, model name, and
-// the server's address when spade does not control it). It is the eval
+// the server's address when spade does not control it), and the
+// evaluator's code (trainer.EvaluatorDigest). It is the eval
 // stage's config subset and part of a side file's digest (SideDigest).
 func Settings(c *config.Config) any {
 	a := c.Model.ForRole(config.RoleAgent)
@@ -228,7 +230,8 @@ func Settings(c *config.Config) any {
 		Eval                   config.Eval
 		Backend, Serving, Name string
 		BaseURL                string `json:",omitempty"`
-	}{Eval: c.Eval, Backend: a.Backend, Serving: a.Serving, Name: a.Name}
+		Evaluator              string
+	}{Eval: c.Eval, Backend: a.Backend, Serving: a.Serving, Name: a.Name, Evaluator: trainer.EvaluatorDigest()}
 	if !config.FromCheckpoints(a.Serving) {
 		sub.BaseURL = a.BaseURL
 	}

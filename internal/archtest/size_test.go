@@ -31,53 +31,27 @@ const (
 // maxFuncLines (FUNC is Name, Recv.Name for a Go method, Class.name for a
 // Python method). An entry lets that file or function stay up to LINES
 // lines: it may shrink, not grow. Shrink it as files are split; an entry
-// no longer over its limit is reported (t.Log) so it can be deleted.
+// no longer over its limit fails the test, so the list stays exact.
+// TestImportJSONL, TestBadInput, TestLoadErrors and TestCompute are one
+// table of cases and a short loop (the limit's "table-driven data"). The
+// sandbox harness stays whole for now: the hostile programs patch its
+// functions through sys.modules["spade_harness"] and its traceback filter
+// names the file, so a split must keep both true (docs/design.md
+// "Layers" says where it sits).
 // Regenerate it with
 //
 //	go test ./internal/archtest -run TestSizes -v -args -archtest.print-sizes
 const sizeAllowList = `
 cmd/spade/checks_test.go:TestRoundChecks 124
-cmd/spade/cmd_dag.go:airflowDAG 174
-cmd/spade/cmd_dag.go:newDagAirflowCmd 121
-cmd/spade/cmd_diff.go:newDiffCmd 142
-cmd/spade/cmd_sql.go:writeRows 168
 cmd/spade/eval_test.go:TestEvalStage 157
 cmd/spade/integrity_test.go:gcRace 126
-cmd/spade/ops_test.go:TestDagAirflow 180
-cmd/spade/ops_test.go:TestOps 290
 cmd/spade/pool_cli_test.go:TestPoolImportFixedPoolCLI 187
-datasets/import.go:importer.row 128
 datasets/import_test.go:TestImportJSONL 199
-engines/envcheck/envcheck.go:run 140
-engines/envcheck/envcheck.go:validator.episode 134
-engines/envcheck/hostile_test.go:TestHostileSuite 146
-engines/model/openai/openai.go 1123
-engines/model/procedural/agent_tools.go:toolAct 144
 engines/report/chromium_test.go:TestRenderInChromium 146
 engines/sandbox/python/spade_harness.py 1238
-engines/sandbox/sandbox_test.go 944
-engines/sandbox/sandbox_test.go:TestSandboxReuseIsClean 253
-internal/bench/parquet_test.go:BenchmarkParquet 134
-internal/bench/sandbox_test.go:BenchmarkSandbox 163
 internal/faults/badinput_test.go:TestBadInput 138
-internal/faults/model_test.go:TestModelServerFaults 124
 pipeline/config/config_test.go:TestLoadErrors 125
-pipeline/config/validate.go:Config.problems 234
-pipeline/fork_test.go:TestFork 126
-pipeline/gc/gc.go:state.garbage 126
-pipeline/gc/gc_test.go:TestCollect 126
-pipeline/lease.go:holdLease 144
-pipeline/runner.go 1316
-pipeline/sqlview/sqlview.go:createViews 149
-pipeline/storage/s3store/s3store.go 936
-scripts/gpu_grpo_bench.py:main 138
-stages/grpo/stage.go 810
 stages/label/label_test.go:TestCompute 123
-stages/rollout/rollout.go:playEpisode 164
-stages/roundmetrics/roundmetrics.go:Stage.Run 174
-stages/roundmetrics/roundmetrics_test.go:TestRoundMetrics 162
-trainer/spade_trainer/cli.py:run 126
-trainer/spade_trainer/grpo.py:train_round 149
 `
 
 var printSizes = flag.Bool("archtest.print-sizes", false, "TestSizes: print today's offenders as a sizeAllowList")
@@ -193,7 +167,7 @@ func TestSizes(t *testing.T) {
 	}
 	sort.Strings(stale)
 	for _, k := range stale {
-		t.Logf("sizeAllowList: %s is no longer over its limit (or is gone): delete its entry", k)
+		t.Errorf("sizeAllowList: %s is no longer over its limit (or is gone): delete its entry", k)
 	}
 }
 
