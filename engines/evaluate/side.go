@@ -49,7 +49,8 @@ var sideKeyRe = regexp.MustCompile(`^[^/]+/evals/round=(\d{6})/evals-[0-9a-f]{16
 // SideDigest identifies one evaluation: the first 16 hex digits of the
 // sha256 of the checkpoint id, the eval stage's config subset (eval
 // settings but eval.every and the operational ones, and the agent's
-// serving; Stage.ConfigSubset of the pinned config) and, with lm_eval
+// serving, and the evaluator's code digest: Settings of the pinned
+// config) and, with lm_eval
 // tasks, the content of eval.lm_eval.include_path (made absolute; every
 // regular file under it, path and bytes: an edited task file, or a data
 // file kept in that directory, is another evaluation). Data files a task
@@ -155,7 +156,7 @@ func ReadSide(ctx context.Context, s storage.Store, run string) (rows map[int][]
 		}
 		rows, _, err := table.Decode(schemas.Evals, in.Key, data)
 		if err != nil {
-			damaged = append(damaged, fmt.Errorf("%w (spade eval --round %d --force with the settings that wrote it rewrites it; or delete it)", err, r))
+			damaged = append(damaged, fmt.Errorf("%w (spade eval --round %d --force with the settings and the build that wrote it rewrites it; or delete it)", err, r))
 			continue
 		}
 		out[r] = append(out[r], rows...)
