@@ -110,68 +110,77 @@ func TestRoundChecks(t *testing.T) {
 		})
 	}
 
-	t.Run("a run file whose config was edited", func(t *testing.T) {
-		// The digest it records is left as it was: fork
-		// --config-from-source used to pin the edited config in the new
-		// run as "the source run's", and report to describe the run by it.
-		o := copyRuns(t, base)
-		// A fork made before the edit: report reads its inherited
-		// rounds by the source run's config.
-		o.must(t, nil, "fork", "base", "--round", "2", "child")
-		p := filepath.Join(o.dir, "runs", "base", "_RUN.json")
-		b, err := os.ReadFile(p)
-		require.NoError(t, err)
-		re := regexp.MustCompile(`"seed": \d+`)
-		require.True(t, re.Match(b))
-		require.NoError(t, os.WriteFile(p, re.ReplaceAll(b, []byte(`"seed": 777`)), 0o644))
-		for _, args := range [][]string{{"fork", "base", "--round", "2", "edited", "--config-from-source"}, {"--run", "base", "report"}, {"--run", "child", "report"}} {
-			r := o.spade(t, nil, args...)
-			require.Equal(t, exitFailure, r.code, "%v: %s%s", args, r.stdout, r.stderr)
-			require.Contains(t, r.stderr, "base/_RUN.json: integrity check failed")
-		}
-		require.NoDirExists(t, filepath.Join(o.dir, "runs", "edited"))
-	})
+	t.Run("a run file whose config was edited", func(t *testing.T) { roundChecksARunFileWhoseConfigWasEdited(t, base) })
 
-	t.Run("interrupted fork", func(t *testing.T) {
-		o := copyRuns(t, base)
-		o.must(t, nil, "fork", "base", "--round", "2", "half")
-		// The states a kill leaves: every file but the last seal, and only
-		// the run file.
-		run := filepath.Join(o.dir, "runs", "half")
-		for _, state := range []string{"last seal missing", "run file only"} {
-			if state == "last seal missing" {
-				require.NoError(t, os.Remove(filepath.Join(run, "round=000002", "_ROUND.json")))
-			} else {
-				for _, d := range []string{"round=000000", "round=000001", "round=000002"} {
-					require.NoError(t, os.RemoveAll(filepath.Join(run, d)))
-				}
-			}
-			for _, args := range [][]string{{"status"}, {"round", "1"}, {"round", "3"}} {
-				r := o.spade(t, nil, append(args, "--run", "half")...)
-				require.Equal(t, exitFailure, r.code, "%s: %v: %s%s", state, args, r.stdout, r.stderr)
-				require.Contains(t, r.stderr, "run half is an incomplete fork of base at round 2")
-				require.Contains(t, r.stderr, "spade fork base --round 2 half")
-			}
-			require.NoDirExists(t, filepath.Join(run, "round=000003"))
-		}
-		o.must(t, nil, "fork", "base", "--round", "2", "half")
-		o.must(t, nil, "status", "--run", "half")
-		o.must(t, nil, "round", "3", "--run", "half")
-	})
+	t.Run("interrupted fork", func(t *testing.T) { roundChecksInterruptedFork(t, base) })
 
-	t.Run("the printed command continues the fork", func(t *testing.T) {
-		o := copyRuns(t, base)
-		out := o.must(t, []string{"SPADE_SEED=12", "SPADE_WORKERS=1"}, "fork", "base", "--round", "2", "reseeded")
-		want := "continue with: SPADE_SEED=12 spade --config " + o.cfg + " --store " + o.store + " --run reseeded round 3"
-		require.Contains(t, out, want, "the operational SPADE_WORKERS is left out")
-		line := out[strings.Index(out, want)+len("continue with: "):]
-		line = strings.TrimSpace(strings.SplitN(line, "\n", 2)[0])
-		cmd := exec.Command("sh", "-c", strings.Replace(line, "spade", spadeBin, 1)+" --log-level warn")
-		cmd.Dir = t.TempDir() // another directory: the printed command must not depend on it
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s\n%s", line, b)
-		require.Contains(t, string(b), "round 3 of run reseeded committed")
-	})
+	t.Run("the printed command continues the fork", func(t *testing.T) { roundChecksThePrintedCommandContinuesTheFork(t, base) })
+}
+
+// roundChecksARunFileWhoseConfigWasEdited is TestRoundChecks's subtest "a run file whose config was edited".
+func roundChecksARunFileWhoseConfigWasEdited(t *testing.T, base *opsEnv) {
+	// The digest it records is left as it was: fork
+	// --config-from-source used to pin the edited config in the new
+	// run as "the source run's", and report to describe the run by it.
+	o := copyRuns(t, base)
+	// A fork made before the edit: report reads its inherited
+	// rounds by the source run's config.
+	o.must(t, nil, "fork", "base", "--round", "2", "child")
+	p := filepath.Join(o.dir, "runs", "base", "_RUN.json")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	re := regexp.MustCompile(`"seed": \d+`)
+	require.True(t, re.Match(b))
+	require.NoError(t, os.WriteFile(p, re.ReplaceAll(b, []byte(`"seed": 777`)), 0o644))
+	for _, args := range [][]string{{"fork", "base", "--round", "2", "edited", "--config-from-source"}, {"--run", "base", "report"}, {"--run", "child", "report"}} {
+		r := o.spade(t, nil, args...)
+		require.Equal(t, exitFailure, r.code, "%v: %s%s", args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, "base/_RUN.json: integrity check failed")
+	}
+	require.NoDirExists(t, filepath.Join(o.dir, "runs", "edited"))
+}
+
+// roundChecksInterruptedFork is TestRoundChecks's subtest "interrupted fork".
+func roundChecksInterruptedFork(t *testing.T, base *opsEnv) {
+	o := copyRuns(t, base)
+	o.must(t, nil, "fork", "base", "--round", "2", "half")
+	// The states a kill leaves: every file but the last seal, and only
+	// the run file.
+	run := filepath.Join(o.dir, "runs", "half")
+	for _, state := range []string{"last seal missing", "run file only"} {
+		if state == "last seal missing" {
+			require.NoError(t, os.Remove(filepath.Join(run, "round=000002", "_ROUND.json")))
+		} else {
+			for _, d := range []string{"round=000000", "round=000001", "round=000002"} {
+				require.NoError(t, os.RemoveAll(filepath.Join(run, d)))
+			}
+		}
+		for _, args := range [][]string{{"status"}, {"round", "1"}, {"round", "3"}} {
+			r := o.spade(t, nil, append(args, "--run", "half")...)
+			require.Equal(t, exitFailure, r.code, "%s: %v: %s%s", state, args, r.stdout, r.stderr)
+			require.Contains(t, r.stderr, "run half is an incomplete fork of base at round 2")
+			require.Contains(t, r.stderr, "spade fork base --round 2 half")
+		}
+		require.NoDirExists(t, filepath.Join(run, "round=000003"))
+	}
+	o.must(t, nil, "fork", "base", "--round", "2", "half")
+	o.must(t, nil, "status", "--run", "half")
+	o.must(t, nil, "round", "3", "--run", "half")
+}
+
+// roundChecksThePrintedCommandContinuesTheFork is TestRoundChecks's subtest "the printed command continues the fork".
+func roundChecksThePrintedCommandContinuesTheFork(t *testing.T, base *opsEnv) {
+	o := copyRuns(t, base)
+	out := o.must(t, []string{"SPADE_SEED=12", "SPADE_WORKERS=1"}, "fork", "base", "--round", "2", "reseeded")
+	want := "continue with: SPADE_SEED=12 spade --config " + o.cfg + " --store " + o.store + " --run reseeded round 3"
+	require.Contains(t, out, want, "the operational SPADE_WORKERS is left out")
+	line := out[strings.Index(out, want)+len("continue with: "):]
+	line = strings.TrimSpace(strings.SplitN(line, "\n", 2)[0])
+	cmd := exec.Command("sh", "-c", strings.Replace(line, "spade", spadeBin, 1)+" --log-level warn")
+	cmd.Dir = t.TempDir() // another directory: the printed command must not depend on it
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", line, b)
+	require.Contains(t, string(b), "round 3 of run reseeded committed")
 }
 
 // TestRoundNextAfterKill: a `round next` killed with SIGKILL leaves its

@@ -169,138 +169,144 @@ func TestRenderInChromium(t *testing.T) {
 	}
 	window := fmt.Sprintf("--window-size=%d,2400", pageWidth)
 
-	t.Run("screenshot", func(t *testing.T) {
-		shot := filepath.Join(t.ArtifactDir(), "report-1400.png")
-		runChromium(t, bin, "file://"+htmlPath, "--screenshot="+shot, window)
-		f, err := os.Open(shot)
-		if err != nil {
-			t.Fatalf("no screenshot: %v", err)
-		}
-		defer f.Close()
-		img, err := png.Decode(f)
-		if err != nil {
-			t.Fatalf("decode screenshot: %v", err)
-		}
-		if b := img.Bounds(); b.Dx() != pageWidth || b.Dy() != 2400 {
-			t.Fatalf("screenshot is %v, want %dx2400", b, pageWidth)
-		}
-		colours, inked := pixelStats(img)
-		// Five plots in many colours plus anti-aliasing give hundreds of
-		// colours; a blank or error page gives a handful.
-		if colours < 50 {
-			t.Fatalf("screenshot has %d distinct colours: blank or broken page", colours)
-		}
-		if inked < 0.02 {
-			t.Fatalf("only %.1f%% of the screenshot is non-white", 100*inked)
-		}
-		t.Logf("screenshot %s: %d colours, %.1f%% non-white", shot, colours, 100*inked)
-		if *screenshotOut != "" {
-			data, err := os.ReadFile(shot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(*screenshotOut, data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	t.Run("screenshot", func(t *testing.T) { chromiumScreenshot(t, bin, page, htmlPath, window) })
 
-	t.Run("dom", func(t *testing.T) {
-		// The page's policy forbids scripts; the measuring copy allows
-		// the one inline script it adds, and nothing else.
-		csp := `content="default-src 'none'; style-src 'unsafe-inline'"`
-		if !bytes.Contains(page, []byte(csp)) {
-			t.Fatalf("report lacks its Content-Security-Policy %s", csp)
-		}
-		measured := bytes.Replace(page, []byte(csp), []byte(`content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"`), 1)
-		measured = bytes.Replace(measured, []byte("</body>"), []byte(measureScript+"</body>"), 1)
-		mPath := filepath.Join(dir, "measure.html")
-		if err := os.WriteFile(mPath, measured, 0o644); err != nil {
+	t.Run("dom", func(t *testing.T) { chromiumDOM(t, bin, dir, page, window) })
+}
+
+// chromiumScreenshot is TestRenderInChromium's subtest "screenshot".
+func chromiumScreenshot(t *testing.T, bin string, page []byte, htmlPath string, window string) {
+	shot := filepath.Join(t.ArtifactDir(), "report-1400.png")
+	runChromium(t, bin, "file://"+htmlPath, "--screenshot="+shot, window)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("decode screenshot: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != pageWidth || b.Dy() != 2400 {
+		t.Fatalf("screenshot is %v, want %dx2400", b, pageWidth)
+	}
+	colours, inked := pixelStats(img)
+	// Five plots in many colours plus anti-aliasing give hundreds of
+	// colours; a blank or error page gives a handful.
+	if colours < 50 {
+		t.Fatalf("screenshot has %d distinct colours: blank or broken page", colours)
+	}
+	if inked < 0.02 {
+		t.Fatalf("only %.1f%% of the screenshot is non-white", 100*inked)
+	}
+	t.Logf("screenshot %s: %d colours, %.1f%% non-white", shot, colours, 100*inked)
+	if *screenshotOut != "" {
+		data, err := os.ReadFile(shot)
+		if err != nil {
 			t.Fatal(err)
 		}
-		dom := string(runChromium(t, bin, "file://"+mPath, "--dump-dom", window))
-		if got := strings.Count(dom, "<svg "); got != PlotCount {
-			t.Fatalf("DOM has %d <svg> elements, want %d", got, PlotCount)
+		if err := os.WriteFile(*screenshotOut, data, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		start := strings.Index(dom, `<pre id="measure">`)
-		if start < 0 {
-			t.Fatalf("the measuring script did not run; DOM:\n%s", dom)
+	}
+}
+
+// chromiumDOM is TestRenderInChromium's subtest "dom".
+func chromiumDOM(t *testing.T, bin string, dir string, page []byte, window string) {
+	// The page's policy forbids scripts; the measuring copy allows
+	// the one inline script it adds, and nothing else.
+	csp := `content="default-src 'none'; style-src 'unsafe-inline'"`
+	if !bytes.Contains(page, []byte(csp)) {
+		t.Fatalf("report lacks its Content-Security-Policy %s", csp)
+	}
+	measured := bytes.Replace(page, []byte(csp), []byte(`content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"`), 1)
+	measured = bytes.Replace(measured, []byte("</body>"), []byte(measureScript+"</body>"), 1)
+	mPath := filepath.Join(dir, "measure.html")
+	if err := os.WriteFile(mPath, measured, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dom := string(runChromium(t, bin, "file://"+mPath, "--dump-dom", window))
+	if got := strings.Count(dom, "<svg "); got != PlotCount {
+		t.Fatalf("DOM has %d <svg> elements, want %d", got, PlotCount)
+	}
+	start := strings.Index(dom, `<pre id="measure">`)
+	if start < 0 {
+		t.Fatalf("the measuring script did not run; DOM:\n%s", dom)
+	}
+	raw := dom[start+len(`<pre id="measure">`):]
+	raw = html.UnescapeString(raw[:strings.Index(raw, "</pre>")])
+	var l layout
+	if err := json.Unmarshal([]byte(raw), &l); err != nil {
+		t.Fatalf("measurements: %v\n%s", err, raw)
+	}
+	if l.Doc > pageWidth {
+		t.Errorf("the page is %.0f px wide, over the %d px window", l.Doc, pageWidth)
+	}
+	for _, tb := range l.Tables {
+		if tb.Box.R > pageWidth || tb.Box.W == 0 {
+			t.Errorf("table %s spans %.0f to %.0f px, outside the %d px window", tb.ID, tb.Box.L, tb.Box.R, pageWidth)
 		}
-		raw := dom[start+len(`<pre id="measure">`):]
-		raw = html.UnescapeString(raw[:strings.Index(raw, "</pre>")])
-		var l layout
-		if err := json.Unmarshal([]byte(raw), &l); err != nil {
-			t.Fatalf("measurements: %v\n%s", err, raw)
+	}
+	if len(l.Tables) != 2 {
+		t.Errorf("%d tables, want 2 (rounds, skills)", len(l.Tables))
+	}
+	want := map[string][]string{
+		"learnable": {"learnable, designed envs (regeneration rounds)", "learnable, pool (other rounds)", regenName},
+		"winrate": {"all skills, designed envs (regeneration rounds)", "all skills, pool (other rounds)",
+			"causal-inference", "logical-deduction", "one-round-skill", "planning", "spatial-reasoning", regenName},
+		"regret":    {"mean", "median", "p10–p90", regenName},
+		"diversity": {"Vendi/n", regenName},
+		"validity":  {"validity", regenName},
+	}
+	if len(l.Plots) != PlotCount {
+		t.Fatalf("%d plots measured, want %d", len(l.Plots), PlotCount)
+	}
+	for _, p := range l.Plots {
+		if p.Box.R > pageWidth || p.Box.W == 0 {
+			t.Errorf("plot %s spans %.0f to %.0f px, outside the window", p.ID, p.Box.L, p.Box.R)
 		}
-		if l.Doc > pageWidth {
-			t.Errorf("the page is %.0f px wide, over the %d px window", l.Doc, pageWidth)
-		}
-		for _, tb := range l.Tables {
-			if tb.Box.R > pageWidth || tb.Box.W == 0 {
-				t.Errorf("table %s spans %.0f to %.0f px, outside the %d px window", tb.ID, tb.Box.L, tb.Box.R, pageWidth)
+		var names []string
+		for _, e := range p.Legend {
+			names = append(names, e.Name)
+			if !e.Visible || e.Swatches == 0 || e.SwatchArea < 9 {
+				t.Errorf("plot %s: legend entry %q is not visible (swatches %d, area %.0f)", p.ID, e.Name, e.Swatches, e.SwatchArea)
+			}
+			if e.Drawn == 0 {
+				t.Errorf("plot %s: legend entry %q has nothing drawn in the plot", p.ID, e.Name)
 			}
 		}
-		if len(l.Tables) != 2 {
-			t.Errorf("%d tables, want 2 (rounds, skills)", len(l.Tables))
+		if !slices.Equal(names, want[p.ID]) {
+			t.Errorf("plot %s legend = %q, want %q", p.ID, names, want[p.ID])
 		}
-		want := map[string][]string{
-			"learnable": {"learnable, designed envs (regeneration rounds)", "learnable, pool (other rounds)", regenName},
-			"winrate": {"all skills, designed envs (regeneration rounds)", "all skills, pool (other rounds)",
-				"causal-inference", "logical-deduction", "one-round-skill", "planning", "spatial-reasoning", regenName},
-			"regret":    {"mean", "median", "p10–p90", regenName},
-			"diversity": {"Vendi/n", regenName},
-			"validity":  {"validity", regenName},
-		}
-		if len(l.Plots) != PlotCount {
-			t.Fatalf("%d plots measured, want %d", len(l.Plots), PlotCount)
-		}
-		for _, p := range l.Plots {
-			if p.Box.R > pageWidth || p.Box.W == 0 {
-				t.Errorf("plot %s spans %.0f to %.0f px, outside the window", p.ID, p.Box.L, p.Box.R)
+		if p.ID == "regret" {
+			// Regret on rounds 0, 4 and 8, none adjacent: a bar each,
+			// from p10 to p90 (0.4 apart in sampleRounds), no band.
+			if len(p.Bars) != 3 || len(p.Bands) != 0 {
+				t.Errorf("regret: %d bars and %d bands, want 3 and 0", len(p.Bars), len(p.Bands))
 			}
-			var names []string
-			for _, e := range p.Legend {
-				names = append(names, e.Name)
-				if !e.Visible || e.Swatches == 0 || e.SwatchArea < 9 {
-					t.Errorf("plot %s: legend entry %q is not visible (swatches %d, area %.0f)", p.ID, e.Name, e.Swatches, e.SwatchArea)
+			for i, h := range p.Bars {
+				if h < 20 {
+					t.Errorf("regret bar %d is %.1f px high: p10–p90 not shown", i, h)
 				}
-				if e.Drawn == 0 {
-					t.Errorf("plot %s: legend entry %q has nothing drawn in the plot", p.ID, e.Name)
-				}
-			}
-			if !slices.Equal(names, want[p.ID]) {
-				t.Errorf("plot %s legend = %q, want %q", p.ID, names, want[p.ID])
-			}
-			if p.ID == "regret" {
-				// Regret on rounds 0, 4 and 8, none adjacent: a bar each,
-				// from p10 to p90 (0.4 apart in sampleRounds), no band.
-				if len(p.Bars) != 3 || len(p.Bands) != 0 {
-					t.Errorf("regret: %d bars and %d bands, want 3 and 0", len(p.Bars), len(p.Bands))
-				}
-				for i, h := range p.Bars {
-					if h < 20 {
-						t.Errorf("regret bar %d is %.1f px high: p10–p90 not shown", i, h)
-					}
-				}
 			}
 		}
-		for id, v := range l.Header {
-			if v == nil || strings.TrimSpace(*v) == "" {
-				t.Errorf("header %s missing or empty", id)
-			}
+	}
+	for id, v := range l.Header {
+		if v == nil || strings.TrimSpace(*v) == "" {
+			t.Errorf("header %s missing or empty", id)
 		}
-		if v := l.Header["hdr-serving"]; v != nil && *v != "not in this run's config" {
-			t.Errorf("serving mode %q, want the placeholder for a config without one", *v)
+	}
+	if v := l.Header["hdr-serving"]; v != nil && *v != "not in this run's config" {
+		t.Errorf("serving mode %q, want the placeholder for a config without one", *v)
+	}
+	if len(l.Links) == 0 {
+		t.Error("the page links nothing: its doc references should be links")
+	}
+	for _, a := range l.Links {
+		if !a.OK {
+			t.Errorf("link %q has no target in the page (the report is read offline)", a.Href)
 		}
-		if len(l.Links) == 0 {
-			t.Error("the page links nothing: its doc references should be links")
-		}
-		for _, a := range l.Links {
-			if !a.OK {
-				t.Errorf("link %q has no target in the page (the report is read offline)", a.Href)
-			}
-		}
-	})
+	}
 }
 
 // pixelStats returns the number of distinct colours and the share of

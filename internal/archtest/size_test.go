@@ -42,12 +42,10 @@ const (
 //
 //	go test ./internal/archtest -run TestSizes -v -args -archtest.print-sizes
 const sizeAllowList = `
-cmd/spade/checks_test.go:TestRoundChecks 124
 cmd/spade/eval_test.go:TestEvalStage 157
 cmd/spade/integrity_test.go:gcRace 126
 cmd/spade/pool_cli_test.go:TestPoolImportFixedPoolCLI 187
 datasets/import_test.go:TestImportJSONL 199
-engines/report/chromium_test.go:TestRenderInChromium 146
 engines/sandbox/python/spade_harness.py 1238
 internal/faults/badinput_test.go:TestBadInput 138
 pipeline/config/config_test.go:TestLoadErrors 125
