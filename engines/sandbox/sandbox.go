@@ -40,7 +40,7 @@ import (
 	"github.com/spade-pipeline/spade/internal/textcut"
 )
 
-//go:embed python/spade_harness.py python/spade_run.py python/spade_env/__init__.py
+//go:embed python/spade_harness.py python/spade_isolation.py python/spade_zygote.py python/spade_run.py python/spade_env/__init__.py
 var pythonFiles embed.FS
 
 // Config configures a Sandbox. Zero fields take the defaults documented on

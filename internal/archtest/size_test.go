@@ -33,11 +33,7 @@ const (
 // lines: it may shrink, not grow. Shrink it as files are split; an entry
 // no longer over its limit fails the test, so the list stays exact.
 // TestImportJSONL, TestBadInput, TestLoadErrors and TestCompute are one
-// table of cases and a short loop (the limit's "table-driven data"). The
-// sandbox harness stays whole for now: the hostile programs patch its
-// functions through sys.modules["spade_harness"] and its traceback filter
-// names the file, so a split must keep both true (docs/design.md
-// "Layers" says where it sits).
+// table of cases and a short loop (the limit's "table-driven data").
 // Regenerate it with
 //
 //	go test ./internal/archtest -run TestSizes -v -args -archtest.print-sizes
@@ -46,7 +42,6 @@ cmd/spade/eval_test.go:TestEvalStage 157
 cmd/spade/integrity_test.go:gcRace 126
 cmd/spade/pool_cli_test.go:TestPoolImportFixedPoolCLI 187
 datasets/import_test.go:TestImportJSONL 199
-engines/sandbox/python/spade_harness.py 1238
 internal/faults/badinput_test.go:TestBadInput 138
 pipeline/config/config_test.go:TestLoadErrors 125
 stages/label/label_test.go:TestCompute 123

@@ -22,7 +22,8 @@ Lifecycle (one program per process, never a second one):
 Under bubblewrap the harness runs as a zygote instead (``"zygote": true``,
 pid 1 of the sandbox): it forks one fresh process per program, which serves
 the lifecycle above, and restores the sandbox between programs; see
-``zygote_main``.
+``spade_zygote.zygote_main`` (the loop) and ``spade_isolation`` (what a
+sandbox must not inherit, and the cleanup between programs).
 
 Everything the harness sends is checked again on the Go side: code in this
 process is untrusted once the program has been executed.
@@ -41,13 +42,16 @@ import sys
 
 import _signal
 
+import spade_isolation
+import spade_zygote
+from spade_isolation import CTL_OUT_FD, close_inherited_fds, detach_keyrings
+
 IN_FD = 3
 OUT_FD = 4
 HEADER = struct.Struct(">I")
 
 LIMITS = {}
 MAX_REPLY = 1 << 20
-LIBC = None  # ctypes handle on the C library, when ctypes loads
 
 
 # --- JSON --------------------------------------------------------------------
@@ -135,13 +139,17 @@ def send(obj):
     write_all(HEADER.pack(len(data)) + data)
 
 
+# The harness's own files, whose frames a program's traceback leaves out.
+HARNESS_FILES = ("spade_harness.py", "spade_isolation.py", "spade_zygote.py")
+
+
 def tail_traceback(exc, limit=4000):
     """The traceback without the harness's own frames: only the program's."""
     import traceback
 
     if isinstance(exc, (ContractError, ReplyLimit)):
         return ""  # raised by the harness about a return value; no program frames
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("spade_harness.py")]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) not in HARNESS_FILES]
     text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
     text += "".join(traceback.format_exception_only(type(exc), exc))
     return text[-limit:]
@@ -696,353 +704,6 @@ def program_main(send_ready):
             fail(exc)
 
 
-# --- what a sandbox must not inherit ----------------------------------------
-#
-# Run once at start, before any program code: a process keeps what its
-# parent had, and bubblewrap's namespaces do not cover these two.
-
-# keyctl's syscall number by machine (asm-generic 219: arm64, riscv64,
-# loongarch64); others refuse to start a sandbox rather than leave the
-# host's keyrings reachable.
-KEYCTL_NR = {
-    "x86_64": 250, "i686": 288, "i386": 288, "aarch64": 219, "riscv64": 219, "loongarch64": 219,
-    "armv7l": 311, "armv8l": 311, "ppc64le": 271, "ppc64": 271, "s390x": 280,
-}.get(os.uname().machine)
-KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = 1, 7
-KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -3, -4, -5
-KEYRINGS = False  # whether keyctl works here (then cleanup clears the keyrings)
-
-
-def close_inherited_fds(last):
-    """Close every descriptor above last. The Go side passes 0-4 (and 5-6
-    to a zygote), but a descriptor the spade process inherited without
-    close-on-exec (a shell redirection, a jobserver pipe, a socket from
-    systemd) survives the exec into bubblewrap and Python and would hand a
-    program a host file or directory."""
-    try:
-        # Exactly the open ones, whatever their number (one may lie above a
-        # lowered RLIMIT_NOFILE); closing listdir's own descriptor fails
-        # harmlessly.
-        fds = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = range(last + 1, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024))
-    for fd in fds:
-        if fd > last:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def keyctl(*args):
-    """The keyctl(2) syscall through ctypes; (result, errno)."""
-    res = LIBC.syscall(KEYCTL_NR, *args)
-    return res, (ctypes_errno() if res < 0 else 0)
-
-
-def ctypes_errno():
-    import ctypes
-
-    return ctypes.get_errno()
-
-
-def detach_keyrings():
-    """Join a new, empty session keyring and empty the slot uid's user
-    keyrings (clear_keyrings). Keyrings are not namespaced: the session
-    keyring of the process that started spade (a PAM login's, a systemd
-    service's) is otherwise inherited, and every program could read and
-    replace the host's keys in it. Under bubblewrap on amd64 and arm64 a
-    seccomp filter makes keyctl fail with ENOSYS for everything in the
-    sandbox, which settles it; this covers the rest. Returns an error
-    text, or "" when detached or when keyctl is unavailable here."""
-    global LIBC, KEYRINGS
-    if LIBC is None:
-        try:
-            import ctypes
-
-            LIBC = ctypes.CDLL(None, use_errno=True)
-        except (ImportError, OSError):
-            return "keyrings: ctypes is unavailable, so the host's session keyring cannot be left"
-    if KEYCTL_NR is None:
-        return f"keyrings: keyctl's syscall number on {os.uname().machine} is unknown"
-    res, err = keyctl(KEYCTL_JOIN_SESSION_KEYRING, None)
-    if res >= 0:
-        KEYRINGS = True
-        # The user keyrings belong to the uid, not to this sandbox: an
-        # earlier sandbox of the same slot uid may have left keys there.
-        return "" if clear_keyrings() else "keyrings: the slot uid's keyrings could not be cleared"
-    if err in (38, 1):  # ENOSYS, EPERM: keyctl is filtered or absent
-        return ""
-    return f"keyrings: joining a new session keyring failed: {os.strerror(err)}"
-
-
-def clear_keyrings():
-    """Empty the keyrings a program may have added keys to: this sandbox's
-    session keyring, and the uid's user and user-session keyrings when the
-    uid is the slot's own ("own_uid": never the invoking user's, whose keys
-    they would be). True when emptied (or keyctl is unavailable here, as
-    under bubblewrap's seccomp filter on amd64 and arm64)."""
-    if not KEYRINGS:
-        return True
-    rings = [KEY_SPEC_SESSION_KEYRING]
-    if LIMITS.get("own_uid"):
-        rings += [KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING]
-    ok = True
-    for ring in rings:
-        res, _ = keyctl(KEYCTL_CLEAR, ring)
-        ok = ok and res == 0
-    return ok
-
-
-def shared_inodes():
-    """/tmp, /dev/shm, /dev and the symlinks in /dev: the inodes programs
-    share and may own. Listed once at start; a changed /dev replaces the
-    sandbox (dev_snapshot)."""
-    paths = ["/tmp", "/dev/shm", "/dev"]
-    try:
-        with os.scandir("/dev") as it:
-            paths += [e.path for e in it if e.is_symlink()]
-    except OSError:
-        pass
-    return paths
-
-
-def reset_times(paths):
-    """Set the access and modification times of paths (shared_inodes) to
-    the epoch: a program can write 64 bits of nanoseconds into each with
-    utime, a channel to the next program otherwise."""
-    for path in paths:
-        try:
-            os.utime(path, ns=(0, 0), follow_symlinks=False)
-        except OSError:
-            pass
-
-
-def clear_xattrs(path):
-    """Remove every extended attribute of path (POSIX ACLs included: a
-    default ACL on /tmp would govern every file the next program creates
-    there); True when none is left."""
-    try:
-        for name in os.listxattr(path, follow_symlinks=False):
-            try:
-                os.removexattr(path, name, follow_symlinks=False)
-            except OSError:
-                pass
-        return not os.listxattr(path, follow_symlinks=False)
-    except OSError as exc:
-        return exc.errno == 95  # EOPNOTSUPP: the filesystem keeps none
-
-
-# --- zygote ----------------------------------------------------------------
-#
-# With ``"zygote": true`` in the limits the harness runs as pid 1 of the
-# sandbox's pid namespace (bwrap --as-pid-1) and never executes untrusted
-# code itself. For each program it forks a fresh child that serves the
-# program on fds 3/4 exactly as a standalone harness would; between programs
-# it kills every other process of the namespace, empties /tmp and /dev/shm,
-# checks /dev against its start-up snapshot and drains the request pipe, and
-# reports on its own control channel (fds 5/6, closed in the child before any
-# program code runs). As the namespace's init it cannot be killed from
-# inside: the kernel drops SIGKILL from processes of the same namespace.
-# Anything it cannot restore is reported as unclean and the Go side replaces
-# the whole sandbox.
-
-CTL_IN_FD = 5
-CTL_OUT_FD = 6
-
-
-def ctl_send(obj):
-    data = dumps(obj).encode("utf-8", "surrogatepass")
-    write_all(HEADER.pack(len(data)) + data, CTL_OUT_FD)
-
-
-def fd_state(fd):
-    """What a program process can change on a file description it shares
-    with the zygote: status flags (O_ASYNC, O_DIRECT, O_NONBLOCK), the
-    SIGIO owner and signal, the pipe's size."""
-    out = []
-    for cmd in FD_QUERIES:
-        try:
-            out.append(fcntl.fcntl(fd, cmd))
-        except OSError as exc:
-            out.append(exc.errno)
-    return tuple(out)
-
-
-FD_QUERIES = (fcntl.F_GETFL, fcntl.F_GETOWN, fcntl.F_GETSIG, fcntl.F_GETPIPE_SZ)
-RLIMITS = tuple(sorted(n for n in dir(resource) if n.startswith("RLIMIT_")))
-
-
-def ioprio():
-    nr = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
-    if LIBC is None or nr is None:
-        return None
-    return LIBC.syscall(nr, 1, 0)  # ioprio_get(IOPRIO_WHO_PROCESS, self)
-
-
-def dev_snapshot():
-    """Everything of the sandbox a program could change for the programs
-    after it, short of the files the cleanup removes: the entries of /dev,
-    the modes of /, /tmp, /dev and /dev/shm, the zygote's own rlimits,
-    scheduling and I/O priority (a same-uid process may lower them with
-    prlimit, sched_setscheduler, setpriority), and the state of the file
-    descriptions every program shares with the zygote (fds 0-4)."""
-    snap = {}
-    with os.scandir("/dev") as it:
-        for e in it:
-            st = e.stat(follow_symlinks=False)
-            snap[e.name] = (st.st_mode, st.st_rdev, st.st_ino)
-    for path in ("/", "/tmp", "/dev", "/dev/shm"):
-        try:
-            st = os.stat(path)
-            snap["stat " + path] = (st.st_mode, st.st_uid, st.st_gid, st.st_ino)
-        except OSError as exc:
-            snap["stat " + path] = exc.errno
-        try:
-            snap["xattrs " + path] = tuple(sorted(os.listxattr(path, follow_symlinks=False)))
-        except OSError as exc:
-            snap["xattrs " + path] = exc.errno
-    for name in RLIMITS:
-        snap[name] = resource.getrlimit(getattr(resource, name))
-    snap["sched"] = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), ioprio())
-    for fd in range(5):
-        snap[f"fd {fd}"] = fd_state(fd)
-    return snap
-
-
-def remove_sysv_ipc():
-    """Remove the System V shared memory segments, semaphore sets and
-    message queues programs created in the sandbox's IPC namespace (same
-    uid, so IPC_RMID is allowed); True when none is left."""
-    if LIBC is None:
-        return False
-    rm = {
-        "shm": lambda i: LIBC.shmctl(i, 0, None),  # IPC_RMID
-        "sem": lambda i: LIBC.semctl(i, 0, 0),
-        "msg": lambda i: LIBC.msgctl(i, 0, None),
-    }
-    left = False
-    for kind, fn in rm.items():
-        path = "/proc/sysvipc/" + kind
-        ids = [int(line.split()[1]) for line in read_small(path).splitlines()[1:]]
-        for i in ids:
-            fn(i)
-        # Read again only when something was removed (the common case has none).
-        left = left or (bool(ids) and len(read_small(path).splitlines()) > 1)
-    return not left
-
-
-def read_small(path):
-    """The bytes of a small file (a /proc table) read with os.read: far
-    fewer objects than open() and a text wrapper."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
-def wipe(path, top=True):
-    """Remove everything below path; True when it is empty afterwards."""
-    if not top:
-        try:
-            os.chmod(path, 0o700)  # a program may have made it unwritable
-        except OSError:
-            pass
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return False
-    for e in entries:
-        try:
-            if e.is_dir(follow_symlinks=False):
-                wipe(e.path, False)
-                os.rmdir(e.path)
-            else:
-                os.unlink(e.path)
-        except OSError:
-            pass
-    try:
-        return not os.listdir(path)
-    except OSError:
-        return False
-
-
-def kill_all_others():
-    """SIGKILL and reap every process of the namespace but this one.
-
-    Returns (whether any process was found, whether none is left)."""
-    found = False
-    for _ in range(2000):
-        try:
-            os.kill(-1, signal.SIGKILL)
-            found = True
-        except ProcessLookupError:
-            return found, True
-        except PermissionError:
-            return found, False
-        # Killed processes, and orphans reparented to this init, are reaped here.
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
-            if pid == 0:
-                break
-    return found, False
-
-
-def drain_requests():
-    os.set_blocking(IN_FD, False)
-    try:
-        while True:
-            try:
-                if not os.read(IN_FD, 1 << 16):
-                    break
-            except BlockingIOError:
-                break
-    finally:
-        os.set_blocking(IN_FD, True)
-
-
-def cleanup(dev, shared):
-    """Restore the sandbox after a program; returns (strays, problems). Any
-    failure, even an unexpected exception (a directory nested past the
-    recursion limit), is a problem: the Go side then replaces the sandbox."""
-    strays, problems = False, []
-    try:
-        strays, none_left = kill_all_others()
-        if not none_left:
-            problems.append("processes survived SIGKILL")
-        if not wipe("/tmp"):
-            problems.append("/tmp could not be emptied")
-        if os.path.isdir("/dev/shm") and not wipe("/dev/shm"):
-            problems.append("/dev/shm could not be emptied")
-        if not remove_sysv_ipc():
-            problems.append("System V IPC objects could not be removed")
-        if not clear_keyrings():
-            problems.append("keyrings could not be cleared")
-        for path in ("/tmp", "/dev/shm"):
-            if os.path.isdir(path) and not clear_xattrs(path):
-                problems.append(f"extended attributes of {path} could not be removed")
-        reset_times(shared)
-        now = dev_snapshot()
-        changed = sorted(k for k in set(now) | set(dev) if now.get(k) != dev.get(k))
-        if changed:
-            problems.append("changed: " + ", ".join(changed)[:400])
-        drain_requests()
-    except BaseException as exc:  # noqa: BLE001  (the zygote must survive to report)
-        problems.append(f"cleanup failed: {type(exc).__name__}: {exc}"[:500])
-    return strays, problems
-
-
 def child_main(fn):
     """Run fn in a freshly forked child and end the child, never returning:
     exit status 0 when fn returns, 70 when anything escapes it."""
@@ -1068,149 +729,6 @@ def status_fields(status):
     return out
 
 
-def send_if_room(obj):
-    """send() that never blocks: a program's daemon may have filled the
-    reply pipe before it was killed. If the frame does not fit, Go learns
-    the program's end from the reap reply instead (and a partly written
-    frame is drained before the next program, or fails the current read as
-    a protocol error, which replaces the sandbox)."""
-    os.set_blocking(OUT_FD, False)
-    try:
-        send(obj)
-    except BlockingIOError:
-        pass
-    finally:
-        os.set_blocking(OUT_FD, True)
-
-
-def reap_children(child_pid):
-    """Reap every exited child without blocking: orphans reparented to this
-    init and, when it has exited, the program process. Returns the program
-    process's wait status, or None while it runs."""
-    status = None
-    while True:
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return status
-        if pid == 0:
-            return status
-        if pid == child_pid:
-            status = st
-
-
-def zygote_main():
-    import select
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Import once here what every program process needs, so no program
-    # process pays for it.
-    import inspect  # noqa: F401  (tool_status)
-    import linecache  # noqa: F401  (op_load)
-    import traceback  # noqa: F401  (tail_traceback)
-
-    import spade_env  # noqa: F401  (discover, metadata)
-
-    # Not dumpable: a program process running as the same uid cannot ptrace
-    # this process or write its memory through /proc. (main loaded LIBC
-    # before detach_keyrings let the zygote start.)
-    LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-    # SIGCHLD wakes the select below through a pipe: exited processes are
-    # reaped at once, so orphans never pile up as zombies against
-    # RLIMIT_NPROC while a program runs.
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    for fd in (IN_FD, OUT_FD):
-        os.set_inheritable(fd, True)
-    shared = shared_inodes()
-    reset_times(shared)  # so a fresh sandbox looks like a restored one
-    dev = dev_snapshot()
-    ctl_send({"ok": True, "ready": True, "python": sys.version.split()[0]})
-    child = 0  # the program process's pid, 0 when none runs
-    ended = None  # the report of a program process that ended by itself
-    while True:
-        ready, _, _ = select.select([CTL_IN_FD, wake_r], [], [])
-        if wake_r in ready:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-            status = reap_children(child)
-            if child and status is not None:
-                # The program process ended by itself: report it on the
-                # program channel, where the Go side waits for a reply,
-                # once its strays are gone.
-                child = 0
-                strays, problems = cleanup(dev, shared)
-                ended = dict(status_fields(status), strays=strays, unclean=problems)
-                send_if_room(dict({"op": "program_ended"}, **status_fields(status)))
-        if CTL_IN_FD not in ready:
-            continue
-        try:
-            req = read_frame(CTL_IN_FD)
-        except EOFError:
-            return
-        op = req.get("op")
-        if op == "spawn":
-            if child:
-                ctl_send({"ok": False, "kind": "protocol", "detail": "a program is already running"})
-                continue
-            sys.stdout.flush()
-            sys.stderr.flush()
-            gc.freeze()  # as in op_reset: the child's collector leaves these pages alone
-            try:
-                pid = os.fork()
-            except OSError as exc:
-                ctl_send({"ok": False, "kind": "sandbox", "detail": f"fork program process: {exc}"})
-                continue
-            if pid == 0:
-
-                def program_process():
-                    # The _signal functions, not the signal module's
-                    # wrappers: those convert to and from enum members,
-                    # whose machinery touches ~30 more pages of the zygote
-                    # in every program process (docs/benchmarks.md).
-                    _signal.set_wakeup_fd(-1)
-                    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-                    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-                    for fd in (CTL_IN_FD, CTL_OUT_FD, wake_r, wake_w):
-                        os.close(fd)
-                    cpu = LIMITS.get("cpu_seconds")
-                    if cpu:
-                        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu_hard(cpu)))
-                    program_main(False)
-
-                child_main(program_process)
-            child, ended = pid, None
-            ctl_send({"ok": True})
-        elif op == "reap":
-            if child:
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                while True:
-                    try:
-                        _, status = os.waitpid(child, 0)
-                        break
-                    except InterruptedError:
-                        continue
-                child = 0
-                strays, problems = cleanup(dev, shared)
-                ended = dict(status_fields(status), strays=strays, unclean=problems)
-            report = ended or {"strays": False, "unclean": []}
-            ctl_send(dict({"ok": True, "clean": not report["unclean"]}, **report))
-            ended = None
-        elif op == "exit":
-            return
-        else:
-            ctl_send({"ok": False, "kind": "protocol", "detail": f"unknown op {op!r}"})
-
-
 def main():
     global MAX_REPLY
     lim = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
@@ -1228,7 +746,7 @@ def main():
         # RLIMIT_CPU is set in each program process instead: the zygote's own
         # CPU (every fork's page-table copy) would otherwise add up to it.
         apply_limits(dict(lim, cpu_seconds=0))
-        zygote_main()
+        spade_zygote.zygote_main()
         return
     apply_limits(lim)
     program_main(True)
