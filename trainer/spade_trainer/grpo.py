@@ -236,8 +236,26 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int, max_samples: int
     return out
 
 
+def target_columns(e: Encoded) -> Tuple[List[int], List[float], List[float]]:
+    """One piece's per-token columns aligned with its next-token targets,
+    each of length L = len(e.ids): position t predicts token t + 1, so
+    targets[t] = ids[t + 1], mask[t] = e.mask[t + 1] (1.0 when that
+    target is a trained token: the loss mask) and sampler[t] =
+    e.sampler[t + 1] (the sampler's log-prob of that target, NaN where
+    there is none); the last position has no target (0, mask 0.0, NaN).
+    The one place where the token mask becomes the loss mask: an
+    off-by-one here trains the token beside each completion token."""
+    L = len(e.ids)
+    targets = e.ids[1:] + [0]
+    mask = [float(m) for m in e.mask[1:]] + [0.0]
+    # e.sampler[t] is the log-prob of token t, i.e. of target t - 1.
+    sampler = (e.sampler[1:] if e.sampler is not None else [NAN] * (L - 1)) + [NAN]
+    return targets, mask, sampler
+
+
 def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
-    """One packed micro-batch of ``chunk`` (see MicroBatch)."""
+    """One packed micro-batch of ``chunk`` (see MicroBatch); each piece's
+    targets, loss mask and sampler log-probs are target_columns'."""
     ids: List[int] = []
     pos: List[int] = []
     tgt: List[int] = []
@@ -249,12 +267,12 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         L = len(e.ids)
         ids += e.ids
         pos += range(L)
-        tgt += e.ids[1:] + [0]
-        mask += [float(m) for m in e.mask[1:]] + [0.0]
+        t_tgt, t_mask, t_sampler = target_columns(e)
+        tgt += t_tgt
+        mask += t_mask
+        sampler += t_sampler
         adv += [e.advantage] * L
         weight += [e.weight] * L
-        # sampler[t] is the log-prob of token t, i.e. of target t - 1.
-        sampler += (e.sampler[1:] if e.sampler is not None else [NAN] * (L - 1)) + [NAN]
     has_sampler = any(e.sampler is not None for e in chunk)
 
     def t(v, dtype):
