@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,6 +91,33 @@ func TestTorchTrainerRounds(t *testing.T) {
 			require.Equal(t, prev.ContentDigest(), in.Digest, "round %d rollouts pin round %d's checkpoints", r, r-1)
 		}
 		parent = ck.CheckpointID
+	}
+	torchNoDataIsNull(ctx, t, f)
+}
+
+// torchNoDataIsNull checks, in DuckDB over the run's train_metrics, that
+// what the trainer could not measure is NULL there, not 0: the
+// procedural model returns no log-probs, so no trained token has a
+// sampler log-prob (sampler_logprob_tokens 0) and the log-prob mismatch
+// and tis_clip_fraction have no value; kl_beta is 0, so kl is not
+// computed. What was measured (loss, trained_tokens) is there.
+func torchNoDataIsNull(ctx context.Context, t *testing.T, f *fixture) {
+	require.Zero(t, f.cfg.GRPO.KLBeta)
+	db, err := f.openSQL(ctx, f.run)
+	require.NoError(t, err)
+	defer db.Close()
+	_, got := rows(t, db, `select round, step,
+		max(value) filter (where name = 'sampler_logprob_tokens'),
+		max(value) filter (where name = 'logprob_mismatch_mean'),
+		max(value) filter (where name = 'logprob_mismatch_max'),
+		max(value) filter (where name = 'tis_clip_fraction'),
+		max(value) filter (where name = 'kl'),
+		count(*) filter (where name in ('loss', 'trained_tokens') and value is not null)
+		from train_metrics where step >= 1 group by round, step order by round, step`)
+	require.Len(t, got, 3, "one inner step in each of rounds 1-3")
+	for i, r := range got {
+		require.Equal(t, []string{fmt.Sprint(i + 1), "1", "0", "NULL", "NULL", "NULL", "NULL", "2"}, r,
+			"round, step, sampler_logprob_tokens, logprob_mismatch_mean, _max, tis_clip_fraction, kl, measured loss and trained_tokens")
 	}
 }
 

@@ -470,28 +470,6 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	return nil
 }
 
-// warnMismatch logs a warning when the first step's mean |logp_trainer -
-// logp_sampler| is above grpo.mismatch_warn: the server that sampled the
-// batch did not hold the trainer's input weights (a stale or other
-// checkpoint, another dtype or quantization), so the update is
-// off-policy by that much.
-func (s *Stage) warnMismatch(env *pipeline.Env, st StepMetrics) {
-	warn := env.Config.GRPO.MismatchWarn
-	if warn <= 0 {
-		warn = config.DefaultMismatchWarn
-	}
-	if st.SamplerLogprobTokens == 0 || st.LogprobMismatchMean <= warn {
-		return
-	}
-	log := s.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	log.Warn("the server's log-probs differ from the trainer's: the sampled tokens came from another policy than the trainer's input checkpoint (see docs/training.md \"Training on the sampled tokens\"; grpo.tis_cap corrects for it)",
-		"round", env.Round.Round, "logprob_mismatch_mean", st.LogprobMismatchMean, "logprob_mismatch_max", st.LogprobMismatchMax,
-		"tokens", st.SamplerLogprobTokens, "grpo.mismatch_warn", warn)
-}
-
 // TokenIDSample reports whether every trained assistant turn of s (every
 // assistant turn of an agent sample, the last assistant message of a
 // designer sample) carries the server's sampled token ids, so that the
@@ -508,32 +486,6 @@ func TokenIDSample(s schemas.TrainSample) bool {
 		}
 	}
 	return last >= 0 && len(s.Messages[last].CompletionTokenIDs) > 0
-}
-
-// stepMetricRows returns the train_metrics rows of one optimiser step, in
-// name order: loss, kl, clip_fraction, grad_norm, tokens, trained_tokens,
-// lr and micro_batches, plus the measurements tokens_per_s, seconds and
-// peak_memory_bytes when timings is true (observe.timings; they differ
-// between identical runs). Keys of the metrics line that StepMetrics has
-// no field for (st.Raw) are not stored: train_metrics holds this fixed set
-// (docs/tables.md), so its content is reproducible whatever a trainer adds.
-func stepMetricRows(st StepMetrics, timings bool) []schemas.TrainMetric {
-	vals := map[string]float64{
-		"loss": st.Loss, "kl": st.KL, "clip_fraction": st.ClipFraction, "grad_norm": st.GradNorm,
-		"tokens": float64(st.Tokens), "trained_tokens": float64(st.TrainedTokens), "lr": st.LR,
-		"micro_batches":         float64(st.MicroBatches),
-		"logprob_mismatch_mean": st.LogprobMismatchMean, "logprob_mismatch_max": st.LogprobMismatchMax,
-		"sampler_logprob_tokens": float64(st.SamplerLogprobTokens), "tis_clip_fraction": st.TISClipFraction,
-	}
-	if timings {
-		vals["tokens_per_s"], vals["seconds"], vals["peak_memory_bytes"] = st.TokensPerS, st.Seconds, float64(st.PeakMemoryBytes)
-	}
-	rows := make([]schemas.TrainMetric, 0, len(vals))
-	for name, v := range vals {
-		rows = append(rows, schemas.TrainMetric{Step: int64(st.Step), Name: name, Value: v})
-	}
-	sort.Slice(rows, func(a, b int) bool { return rows[a].Name < rows[b].Name })
-	return rows
 }
 
 // train runs the trainer from parent and stores the new checkpoint's files

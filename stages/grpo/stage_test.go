@@ -312,25 +312,72 @@ func TestBuildBatchErrors(t *testing.T) {
 
 // TestStepMetricRows checks which keys of a trainer step line reach
 // train_metrics: the fixed set including micro_batches, the measurements
-// only with timings, and never a key StepMetrics has no field for.
+// only with timings, never a key StepMetrics has no field for, and no row
+// for a key the line leaves out.
 func TestStepMetricRows(t *testing.T) {
 	st, ev, err := ParseMetricsLine([]byte(`{"step":2,"loss":-0.5,"kl":0.01,"clip_fraction":0.1,"grad_norm":2,"tokens":100,"trained_tokens":40,` +
 		`"tokens_per_s":1e4,"seconds":0.01,"peak_memory_bytes":123,"lr":1e-6,"micro_batches":3,"new_key":7}`))
 	require.NoError(t, err)
 	require.False(t, ev)
-	names := func(rows []schemas.TrainMetric) []string {
-		var out []string
-		for _, r := range rows {
-			require.EqualValues(t, 2, r.Step, r.Name)
-			out = append(out, r.Name)
-		}
-		return out
-	}
 	rows := stepMetricRows(st, false)
-	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "logprob_mismatch_max", "logprob_mismatch_mean", "loss", "lr", "micro_batches", "sampler_logprob_tokens", "tis_clip_fraction", "tokens", "trained_tokens"}, names(rows))
-	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[7])
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "tokens", "trained_tokens"}, metricNames(t, 2, rows))
+	require.Equal(t, schemas.TrainMetric{Step: 2, Name: "micro_batches", Value: 3}, rows[5])
 	rows = stepMetricRows(st, true)
-	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "logprob_mismatch_max", "logprob_mismatch_mean", "loss", "lr", "micro_batches", "peak_memory_bytes", "sampler_logprob_tokens", "seconds", "tis_clip_fraction", "tokens", "tokens_per_s", "trained_tokens"}, names(rows))
+	require.Equal(t, []string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "peak_memory_bytes", "seconds", "tokens", "tokens_per_s", "trained_tokens"}, metricNames(t, 2, rows))
+}
+
+// TestStepMetricRowsNoData: a metric with no data has no train_metrics
+// row, never a 0. The project's trainer behind a server that returns no
+// log-probs writes the mismatch and tis_clip_fraction as null, and kl as
+// null with kl_beta 0; a trainer that writes 0 for them over 0 compared
+// tokens gets no row either (a mean over no token); with compared tokens
+// every one is stored, 0 included.
+func TestStepMetricRowsNoData(t *testing.T) {
+	base := `{"step":1,"loss":-0.5,"clip_fraction":0,"grad_norm":2,"tokens":100,"trained_tokens":40,"lr":1e-6,"micro_batches":1,`
+	for _, tc := range []struct {
+		name, tail string
+		want       []string
+		values     map[string]float64
+	}{
+		{"nulls from the project's trainer", `"kl":null,"logprob_mismatch_mean":null,"logprob_mismatch_max":null,"sampler_logprob_tokens":0,"tis_clip_fraction":null,"tokens_per_s":null}`,
+			[]string{"clip_fraction", "grad_norm", "loss", "lr", "micro_batches", "sampler_logprob_tokens", "tokens", "trained_tokens"},
+			map[string]float64{"sampler_logprob_tokens": 0, "clip_fraction": 0}},
+		{"zeros over no compared token", `"kl":0,"logprob_mismatch_mean":0,"logprob_mismatch_max":0,"sampler_logprob_tokens":0,"tis_clip_fraction":0}`,
+			[]string{"clip_fraction", "grad_norm", "kl", "loss", "lr", "micro_batches", "sampler_logprob_tokens", "tokens", "trained_tokens"},
+			map[string]float64{"kl": 0}},
+		{"no count at all", `"logprob_mismatch_mean":0.2,"logprob_mismatch_max":0.5}`,
+			[]string{"clip_fraction", "grad_norm", "loss", "lr", "micro_batches", "tokens", "trained_tokens"}, nil},
+		{"compared tokens", `"kl":0,"logprob_mismatch_mean":0,"logprob_mismatch_max":0.25,"sampler_logprob_tokens":30,"tis_clip_fraction":0}`,
+			[]string{"clip_fraction", "grad_norm", "kl", "logprob_mismatch_max", "logprob_mismatch_mean", "loss", "lr", "micro_batches", "sampler_logprob_tokens", "tis_clip_fraction", "tokens", "trained_tokens"},
+			map[string]float64{"logprob_mismatch_mean": 0, "logprob_mismatch_max": 0.25, "sampler_logprob_tokens": 30, "tis_clip_fraction": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, err := ParseMetricsLine([]byte(base + tc.tail))
+			require.NoError(t, err)
+			rows := stepMetricRows(st, true)
+			require.Equal(t, tc.want, metricNames(t, 1, rows))
+			for _, r := range rows {
+				if v, ok := tc.values[r.Name]; ok {
+					require.Equal(t, v, r.Value, r.Name)
+				}
+			}
+		})
+	}
+	// A StepMetrics built in Go (no line) has every key but the
+	// mismatch, which needs compared tokens.
+	require.NotContains(t, metricNames(t, 0, stepMetricRows(StepMetrics{}, false)), "logprob_mismatch_mean")
+	require.Contains(t, metricNames(t, 0, stepMetricRows(StepMetrics{}, false)), "kl")
+}
+
+// metricNames returns the names of rows, checking each is of step.
+func metricNames(t *testing.T, step int64, rows []schemas.TrainMetric) []string {
+	t.Helper()
+	var out []string
+	for _, r := range rows {
+		require.EqualValues(t, step, r.Step, r.Name)
+		out = append(out, r.Name)
+	}
+	return out
 }
 
 // putCheckpointFile stores data under key and returns its checkpoint row

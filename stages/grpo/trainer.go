@@ -257,8 +257,10 @@ type StepMetrics struct {
 	// a mean over the batch's trained tokens.
 	Loss float64 `json:"loss"`
 	// KL is the k3 estimate of KL(policy || reference), a mean over the
-	// trained tokens; 0 when kl_beta is 0 (not computed) and on the first
-	// step with the default reference.
+	// trained tokens; 0 on the first step with the default reference. The
+	// project's trainer writes it null when kl_beta is 0 (not computed),
+	// which leaves KL 0 here and the train_metrics row out
+	// (stepMetricRows).
 	KL float64 `json:"kl"`
 	// ClipFraction is the share of trained tokens whose clipped branch was
 	// active (A > 0 with ratio > 1+eps, or A < 0 with ratio < 1-eps).
@@ -270,7 +272,8 @@ type StepMetrics struct {
 	Tokens int64 `json:"tokens"`
 	// TrainedTokens counts the tokens in the loss (see Tokens).
 	TrainedTokens int64 `json:"trained_tokens"`
-	// TokensPerS is Tokens divided by Seconds (0 when Seconds is 0).
+	// TokensPerS is Tokens divided by Seconds; the project's trainer
+	// writes it null (no row) when Seconds is 0.
 	TokensPerS float64 `json:"tokens_per_s"`
 	// Seconds is the step's wall-clock time.
 	Seconds float64 `json:"seconds"`
@@ -284,19 +287,23 @@ type StepMetrics struct {
 	MicroBatches int64 `json:"micro_batches"`
 	// LogprobMismatchMean and LogprobMismatchMax are the mean and largest
 	// |logp_trainer - logp_sampler| (nats) over the trained tokens that
-	// carry a sampler log-prob, measured on the first inner step (0 when
-	// none does; docs/training.md "Training on the sampled tokens").
+	// carry a sampler log-prob, measured on the first inner step
+	// (docs/training.md "Training on the sampled tokens"). When none does
+	// (SamplerLogprobTokens 0) the trainer writes them null, they read 0
+	// here, and train_metrics has no row for them (stepMetricRows).
 	LogprobMismatchMean float64 `json:"logprob_mismatch_mean"`
 	// LogprobMismatchMax: see LogprobMismatchMean.
 	LogprobMismatchMax float64 `json:"logprob_mismatch_max"`
 	// SamplerLogprobTokens counts the tokens compared.
 	SamplerLogprobTokens int64 `json:"sampler_logprob_tokens"`
 	// TISClipFraction is the share of those tokens whose importance
-	// weight the tis_cap bound (0 with tis_cap 0).
+	// weight the tis_cap bound; null in the line (0 here, no row) with
+	// tis_cap 0 or no such token.
 	TISClipFraction float64 `json:"tis_clip_fraction"`
 	// Raw is the metrics line as read, including keys StepMetrics has no
 	// field for; the grpo stage stores only the fields above in
-	// train_metrics, so such keys are not stored.
+	// train_metrics, so such keys are not stored, and only those the line
+	// carries with a value (not absent, not null).
 	Raw json.RawMessage `json:"-"`
 }
 

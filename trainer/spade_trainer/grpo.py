@@ -535,12 +535,18 @@ def train_round(
 
     The same first-step logp_old is compared with the sampler's log-probs
     (MicroBatch.sampler_logp) on every trained token that has one: metrics
-    logprob_mismatch_mean / _max (|logp_old - logp_sampler|, nats; 0 when
-    no token has one) and sampler_logprob_tokens, measured once and
-    repeated on every step's line; ``warn`` gets one line when the mean
-    exceeds cfg.mismatch_warn. With cfg.tis_cap > 0 each such token's
-    policy-gradient term is multiplied by tis_weights (tis_clip_fraction:
-    the share of them where the cap bound).
+    logprob_mismatch_mean / _max (|logp_old - logp_sampler|, nats) and
+    sampler_logprob_tokens, measured once and repeated on every step's
+    line; ``warn`` gets one line when the mean exceeds cfg.mismatch_warn.
+    With cfg.tis_cap > 0 each such token's policy-gradient term is
+    multiplied by tis_weights (tis_clip_fraction: the share of them where
+    the cap bound).
+
+    A metric with no data is None (JSON null), never 0: the mismatch mean
+    and max and tis_clip_fraction when no token has a sampler log-prob
+    (a server that returns none, e.g. ``transformers serve``),
+    tis_clip_fraction also with tis_cap 0 (no cap applied), kl with kl_beta
+    0 (not computed), tokens_per_s when the step took no measurable time.
     """
     from . import dist as D
 
@@ -569,8 +575,8 @@ def train_round(
         # finite checks and the metrics line anyway.
         gn = float(grad_norm)
         lv, klv, clv, mms, mmn, tb, tn = (float(x) for x in sums_t)
-        mm_mean = mms / mmn if mmn > 0 else 0.0
-        if step == 1 and mmn > 0 and mm_mean > cfg.mismatch_warn:
+        mm_mean = mms / mmn if mmn > 0 else None
+        if step == 1 and mm_mean is not None and mm_mean > cfg.mismatch_warn:
             warn(
                 f"spade_trainer: warning: mean |logp_trainer - logp_sampler| {mm_mean:.4g} nats over {int(mmn)} sampled tokens "
                 f"(max {float(mmax):.4g}) exceeds mismatch_warn {cfg.mismatch_warn:g}: the server sampled with other weights, "
@@ -585,20 +591,20 @@ def train_round(
         m = {
             "step": step,
             "loss": lv,
-            "kl": klv,
+            "kl": klv if cfg.kl_beta > 0 else None,
             "clip_fraction": clv / plan.norm_tokens,
             "grad_norm": gn,
             "tokens": plan.total_tokens,
             "trained_tokens": int(plan.norm_tokens),
-            "tokens_per_s": plan.total_tokens / dt if dt > 0 else 0.0,
+            "tokens_per_s": plan.total_tokens / dt if dt > 0 else None,
             "seconds": dt,
             "peak_memory_bytes": peak_memory_bytes(device),
             "lr": opt.param_groups[0]["lr"],
             "micro_batches": len(micro),
             "logprob_mismatch_mean": mm_mean,
-            "logprob_mismatch_max": float(mmax) if mmn > 0 else 0.0,
+            "logprob_mismatch_max": float(mmax) if mmn > 0 else None,
             "sampler_logprob_tokens": int(mmn),
-            "tis_clip_fraction": tb / tn if tn > 0 else 0.0,
+            "tis_clip_fraction": tb / tn if tn > 0 and cfg.tis_cap > 0 else None,
         }
         metrics.append(m)
         emit(m)

@@ -515,7 +515,30 @@ class LossTest(unittest.TestCase):
         self.assertAlmostEqual(m[0]["loss"], want, places=6)
         self.assertEqual(m[0]["trained_tokens"], T)
         self.assertEqual(m[0]["clip_fraction"], 0.0)
-        self.assertEqual(m[0]["kl"], 0.0)
+        # kl_beta 0: KL is not computed, so it has no value (null), not 0.
+        self.assertIsNone(m[0]["kl"])
+
+    def test_metrics_without_data_are_null(self):
+        """A text batch (no sampler log-prob on any token, as behind a
+        server that returns none): the step line writes the log-prob
+        mismatch and tis_clip_fraction as null, not 0, and counts 0
+        compared tokens; kl is null with kl_beta 0. The JSON line the CLI
+        writes (config.as_json) keeps them null."""
+        from spade_trainer.config import as_json
+
+        samples = to_samples(fixed_batch())
+        enc = encode_batch(samples, byte_encoder(), 8192, "mem")
+        mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), 2)
+        model = ck.new_tiny(3)
+        params = list(model.parameters())
+        cfg = train_config(lr=1e-3, tis_cap=2.0)
+        m = train_round(LF(model), params, make_optimizer(params, cfg, torch.device("cpu")), mbs, cfg, torch.device("cpu"), None)
+        self.assertEqual(m[0]["sampler_logprob_tokens"], 0)
+        for key in ("logprob_mismatch_mean", "logprob_mismatch_max", "tis_clip_fraction", "kl"):
+            self.assertIsNone(m[0][key], key)
+        line = json.loads(as_json(m[0]))
+        self.assertIsNone(line["logprob_mismatch_mean"])
+        self.assertIn("logprob_mismatch_mean", line)
 
 
 def grads_of(model, samples, micro_batch_size):
