@@ -240,11 +240,22 @@ func ScanAll[T any](ctx context.Context, e *Env, t schemas.Table[T], name string
 		}
 		return fmt.Errorf("stage %s: %s of round %d is not a declared input", e.Stage, name, round)
 	}
+	return ScanManifestRows(ctx, e.store, t, m, fn)
+}
+
+// ScanManifestRows is ScanAll over the files m lists, for a reader outside
+// a stage (spade report summarises each round's rollouts): fn gets the
+// rows of one file at a time, in part order, each file verified as
+// ReadManifestRows verifies it. Errors: m's kind or schema fingerprint not
+// t's (naming the table and round), the errors of ReadVerified and
+// table.Decode, and fn's, returned unwrapped; files after a failure are
+// not read.
+func ScanManifestRows[T any](ctx context.Context, s storage.Store, t schemas.Table[T], m *Manifest, fn func(rows []T) error) error {
 	if err := checkKind(t, m); err != nil {
 		return err
 	}
 	for _, f := range m.Files {
-		data, err := ReadVerified(ctx, e.store, f)
+		data, err := ReadVerified(ctx, s, f)
 		if err != nil {
 			return err
 		}

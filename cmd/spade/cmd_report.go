@@ -18,6 +18,7 @@ import (
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/grpo"
 	"github.com/spade-pipeline/spade/stages/roundmetrics"
 )
 
@@ -29,7 +30,7 @@ func newReportCmd(g *globals) *cobra.Command {
 	var outPath string
 	cmd := &cobra.Command{
 		Use:   "report [--out FILE]",
-		Short: "Write one offline HTML report of the run: plots over rounds (learnable fraction, win rate, regret, diversity, validity)",
+		Short: "Write one offline HTML report of the run: plots over rounds of the round metrics, the agent's replies and the training dynamics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -58,6 +59,7 @@ func newReportCmd(g *globals) *cobra.Command {
 				a.log.Warn("report: an evaluation file outside the rounds is damaged and left out", "error", d)
 			}
 			var rounds []report.RoundSummary
+			sameK := !cfg.FixedPool() // every round shown made with the run's k
 			for r := 1; ; r++ {
 				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, r, "metrics"))
 				if errors.Is(err, storage.ErrNotFound) {
@@ -77,6 +79,10 @@ func newReportCmd(g *globals) *cobra.Command {
 					return err
 				}
 				sum := roundmetrics.Summary(r, pipeline.NewRoundInfo(from.Run, r, &from.Config).Regeneration, rows)
+				sameK = sameK && !from.Config.FixedPool() && from.Config.RegenerateEvery == cfg.RegenerateEvery
+				if sum.Training, sum.Replies, err = roundTables(ctx, a.store, g.runName, r); err != nil {
+					return err
+				}
 				if b := (report.Band{Low: from.Config.Label.BandLow, High: from.Config.Label.BandHigh}); b != runBand {
 					sum.Band = &b
 				}
@@ -94,6 +100,9 @@ func newReportCmd(g *globals) *cobra.Command {
 				outPath = g.runName + "-report.html"
 			}
 			h := reportHeader(rf, runBand)
+			if !sameK {
+				h.RegenerateEvery = 0
+			}
 			base, err := evaluate.RoundEvals(ctx, a.store, g.runName, 0, side) // spade eval --round 0: no round table, side files by RoundEvals' rule
 			if err != nil {
 				return err
@@ -125,14 +134,18 @@ func newReportCmd(g *globals) *cobra.Command {
 
 // reportHeader describes the run at the top of its report, from its
 // pinned config: the model that answers its calls, its trainer, its config
-// digest, k and recipe (configs/<recipe>.yaml). The serving mode is left
+// digest, k (0 under design.mode fixed_pool, which never regenerates),
+// whether it plays a fixed pool, and its recipe (configs/<recipe>.yaml). The serving mode is left
 // empty ("not in this run's config") while the config has no such
 // setting; the serving issue fills it here.
 func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 	cfg := rf.Config
 	h := report.Header{
 		Run: rf.Run, Band: band, ConfigDigest: rf.ConfigDigest,
-		RegenerateEvery: cfg.RegenerateEvery, MetricsDoc: docs.Metrics,
+		RegenerateEvery: cfg.RegenerateEvery, FixedPool: cfg.FixedPool(), MetricsDoc: docs.Metrics,
+	}
+	if h.FixedPool {
+		h.RegenerateEvery = 0 // no round regenerates, whatever k says
 	}
 	if cfg.Recipe != "" {
 		h.Recipe = cfg.Recipe + " (configs/" + cfg.Recipe + ".yaml, docs/recipes.md)"
@@ -187,6 +200,44 @@ func reportHeader(rf *pipeline.RunFile, band report.Band) report.Header {
 		h.Trainer = t.Trainer
 	}
 	return h
+}
+
+// roundTables reads what the report shows of round r besides its metrics
+// table: the training summary of its train_metrics table
+// (grpo.TrainSummary) and the reply summary of its rollouts table
+// (roundmetrics.ReplyStats, read one file at a time). A table the round
+// does not have gives nil (shown as "no data"). Errors: reading or
+// verifying a manifest or a data file (pipeline.ErrIntegrity, a schema
+// mismatch).
+func roundTables(ctx context.Context, st storage.Store, run string, r int) (*report.Training, *report.Replies, error) {
+	var train *report.Training
+	m, err := pipeline.ReadManifest(ctx, st, pipeline.ManifestKey(run, r, "train_metrics"))
+	switch {
+	case err == nil:
+		rows, err := pipeline.ReadManifestRows(ctx, st, schemas.TrainMetrics, m)
+		if err != nil {
+			return nil, nil, err
+		}
+		train = grpo.TrainSummary(rows)
+	case !errors.Is(err, storage.ErrNotFound):
+		return nil, nil, err
+	}
+	m, err = pipeline.ReadManifest(ctx, st, pipeline.ManifestKey(run, r, "rollouts"))
+	if errors.Is(err, storage.ErrNotFound) {
+		return train, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var stats roundmetrics.ReplyStats
+	err = pipeline.ScanManifestRows(ctx, st, schemas.Rollouts, m, func(rows []schemas.Rollout) error {
+		stats.Add(rows)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return train, stats.Summary(), nil
 }
 
 // roundOrigin returns a function giving, for a round of the run rf

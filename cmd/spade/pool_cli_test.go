@@ -11,6 +11,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 )
 
@@ -115,10 +116,9 @@ func TestPoolImportFixedPoolCLI(t *testing.T) {
 	res = run(nil, "dag", "airflow", "--out", dag)
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "7 stages, 1 sharded")
-	src, err := os.ReadFile(dag)
-	require.NoError(t, err)
-	require.Contains(t, string(src), "stage rollout --round")
-	require.NotContains(t, string(src), "stage design --round")
+	src := mustRead(t, dag)
+	require.Contains(t, src, "stage rollout --round")
+	require.NotContains(t, src, "stage design --round")
 
 	res = run(nil, "--run", "fixed", "pool", "import", "--json", root)
 	require.Equal(t, 0, res.code, res.stderr)
@@ -152,6 +152,7 @@ func TestPoolImportFixedPoolCLI(t *testing.T) {
 		require.Contains(t, res.stdout, "round "+n+" of run fixed committed")
 		require.Contains(t, res.stdout, "pool round (fixed pool: design.mode = fixed_pool, no regeneration)")
 	}
+	fixedPoolReport(t, dir, run)
 
 	// The designer (and the hint writer) never ran: no table of theirs in
 	// any round, no validation after round 0, no designer sample.
@@ -269,4 +270,39 @@ func TestPoolImportFixedPoolCLI(t *testing.T) {
 	res = run(nil, "--run", "fromparquet", "pool", "import", root)
 	require.Equal(t, 3, res.code, res.stderr)
 	require.Contains(t, res.stderr, "round 0 of run fromparquet is already sealed without this pool")
+}
+
+// fixedPoolReport is TestPoolImportFixedPoolCLI's check of `spade report`
+// on the fixed-pool run's five rounds (trainer none, the procedural
+// model): the header says that no round regenerates and why, never
+// "every k rounds"; the reply plots have data from the rollouts table;
+// the training plots whose metrics no trainer step wrote, the token
+// lengths (no token ids) and on_policy (no served call) say "no data",
+// and the zero-variance groups, written by the grpo stage, are drawn.
+func fixedPoolReport(t *testing.T, dir string, run func(env []string, args ...string) result) {
+	out := filepath.Join(dir, "fixed-report.html")
+	res := run(nil, "--run", "fixed", "report", "--out", out)
+	require.Equal(t, 0, res.code, res.stderr)
+	page := mustRead(t, out)
+	i := strings.Index(page, `<p class="meta" id="rounds-text">`)
+	require.GreaterOrEqual(t, i, 0, "no opening sentence")
+	text := page[i : i+strings.Index(page[i:], "</p>")]
+	require.Contains(t, text, "5 rounds (1 to 5), none with regeneration: under design.mode fixed_pool no round designs environments; every round plays the pool imported at round 0")
+	require.NotContains(t, text, "every 4 rounds")
+	require.NotContains(t, text, "dashed vertical lines")
+	require.False(t, strings.Contains(page, `class="regen"`), "a fixed-pool run marks regeneration rounds")
+	require.Equal(t, report.PlotCount, strings.Count(page, "<svg "))
+	plot := func(id string) string {
+		i := strings.Index(page, `<svg xmlns="http://www.w3.org/2000/svg" id="`+id+`"`)
+		require.GreaterOrEqual(t, i, 0, "no plot %s", id)
+		return page[i : i+strings.Index(page[i:], "</svg>")]
+	}
+	for _, id := range []string{"loss", "grad-norm", "clip", "kl", "trained-tokens", "mismatch", "reply-tokens", "on-policy"} {
+		require.Contains(t, plot(id), `class="no-data"`, "plot %s", id)
+	}
+	for id, series := range map[string]string{"reply-chars": "mean", "cut": "stepped replies without an action", "zero-variance": "zero_variance_groups / agent_groups"} {
+		require.Equal(t, 5, strings.Count(plot(id), `class="marker" data-series="`+series+`"`), "plot %s: a marker per round", id)
+	}
+	require.Contains(t, page, "<tr><td>1</td><td>no</td><td>0</td><td>–</td>", "round 1 of trainer none: not trained, no step metric")
+	require.Contains(t, page, `<h2 id="doc-report-enginesreport">`, "docs/metrics.md rendered as HTML")
 }

@@ -1,8 +1,13 @@
-// Package report renders a run's round-level metrics as one offline HTML
-// page: inline SVG plots over rounds (learnable fraction, win rate,
-// regret, diversity, validity) and a per-round table. The page loads
-// nothing (no scripts, fonts, stylesheets or images from anywhere), so it
-// can be archived next to the run's tables and opened years later.
+// Package report renders a run as one offline HTML page: inline SVG plots
+// over rounds of the round metrics (learnable fraction, win rate, regret,
+// diversity, validity, held-out scores), of the agent's replies (length,
+// cut replies, unextracted actions, on_policy) and of the training
+// dynamics (loss, gradient norm, clip fraction, KL, trained tokens,
+// log-prob mismatch, zero-variance groups), per-round tables, and the
+// metric definitions (docs/metrics.md) rendered from Markdown. A value
+// with no data shows as "no data", a gap or "–", never as 0. The page
+// loads nothing (no scripts, fonts, stylesheets or images from anywhere),
+// so it can be archived next to the run's tables and opened years later.
 package report
 
 import (
@@ -97,6 +102,19 @@ type RoundSummary struct {
 	// differs from the run's (a fork's rounds up to its fork round were
 	// labelled with its source run's config); nil means the run's band.
 	Band *Band
+	// PolicyCalls is the number of the round's model calls that a served
+	// model answered (metrics policy_calls); 0 (the procedural model)
+	// leaves on_policy without data: its plot and column say so rather
+	// than show the metrics table's 0.
+	PolicyCalls int
+	// Training is the round's GRPO step from its train_metrics table
+	// (stages/grpo.TrainSummary); nil when the round has none, shown as
+	// "no data".
+	Training *Training
+	// Replies summarises the agent's replies in the round's unhinted
+	// plays (stages/roundmetrics.ReplyStats over its rollouts table); nil
+	// when not read, shown as "no data".
+	Replies *Replies
 }
 
 //go:embed report.html.tmpl
@@ -125,9 +143,10 @@ type Band struct {
 func (b Band) String() string { return fmt.Sprintf("[%g, %g]", b.Low, b.High) }
 
 // PlotCount is the number of <svg> plots Render writes when no round has
-// evaluation scores (RoundSummary.Evals); with scores there is one more,
-// TitleEvals.
-const PlotCount = 5
+// evaluation scores (RoundSummary.Evals): five of the round metrics, four
+// of the agent's replies and on_policy, seven of the training dynamics;
+// with scores there is one more, TitleEvals, after the first five.
+const PlotCount = 16
 
 // Header is what the top of the page says about the run, from its pinned
 // config (cmd/spade fills it; docs/metrics.md "Report"). Text fields are
@@ -166,20 +185,30 @@ type Header struct {
 	BaseEvals map[string]float64
 	// ConfigDigest is the run's config digest (_RUN.json config_digest).
 	ConfigDigest string
-	// RegenerateEvery is k: a regeneration every k rounds; 0 if unknown.
+	// RegenerateEvery is k: a regeneration every k rounds; 0 if unknown,
+	// and cmd/spade leaves it 0 unless every round shown was made with
+	// the same k under design.mode designer (a fork's inherited rounds
+	// may have another). The page names k only when it is set.
 	RegenerateEvery int
-	// MetricsDoc is the text of docs/metrics.md, included at the end of the
-	// page so that its links work offline; "" leaves it out (and the links
-	// name the file only).
+	// FixedPool is true for a run under design.mode fixed_pool: no round
+	// regenerates, every round plays the pool imported at round 0, and
+	// the header says so instead of naming k.
+	FixedPool bool
+	// MetricsDoc is the Markdown of docs/metrics.md, rendered as HTML at
+	// the end of the page (raw HTML in it left out) so that its
+	// definitions are there offline; "" leaves it out (and the links name
+	// the file only).
 	MetricsDoc string
 }
 
 // Render writes the report of one run as one self-contained HTML5 document
-// to w: the header h, PlotCount inline SVG plots over rounds (one more,
-// the held-out scores, when a round has Evals) and two tables (round
-// metrics, win rate per skill; a third of the scores), at most 1,400 CSS pixels
-// wide. The output is a pure function of its arguments (no timestamps,
-// skills sorted, fixed number formatting), so reports can be diffed and
+// to w: the header h, PlotCount inline SVG plots over rounds in three
+// groups (round metrics, with one more, the held-out scores, when a round
+// has Evals; agent replies and on_policy; training dynamics), four tables
+// (round metrics, win rate per skill, replies, training; a fifth of the
+// scores) and h.MetricsDoc as HTML, at most 1,400 CSS pixels wide. The
+// output is a pure function of its arguments (no timestamps, skills
+// sorted, fixed number formatting), so reports can be diffed and
 // golden-tested.
 //
 // Every plot spans the same rounds (first to last), marks the
@@ -192,9 +221,14 @@ type Header struct {
 // carried forward (other rounds), which differ by construction (the pool
 // holds only environments admitted inside the band).
 //
+// The reply and training plots join every round in one line (they
+// measure the policy, not an environment population); a plot with no
+// measured round says "no data" and why.
+//
 // Errors: an error naming the round index, round number and field for
-// rounds out of order, negative counts, rates outside [0, 1] or ±Inf
-// values; a band that is not 0 <= Low <= High <= 1; the error of w.
+// rounds out of order, negative counts, rates or shares outside [0, 1]
+// or ±Inf values (Training and Replies included); a band that is not
+// 0 <= Low <= High <= 1; the error of w.
 func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 	run, band := h.Run, h.Band
 	if !(band.Low >= 0 && band.Low <= band.High && band.High <= 1) {
@@ -213,15 +247,13 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 			return fmt.Errorf("render report for run %q: rounds[%d] (round %d): learnable band [%g, %g] is not within [0, 1] in order", run, i, r.Round, b.Low, b.High)
 		}
 	}
-	bands := bandLabel(band, rounds)
-	data := pageData{Header: h, Rounds: len(rounds), Band: bands}
-	if len(rounds) > 0 {
-		data.First, data.Last = rounds[0].Round, rounds[len(rounds)-1].Round
+	doc, err := metricsHTML(h.MetricsDoc)
+	if err != nil {
+		return fmt.Errorf("render report for run %q: %w", run, err)
 	}
+	bands := bandLabel(band, rounds)
+	data := pageData{Header: h, Rounds: len(rounds), Band: bands, RoundsText: roundsText(h, rounds), Doc: doc}
 	for _, r := range rounds {
-		if r.Regeneration {
-			data.Regenerations++
-		}
 		if r.OffPolicy && h.Trains {
 			data.OffPolicy = append(data.OffPolicy, r.Round)
 		}
@@ -230,8 +262,12 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 	if bands != label {
 		label = "of its round"
 	}
-	for _, c := range charts(rounds, label) {
-		data.Plots = append(data.Plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
+	for _, group := range [][]chart{charts(rounds, label), replyCharts(rounds), trainCharts(rounds)} {
+		var plots []template.HTML
+		for _, c := range group {
+			plots = append(plots, template.HTML(c.svg())) //nolint:gosec // built from escaped text and numbers only
+		}
+		data.Plots = append(data.Plots, plots)
 	}
 	data.Skills = skillsOf(rounds)
 	data.Evals = keysOf(append(evalMaps(rounds), h.BaseEvals)...)
@@ -241,6 +277,8 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 	for _, r := range rounds {
 		data.Rows = append(data.Rows, tableRow(r))
 		data.SkillRows = append(data.SkillRows, skillRow(r, data.Skills))
+		data.ReplyRows = append(data.ReplyRows, replyRow(r))
+		data.TrainRows = append(data.TrainRows, trainRow(r))
 		if r.Evals != nil {
 			data.EvalRows = append(data.EvalRows, append([]string{strconv.Itoa(r.Round)}, cells(r.Evals, data.Evals, 3)...))
 		}
@@ -253,15 +291,17 @@ func Render(w io.Writer, h Header, rounds []RoundSummary) error {
 
 type pageData struct {
 	Header
-	Band                string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
-	Rounds, First, Last int
-	Regenerations       int
-	OffPolicy           []int // rounds answered by another policy than theirs, when the run trains
-	Plots               []template.HTML
-	Skills              []string
-	Evals               []string // every score name of RoundSummary.Evals, sorted
-	Rows, SkillRows     [][]string
-	EvalRows            [][]string // rounds with scores only
+	Band                 string // the learnable band(s), "[0.2, 0.8]" (bandLabel)
+	Rounds               int
+	RoundsText           string            // roundsText
+	OffPolicy            []int             // rounds answered by another policy than theirs, when the run trains
+	Plots                [][]template.HTML // the groups: round metrics, replies, training
+	Skills               []string
+	Evals                []string // every score name of RoundSummary.Evals, sorted
+	Rows, SkillRows      [][]string
+	ReplyRows, TrainRows [][]string
+	EvalRows             [][]string    // rounds with scores only
+	Doc                  template.HTML // MetricsDoc as HTML
 }
 
 func validate(rounds []RoundSummary) error {
@@ -317,6 +357,9 @@ func validate(rounds []RoundSummary) error {
 		if r.RegretP10 > r.RegretP90 {
 			return fmt.Errorf("%s: RegretP10 %v above RegretP90 %v", where, r.RegretP10, r.RegretP90)
 		}
+		if err := validateTraining(where, r); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -354,7 +397,8 @@ func bandLabel(band Band, rounds []RoundSummary) string {
 	return strings.Join(parts, ", ")
 }
 
-// charts builds the five plots in page order; learnable names the band in
+// charts builds the five plots of the round metrics (and the held-out
+// scores when a round has some) in page order; learnable names the band in
 // the learnable plot's axis label ("[0.2, 0.8]" or "of its round").
 func charts(rounds []RoundSummary, learnable string) []chart {
 	pts := func(f func(RoundSummary) float64) []point {
@@ -431,7 +475,7 @@ func charts(rounds []RoundSummary, learnable string) []chart {
 			}
 			s = append(s, series{name: name, color: skillPalette[i%len(skillPalette)], width: strokeMain, dashed: i >= len(skillPalette), points: ps})
 		}
-		charts = append(charts, unit("evals", TitleEvals, "score", s...))
+		charts = append(charts, unit("heldout", TitleEvals, "score", s...))
 	}
 	return charts
 }

@@ -59,9 +59,47 @@ func sampleRoundsK(n, k int) []RoundSummary {
 			s := skills[(i/4+j)%len(skills)]
 			r.PerSkillWinRate[s] = math.Min(1, r.WinRate+0.1*float64(j-1))
 		}
+		r.Training, r.Replies = sampleTraining(i, n, t), sampleReplies(i, n, t)
+		if i >= 2 {
+			r.PolicyCalls = 96 + i
+		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// sampleTraining is round i of n's training summary (t = i/(n-1)): the
+// loss and gradient norm falling, KL growing, and in the first half of
+// the run no sampler log-probs (a server without them), so no mismatch.
+func sampleTraining(i, n int, t float64) *Training {
+	tr := &Training{
+		Trained: true, Steps: 2,
+		Loss: -0.02 + 0.015*math.Sin(float64(i)/2), GradNorm: 0.9 - 0.4*t + 0.05*math.Cos(float64(i)),
+		ClipFraction: 0.04 + 0.02*math.Sin(float64(i)/3), KL: 0.001 + 0.004*t,
+		TrainedTokens: 12000 + 300*float64(i%7), AgentGroups: 16, ZeroVarianceGroups: float64(i % 5),
+		LogprobMismatchMean: math.NaN(), LogprobMismatchMax: math.NaN(), SamplerLogprobTokens: 0, TISClipFraction: math.NaN(),
+	}
+	tr.ZeroVarianceShare = tr.ZeroVarianceGroups / tr.AgentGroups
+	if i >= n/2 {
+		tr.LogprobMismatchMean, tr.LogprobMismatchMax = 0.01+0.004*math.Sin(float64(i)), 0.3+0.1*t
+		tr.SamplerLogprobTokens, tr.TISClipFraction = 9000, 0.002+0.001*t
+	}
+	return tr
+}
+
+// sampleReplies is round i of n's reply summary: replies growing longer,
+// token ids reported in the second half only (as sampleTraining's
+// sampler log-probs).
+func sampleReplies(i, n int, t float64) *Replies {
+	p := &Replies{
+		Plays: 32, Replies: 96 + i%3, CharsMean: 400 + 250*t, CharsP90: 900 + 400*t,
+		TokensMean: math.NaN(), TokensP90: math.NaN(),
+		CutShare: 0.02 + 0.08*t, AgentCutShare: 0.05 + 0.1*t, UnextractedShare: 0.12 - 0.08*t,
+	}
+	if i >= n/2 {
+		p.TokenReplies, p.TokensMean, p.TokensP90 = p.Replies, 110+70*t, 250+90*t
+	}
+	return p
 }
 
 func render(t testing.TB, run string, rounds []RoundSummary) []byte {
@@ -148,9 +186,10 @@ func TestRenderStructure(t *testing.T) {
 			t.Errorf("plot title %q missing", title)
 		}
 	}
-	// Two tables, a row per round in each.
-	if got := strings.Count(out, "<tr><td>"); got != 2*len(rounds) {
-		t.Errorf("%d table rows, want %d", got, 2*len(rounds))
+	// Four tables (rounds, skills, replies, training), a row per round in
+	// each.
+	if got := strings.Count(out, "<tr><td>"); got != 4*len(rounds) {
+		t.Errorf("%d table rows, want %d", got, 4*len(rounds))
 	}
 	// Validity is measured on 10 of 40 rounds, every 4th: 10 markers, no
 	// line joining them across the unmeasured rounds, and the 10
@@ -242,6 +281,11 @@ func TestRenderErrors(t *testing.T) {
 		{"negative count", func(r []RoundSummary) { r[2].Valid = -3 }, "rounds[2] (round 2): Valid = -3 is negative"},
 		{"infinite regret", func(r []RoundSummary) { r[0].RegretP90 = math.Inf(1) }, "RegretP90 is infinite"},
 		{"crossed quantiles", func(r []RoundSummary) { r[0].RegretP10 = 1 }, "RegretP10 1 above RegretP90"},
+		{"clip fraction above one", func(r []RoundSummary) { r[1].Training.ClipFraction = 1.5 }, "rounds[1] (round 1): Training.ClipFraction = 1.5 is outside [0, 1]"},
+		{"infinite loss", func(r []RoundSummary) { r[2].Training.Loss = math.Inf(-1) }, "rounds[2] (round 2): Training.Loss is infinite"},
+		{"negative trained tokens", func(r []RoundSummary) { r[0].Training.TrainedTokens = -1 }, "Training count or norm is negative"},
+		{"cut share", func(r []RoundSummary) { r[1].Replies.CutShare = -0.5 }, "Replies.CutShare = -0.5 is outside [0, 1]"},
+		{"negative policy calls", func(r []RoundSummary) { r[0].PolicyCalls = -2 }, "PolicyCalls = -2 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -486,4 +530,148 @@ func TestRenderEvals(t *testing.T) {
 	if err := Render(&none, h, sampleRounds(2)); err == nil || !strings.Contains(err.Error(), `BaseEvals["y accuracy"] = NaN is outside [0, 1]`) {
 		t.Errorf("base score NaN: err = %v", err)
 	}
+}
+
+// TestRenderNoDataIsNotZero: a run of trainer none behind a server with
+// no log-probs (no step metrics, no token ids, no served call): every
+// training plot but the zero-variance one, the token-length plot and the
+// on_policy plot say "no data" and draw nothing, and their table cells
+// are "–", never 0; what was measured (the zero-variance share, an
+// unextracted share of exactly 0) is drawn and written as 0.
+func TestRenderNoDataIsNotZero(t *testing.T) {
+	rounds := sampleRounds(4)
+	nan := math.NaN()
+	for i := range rounds {
+		rounds[i].PolicyCalls = 0
+		rounds[i].Training = &Training{Trained: false, AgentGroups: 8, ZeroVarianceGroups: 2, ZeroVarianceShare: 0.25,
+			Loss: nan, GradNorm: nan, ClipFraction: nan, KL: nan, TrainedTokens: nan,
+			LogprobMismatchMean: nan, LogprobMismatchMax: nan, SamplerLogprobTokens: nan, TISClipFraction: nan}
+		rounds[i].Replies.TokenReplies, rounds[i].Replies.TokensMean, rounds[i].Replies.TokensP90 = 0, nan, nan
+		rounds[i].Replies.UnextractedShare = 0
+	}
+	rounds[3].Training = nil // a round without train_metrics
+	out := string(render(t, "none", rounds))
+	svgs := map[string]string{}
+	for _, s := range svgRe.FindAllString(out, -1) {
+		id := s[strings.Index(s, `id="`)+4:]
+		svgs[id[:strings.Index(id, `"`)]] = s
+	}
+	for _, id := range []string{"loss", "grad-norm", "clip", "kl", "trained-tokens", "mismatch", "reply-tokens", "on-policy"} {
+		s, ok := svgs[id]
+		if !ok {
+			t.Fatalf("no plot %s", id)
+		}
+		if !strings.Contains(s, `class="no-data"`) || !strings.Contains(s, ">no data (") {
+			t.Errorf("plot %s does not say it has no data", id)
+		}
+		if strings.Contains(s, `class="marker"`) || strings.Contains(s, `class="series"`) {
+			t.Errorf("plot %s draws a value it does not have", id)
+		}
+	}
+	if !strings.Contains(svgs["kl"], "grpo.kl_beta 0") || !strings.Contains(svgs["mismatch"], "server log-prob") {
+		t.Error("the KL and mismatch plots do not say why they have no data")
+	}
+	if got := strings.Count(svgs["zero-variance"], `class="marker"`); got != 3 {
+		t.Errorf("zero-variance plot has %d markers, want 3 (round 3 has no train_metrics)", got)
+	}
+	if got := strings.Count(svgs["cut"], `class="marker" data-series="stepped replies without an action"`); got != 4 {
+		t.Errorf("a measured 0 of unextracted actions has %d markers, want 4", got)
+	}
+	table := func(id string) string {
+		i := strings.Index(out, `<table id="`+id+`">`)
+		if i < 0 {
+			t.Fatalf("no table %s", id)
+		}
+		return out[i : i+strings.Index(out[i:], "</table>")]
+	}
+	train := table("training")
+	if !strings.Contains(train, "<tr><td>0</td><td>no</td><td>0</td><td>–</td><td>–</td><td>–</td><td>–</td><td>–</td><td>–</td><td>–</td><td>–</td><td>–</td><td>2/8</td></tr>") {
+		t.Errorf("training row of round 0 is not all no data but the groups:\n%s", train)
+	}
+	if !strings.Contains(train, "<tr><td>3</td><td>no train_metrics</td>") {
+		t.Errorf("a round without train_metrics is not named so:\n%s", train)
+	}
+	replies := table("replies")
+	if !strings.Contains(replies, "<td>0</td><td>–</td><td>–</td>") || !strings.Contains(replies, "<td>0.000</td><td>–</td></tr>") {
+		t.Errorf("replies table: tokens and on_policy should be –, the unextracted share 0.000:\n%s", replies)
+	}
+}
+
+// TestRenderRoundsText: the opening sentence is true for each kind of
+// run: k > 1 (regeneration rounds named and marked, two populations),
+// k = 1 (every round regenerates, nothing marked, no populations),
+// design.mode fixed_pool (no regeneration, no regret, no "every k
+// rounds"), and a k that is not the same for every round shown (not
+// named).
+func TestRenderRoundsText(t *testing.T) {
+	text := func(h Header, rounds []RoundSummary) string {
+		t.Helper()
+		out := string(renderWith(t, h, rounds))
+		i := strings.Index(out, `<p class="meta" id="rounds-text">`)
+		if i < 0 {
+			t.Fatal("no rounds text")
+		}
+		return out[i : i+strings.Index(out[i:], "</p>")]
+	}
+	h := Header{Run: "r", Band: Band{0.2, 0.8}, RegenerateEvery: 4}
+	got := text(h, sampleRounds(8))
+	for _, want := range []string{"8 rounds (0 to 7), 2 with regeneration (every 4 rounds), marked by dashed vertical lines.", "drawn per population", "Regret exists on regeneration rounds only"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("k = 4: %q lacks %q", got, want)
+		}
+	}
+	h.RegenerateEvery = 1
+	got = text(h, sampleRoundsK(3, 1))
+	if !strings.Contains(got, "3 rounds (0 to 2), every one with regeneration (regenerate_every 1): each designs, plays and labels its own environments") ||
+		strings.Contains(got, "dashed") || strings.Contains(got, "population") {
+		t.Errorf("k = 1: %q", got)
+	}
+	fixed := sampleRoundsK(5, 1000)
+	fixed[0].Regeneration = false
+	h.RegenerateEvery, h.FixedPool = 0, true
+	got = text(h, fixed)
+	if !strings.Contains(got, "5 rounds (0 to 4), none with regeneration: under design.mode fixed_pool no round designs environments; every round plays the pool imported at round 0") ||
+		!strings.Contains(got, "No round has regret") || strings.Contains(got, "every 4") || strings.Contains(got, "dashed") {
+		t.Errorf("fixed pool: %q", got)
+	}
+	h.FixedPool = false
+	got = text(h, sampleRounds(8))
+	if !strings.Contains(got, "2 with regeneration, marked") {
+		t.Errorf("k unknown: %q", got)
+	}
+	if got := text(h, sampleRounds(1)); !strings.Contains(got, "1 round (0), with regeneration: it designs") {
+		t.Errorf("one round: %q", got)
+	}
+}
+
+// TestRenderMetricsDocAsHTML: the definitions are Markdown rendered as
+// HTML (headings with ids prefixed doc-, tables, code), not a raw block;
+// raw HTML in them is left out.
+func TestRenderMetricsDocAsHTML(t *testing.T) {
+	h := testHeader("r")
+	h.MetricsDoc = "# Round metrics\n\nWin rate <b>is</b> `win_rate`.\n\n## Report\n\n| name | unit |\n|---|---|\n| `plays` | plays |\n"
+	out := string(renderWith(t, h, sampleRounds(2)))
+	i := strings.Index(out, `<section class="doc" id="doc-metrics">`)
+	if i < 0 {
+		t.Fatal("no definitions section")
+	}
+	doc := out[i:]
+	for _, want := range []string{`<h1 id="doc-round-metrics">Round metrics</h1>`, `<h2 id="doc-report">Report</h2>`, "<code>win_rate</code>",
+		"<table>", "<td><code>plays</code></td>"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("definitions lack %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "<pre>") || strings.Contains(doc, "<b>is</b>") || strings.Contains(doc, "| name |") {
+		t.Errorf("definitions are raw Markdown or carry raw HTML:\n%s", doc)
+	}
+}
+
+func renderWith(t *testing.T, h Header, rounds []RoundSummary) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Render(&b, h, rounds); err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	return b.Bytes()
 }

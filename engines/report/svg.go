@@ -75,6 +75,9 @@ type chart struct {
 	band       *band
 	zeroLine   bool
 	axis       axis
+	// noData is the text of a plot with no measured round; "" means
+	// "no data".
+	noData string
 }
 
 // svg renders c as one standalone <svg> element.
@@ -94,8 +97,12 @@ func (c chart) svg() string {
 	_, ys := c.extent()
 	if len(ys) == 0 {
 		c.frame(&b, x0, x1, 0, 1, integerTicks(x0, x1), nil)
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="%d" fill="#777" text-anchor="middle">no data</text>`,
-			num(marginL+innerW/2), num(marginT+innerH/2), fontSize)
+		text := c.noData
+		if text == "" {
+			text = "no data"
+		}
+		fmt.Fprintf(&b, `<text class="no-data" x="%s" y="%s" font-size="%d" fill="#777" text-anchor="middle">%s</text>`,
+			num(marginL+innerW/2), num(marginT+innerH/2), fontSize, esc(text))
 		b.WriteString(`</svg>`)
 		return b.String()
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/spade-pipeline/spade/internal/pyenv"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/schemas"
+	"github.com/spade-pipeline/spade/stages/grpo"
 )
 
 // TestTorchTrainerRounds runs rounds 1..3 with the project's PyTorch GRPO
@@ -100,7 +102,8 @@ func TestTorchTrainerRounds(t *testing.T) {
 // procedural model returns no log-probs, so no trained token has a
 // sampler log-prob (sampler_logprob_tokens 0) and the log-prob mismatch
 // and tis_clip_fraction have no value; kl_beta is 0, so kl is not
-// computed. What was measured (loss, trained_tokens) is there.
+// computed. What was measured (loss, trained_tokens) is there. The
+// report's summary of the same rows reads them as NaN ("no data").
 func torchNoDataIsNull(ctx context.Context, t *testing.T, f *fixture) {
 	require.Zero(t, f.cfg.GRPO.KLBeta)
 	db, err := f.openSQL(ctx, f.run)
@@ -119,6 +122,14 @@ func torchNoDataIsNull(ctx context.Context, t *testing.T, f *fixture) {
 		require.Equal(t, []string{fmt.Sprint(i + 1), "1", "0", "NULL", "NULL", "NULL", "NULL", "2"}, r,
 			"round, step, sampler_logprob_tokens, logprob_mismatch_mean, _max, tis_clip_fraction, kl, measured loss and trained_tokens")
 	}
+	m, err := pipeline.ReadManifest(ctx, f.store, pipeline.ManifestKey(f.run, 1, "train_metrics"))
+	require.NoError(t, err)
+	tm, err := pipeline.ReadManifestRows(ctx, f.store, schemas.TrainMetrics, m)
+	require.NoError(t, err)
+	sum := grpo.TrainSummary(tm)
+	require.True(t, sum.Trained)
+	require.True(t, math.IsNaN(sum.LogprobMismatchMean) && math.IsNaN(sum.KL), "mismatch %v, kl %v: want no data", sum.LogprobMismatchMean, sum.KL)
+	require.False(t, math.IsNaN(sum.Loss))
 }
 
 // TestTorchTrainerHFCheckpoint runs round 1 with the PyTorch trainer on a

@@ -361,12 +361,51 @@ func TestStepMetricRowsNoData(t *testing.T) {
 					require.Equal(t, v, r.Value, r.Name)
 				}
 			}
+			sum := TrainSummary(append(rows, schemas.TrainMetric{Name: "trained", Value: 1}))
+			require.True(t, sum.Trained)
+			require.Equal(t, 1, sum.Steps)
+			if _, ok := tc.values["logprob_mismatch_mean"]; ok {
+				require.Equal(t, 0.0, sum.LogprobMismatchMean, "a measured 0 stays 0")
+			} else {
+				require.True(t, math.IsNaN(sum.LogprobMismatchMean), "no data reads as NaN, got %v", sum.LogprobMismatchMean)
+				require.True(t, math.IsNaN(sum.TISClipFraction))
+			}
 		})
 	}
 	// A StepMetrics built in Go (no line) has every key but the
 	// mismatch, which needs compared tokens.
 	require.NotContains(t, metricNames(t, 0, stepMetricRows(StepMetrics{}, false)), "logprob_mismatch_mean")
 	require.Contains(t, metricNames(t, 0, stepMetricRows(StepMetrics{}, false)), "kl")
+}
+
+// TestTrainSummary reads a two-step round as the report shows it: means
+// over the inner steps, the mismatch of the first step, the step-0 group
+// counts and their share; a round of trainer none has steps 0 and NaN
+// for every step metric, and a batch without groups no share.
+func TestTrainSummary(t *testing.T) {
+	row := func(step int64, name string, v float64) schemas.TrainMetric {
+		return schemas.TrainMetric{Step: step, Name: name, Value: v}
+	}
+	sum := TrainSummary([]schemas.TrainMetric{
+		row(2, "loss", -0.1), row(1, "loss", 0.3), row(1, "grad_norm", 1), row(2, "grad_norm", 3),
+		row(2, "logprob_mismatch_mean", 0.5), row(1, "logprob_mismatch_mean", 0.25), row(1, "clip_fraction", 0), row(2, "clip_fraction", 0.1),
+		row(0, "trained", 1), row(0, "agent_groups", 8), row(0, "zero_variance_groups", 2), row(2, "new_name", 7),
+	})
+	require.True(t, sum.Trained)
+	require.Equal(t, 2, sum.Steps)
+	require.InDelta(t, 0.1, sum.Loss, 1e-12)
+	require.Equal(t, 2.0, sum.GradNorm)
+	require.InDelta(t, 0.05, sum.ClipFraction, 1e-12)
+	require.Equal(t, 0.25, sum.LogprobMismatchMean, "the first step's")
+	require.Equal(t, 0.25, sum.ZeroVarianceShare)
+	for name, v := range map[string]float64{"kl": sum.KL, "trained_tokens": sum.TrainedTokens, "logprob_mismatch_max": sum.LogprobMismatchMax, "sampler_logprob_tokens": sum.SamplerLogprobTokens} {
+		require.True(t, math.IsNaN(v), "%s = %v, want NaN (no row)", name, v)
+	}
+	none := TrainSummary([]schemas.TrainMetric{row(0, "trained", 0), row(0, "agent_groups", 0), row(0, "zero_variance_groups", 0)})
+	require.False(t, none.Trained)
+	require.Zero(t, none.Steps)
+	require.True(t, math.IsNaN(none.Loss) && math.IsNaN(none.GradNorm) && math.IsNaN(none.ZeroVarianceShare))
+	require.Equal(t, 0.0, none.AgentGroups)
 }
 
 // metricNames returns the names of rows, checking each is of step.

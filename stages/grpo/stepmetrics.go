@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"sort"
 
+	"github.com/spade-pipeline/spade/engines/report"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/schemas"
 )
 
 // The train_metrics names that stepMetricRows writes (docs/tables.md
-// "train_metrics", docs/training.md "Metrics").
+// "train_metrics", docs/training.md "Metrics") and TrainSummary reads.
 const (
 	metricLoss                 = "loss"
 	metricKL                   = "kl"
@@ -112,4 +114,74 @@ func (m StepMetrics) written() func(key string) bool {
 		v, ok := line[key]
 		return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
 	}
+}
+
+// TrainSummary reads one round's train_metrics rows (any order) into the
+// report's training summary (docs/metrics.md "Report"): Trained from the
+// step-0 "trained" row; Steps the number of inner steps (step >= 1) with
+// a row; Loss, GradNorm, ClipFraction, KL and TrainedTokens the mean
+// over the inner steps that have the metric; the log-prob mismatch,
+// sampler_logprob_tokens and tis_clip_fraction from the first inner step
+// that has them (the trainer measures them once and repeats them); the
+// agent and zero-variance group counts from step 0, the share only when
+// some group exists. A metric no row carries is NaN ("no data"), never 0.
+// It never fails: a name it does not know is ignored.
+func TrainSummary(rows []schemas.TrainMetric) *report.Training {
+	type acc struct {
+		sum       float64
+		n         int
+		firstStep int64
+		first     float64
+	}
+	step0 := map[string]float64{}
+	steps := map[int64]bool{}
+	per := map[string]*acc{}
+	for _, r := range rows {
+		if r.Step <= 0 {
+			step0[r.Name] = r.Value
+			continue
+		}
+		steps[r.Step] = true
+		a := per[r.Name]
+		if a == nil {
+			a = &acc{firstStep: r.Step, first: r.Value}
+			per[r.Name] = a
+		}
+		a.sum += r.Value
+		a.n++
+		if r.Step < a.firstStep {
+			a.firstStep, a.first = r.Step, r.Value
+		}
+	}
+	mean := func(name string) float64 {
+		if a := per[name]; a != nil {
+			return a.sum / float64(a.n)
+		}
+		return math.NaN()
+	}
+	first := func(name string) float64 {
+		if a := per[name]; a != nil {
+			return a.first
+		}
+		return math.NaN()
+	}
+	at0 := func(name string) float64 {
+		if v, ok := step0[name]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+	t := &report.Training{
+		Trained: step0["trained"] == 1, Steps: len(steps),
+		Loss: mean(metricLoss), GradNorm: mean(metricGradNorm), ClipFraction: mean(metricClipFraction), KL: mean(metricKL),
+		TISClipFraction: first(metricTISClipFraction), TrainedTokens: mean(metricTrainedTokens),
+		LogprobMismatchMean: first(metricMismatchMean), LogprobMismatchMax: first(metricMismatchMax),
+		SamplerLogprobTokens: first(metricSamplerLogprobTokens),
+		AgentGroups:          at0("agent_groups"), ZeroVarianceGroups: at0("zero_variance_groups"),
+		ZeroVarianceShare: math.NaN(),
+	}
+	if t.AgentGroups > 0 && !math.IsNaN(t.ZeroVarianceGroups) {
+		t.ZeroVarianceShare = t.ZeroVarianceGroups / t.AgentGroups
+	}
+	return t
 }

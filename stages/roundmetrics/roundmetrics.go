@@ -324,7 +324,11 @@ func emitRegeneration(ctx context.Context, env *pipeline.Env, emit emitFunc, adm
 }
 
 // Summary converts one round's metrics rows into a report summary; metrics
-// a round does not have (validity off regeneration rounds) are NaN.
+// a round does not have (validity off regeneration rounds) are NaN, and
+// PolicyCalls is policy_calls, so that on_policy, which the table holds
+// as 0 when no served model answered (policy_calls 0), reads as no data
+// there. Training and Replies are left nil: they come from other tables
+// (stages/grpo.TrainSummary, ReplyStats).
 func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
 	get := map[string]float64{}
 	per := map[string]float64{}
@@ -350,7 +354,7 @@ func Summary(round int, regen bool, rows []schemas.Metric) report.RoundSummary {
 		RegretMean: val(RegretMean), RegretP10: val(RegretP10), RegretP50: val(RegretP50), RegretP90: val(RegretP90),
 		VendiPerN: val(VendiPerN), DomainsCovered: int(get[DomainsCovered]), DomainCoverage: val(DomainCoverage),
 		RewardLevels: val(RewardLevels), PerSkillWinRate: per,
-		OffPolicy: get[PolicyCalls] > 0 && get[OnPolicy] == 0,
+		OffPolicy: get[PolicyCalls] > 0 && get[OnPolicy] == 0, PolicyCalls: int(get[PolicyCalls]),
 	}
 }
 
