@@ -262,6 +262,27 @@ type Message struct {
 	CompletionLogprobs []float64 `parquet:"completion_logprobs,optional,list" json:"completion_logprobs,omitempty"`
 }
 
+// Termination values of a play (Rollout.Termination), written by the
+// rollout stage and read by the report's reply summary
+// (stages/roundmetrics ReplyStats).
+const (
+	// TerminationTerminated: the environment ended the episode (terminated).
+	TerminationTerminated = "terminated"
+	// TerminationTruncated: the environment truncated the episode.
+	TerminationTruncated = "truncated"
+	// TerminationMaxTurns: the harness stopped at the turn limit, the smaller of
+	// the environment's max_turns and rollout.max_turns.
+	TerminationMaxTurns = "max_turns"
+	// TerminationMaxContext: a turn's prompt and completion reached
+	// rollout.max_context_tokens.
+	TerminationMaxContext = "max_context"
+	// TerminationAgentCut: the agent's reply was cut at rollout.max_tokens
+	// (finish_reason "length"); it was not stepped.
+	TerminationAgentCut = "agent_cut"
+	// TerminationError: the environment or the agent call failed (Error says how).
+	TerminationError = "error"
+)
+
 // Rollout is one play of one environment (docs/method.md step 6).
 // Table "rollouts", key (env_id, hinted, sample).
 type Rollout struct {

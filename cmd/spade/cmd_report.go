@@ -59,7 +59,7 @@ func newReportCmd(g *globals) *cobra.Command {
 				a.log.Warn("report: an evaluation file outside the rounds is damaged and left out", "error", d)
 			}
 			var rounds []report.RoundSummary
-			sameK := !cfg.FixedPool() // every round shown made with the run's k
+			sameK := true // every round shown made with the run's k (reportHeader drops k under fixed_pool)
 			for r := 1; ; r++ {
 				m, err := pipeline.ReadManifest(ctx, a.store, pipeline.ManifestKey(g.runName, r, "metrics"))
 				if errors.Is(err, storage.ErrNotFound) {

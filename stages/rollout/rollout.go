@@ -29,25 +29,6 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 )
 
-// Termination values of a play (schemas.Rollout.Termination).
-const (
-	// TermTerminated: the environment ended the episode (terminated).
-	TermTerminated = "terminated"
-	// TermTruncated: the environment truncated the episode.
-	TermTruncated = "truncated"
-	// TermMaxTurns: the harness stopped at the turn limit, the smaller of
-	// the environment's max_turns and rollout.max_turns.
-	TermMaxTurns = "max_turns"
-	// TermMaxContext: a turn's prompt and completion reached
-	// rollout.max_context_tokens.
-	TermMaxContext = "max_context"
-	// TermAgentCut: the agent's reply was cut at rollout.max_tokens
-	// (finish_reason "length"); it was not stepped.
-	TermAgentCut = "agent_cut"
-	// TermError: the environment or the agent call failed (Error says how).
-	TermError = "error"
-)
-
 // Stage is the rollout stage; it runs every round.
 type Stage struct {
 	// Eng holds the shared sandbox and model backend (required).
@@ -333,7 +314,7 @@ func playOne(ctx context.Context, env *pipeline.Env, backend model.Backend, sb *
 	prog, err := sb.Load(ctx, t.Source)
 	if err != nil {
 		r.Error = "env load: " + err.Error()
-		r.Termination = TermError
+		r.Termination = schemas.TerminationError
 		return r
 	}
 	defer prog.Close()
@@ -425,7 +406,7 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 	if hinted {
 		hint = t.Hint
 	}
-	r.Termination = TermError // until the play ends otherwise
+	r.Termination = schemas.TerminationError // until the play ends otherwise
 	lo, hi, bounded := rewardBounds(t, prog.Meta())
 	if !bounded {
 		r.Error = "env reset: no finite reward_range with low < high"
@@ -485,7 +466,7 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 			// as the agent's failure, and the transcript keeps the reply.
 			msgs = append(msgs, turnMsg)
 			r.Error = fmt.Sprintf("agent: cut at max_tokens (finish_reason length at rollout.max_tokens %d)", samp.MaxTokens)
-			r.Termination = TermAgentCut
+			r.Termination = schemas.TerminationAgentCut
 			return
 		}
 		act, obsMsg := agentAction(cfg, t, tools, msg, answer, obs, turn, &turnMsg, r)
@@ -516,21 +497,21 @@ func playEpisode(ctx context.Context, cfg *config.Config, backend model.Backend,
 			break
 		}
 		if m := cfg.Rollout.MaxContextTokens; m > 0 && resp.Usage.PromptTokens+resp.Usage.CompletionTokens >= m {
-			cut = TermMaxContext
+			cut = schemas.TerminationMaxContext
 			break
 		}
 	}
 	switch {
 	case r.Terminated:
-		r.Termination = TermTerminated
+		r.Termination = schemas.TerminationTerminated
 	case r.Truncated:
-		r.Termination = TermTruncated
+		r.Termination = schemas.TerminationTruncated
 	case cut != "":
 		r.Termination, r.Truncated = cut, true
 	default:
-		r.Termination, r.Truncated = TermMaxTurns, true
+		r.Termination, r.Truncated = schemas.TerminationMaxTurns, true
 	}
-	r.Success = success(lastInfo, r.Return, r.Termination == TermMaxTurns || r.Termination == TermMaxContext)
+	r.Success = success(lastInfo, r.Return, r.Termination == schemas.TerminationMaxTurns || r.Termination == schemas.TerminationMaxContext)
 }
 
 // declaredTools returns the tools t declares (t.Tools, a JSON list) when

@@ -10,11 +10,6 @@ import (
 	"github.com/spade-pipeline/spade/schemas"
 )
 
-// terminationAgentCut is the rollouts termination of a play that a reply
-// cut at rollout.max_tokens ended (docs/tables.md "rollouts"; the rollout
-// stage's TermAgentCut, which a stage may not import).
-const terminationAgentCut = "agent_cut"
-
 // ReplyStats summarises the agent's replies in one round's rollouts for
 // the report (report.Replies; docs/metrics.md "Report"), one file's rows
 // at a time (Add), so a large rollouts table is never held whole. Only
@@ -33,7 +28,7 @@ func (s *ReplyStats) Add(rows []schemas.Rollout) {
 			continue
 		}
 		s.plays++
-		if p.Termination == terminationAgentCut {
+		if p.Termination == schemas.TerminationAgentCut {
 			s.agentCut++
 		}
 		s.stepped += p.Turns
