@@ -114,7 +114,7 @@ func Fork(ctx context.Context, s storage.Store, o ForkOptions) (*ForkResult, err
 		}
 		seals[r] = seal
 	}
-	if o.Config.GRPO.Trainer != "none" {
+	if o.Config.GRPO.Trainer != config.TrainerNone {
 		// The marker lies beside the round's checkpoints manifest, in the
 		// directory of the run that wrote the round.
 		marker := TableDir(o.Source, o.Round, "checkpoints") + "/_REMOVED.json"

@@ -25,7 +25,7 @@ func trackRound(ctx context.Context, a *app, r int) error {
 	if len(a.cfg.Observe.Trackers) == 0 || r < 1 {
 		return nil
 	}
-	res, err := track.LogRound(ctx, a.store, a.g.runName, r, &a.cfg)
+	res, err := track.LogRound(ctx, a.store, a.g.runName, r, a.cfg.Observe, a.cfg.Digest())
 	if err != nil {
 		return fmt.Errorf("round %d is sealed, but logging it to the trackers failed (run `spade track --round %d` or the round again to retry): %w", r, r, err)
 	}
@@ -77,7 +77,7 @@ step N), so a round is logged once however often this runs.`,
 				}
 			}
 			for _, r := range rounds {
-				res, err := track.LogRound(ctx, a.store, g.runName, r, &a.cfg)
+				res, err := track.LogRound(ctx, a.store, g.runName, r, a.cfg.Observe, a.cfg.Digest())
 				if err != nil {
 					return err
 				}

@@ -55,7 +55,7 @@ func preflight(ctx context.Context, cfg *config.Config, store storage.Store, log
 	if which&checkEval != 0 && cfg.Eval.Every != 0 {
 		// A misspelt task would otherwise fail at the round's end, after
 		// every model call, with the eval settings already pinned.
-		if err := evaluate.Check(ctx, cfg, log); err != nil {
+		if err := evaluate.Check(ctx, cfg.Eval, log); err != nil {
 			return usageError{fmt.Errorf("invalid configuration: %w", err)}
 		}
 	}

@@ -21,18 +21,20 @@ import (
 // --spare-num-games-per-rollout 24, the same flag as SPADE's regeneration
 // size), or the whole pool when it holds fewer. It is 0 in design mode
 // (every pool environment is played), which keeps the stages' config
-// subsets, and so the fingerprints of default runs, as they were.
-func PoolSize(c *config.Config) int {
-	if c == nil || !c.FixedPool() {
+// subsets, and so the fingerprints of default runs, as they were. It
+// reads design.mode and sample.slots only.
+func PoolSize(d config.Design, s config.Sample) int {
+	if d.Mode != config.DesignModeFixedPool {
 		return 0
 	}
-	return c.Sample.Slots
+	return s.Slots
 }
 
 // Pool returns the environments of pool (the pool carried into round
-// ri.Round) that the round plays. In design mode, and when the pool holds
-// no more than PoolSize(c) environments, that is all of them, unchanged.
-// Otherwise, with N environments and n = PoolSize(c), the rounds go
+// ri.Round) that the round plays, n being the run's PoolSize. With n 0
+// (design mode), and when the pool holds no more than n environments,
+// that is all of them, unchanged. Otherwise, with N environments, the
+// rounds go
 // through the pool in epochs of R = floor(N / n) rounds, without
 // replacement inside an epoch (the public launcher's --spare-no-replacement):
 // epoch e orders the pool by sha256(seed, e, env_id), and round r, the
@@ -41,8 +43,7 @@ func PoolSize(c *config.Config) int {
 // end of an epoch's order wait for a later epoch. The result keeps the
 // pool's order; which environments it holds depends on the seed, the
 // round, n and the pool's env_ids only (env_ids are unique in a pool).
-func Pool(pool []schemas.PoolEnv, ri pipeline.RoundInfo, c *config.Config) []schemas.PoolEnv {
-	n := PoolSize(c)
+func Pool(pool []schemas.PoolEnv, ri pipeline.RoundInfo, n int) []schemas.PoolEnv {
 	if n <= 0 || len(pool) <= n {
 		return pool
 	}

@@ -25,13 +25,13 @@ func TestDraw(t *testing.T) {
 	c := config.Default()
 	c.Sample.Slots = 3
 	ri := func(r int, c *config.Config) pipeline.RoundInfo { return pipeline.NewRoundInfo("x", r, c) }
-	require.Equal(t, envs, draw.Pool(envs, ri(2, &c), &c), "design mode plays the whole pool")
-	require.Zero(t, draw.PoolSize(&c))
+	require.Equal(t, envs, draw.Pool(envs, ri(2, &c), draw.PoolSize(c.Design, c.Sample)), "design mode plays the whole pool")
+	require.Zero(t, draw.PoolSize(c.Design, c.Sample))
 
 	c.Design.Mode = config.DesignModeFixedPool
-	require.Equal(t, 3, draw.PoolSize(&c))
+	require.Equal(t, 3, draw.PoolSize(c.Design, c.Sample))
 	require.False(t, ri(1, &c).Regeneration)
-	require.Equal(t, envs[:3], draw.Pool(envs[:3], ri(1, &c), &c), "a pool no larger than the draw is played whole")
+	require.Equal(t, envs[:3], draw.Pool(envs[:3], ri(1, &c), draw.PoolSize(c.Design, c.Sample)), "a pool no larger than the draw is played whole")
 
 	ids := func(ps []schemas.PoolEnv) []string {
 		var out []string
@@ -46,12 +46,12 @@ func TestDraw(t *testing.T) {
 	}
 	var epochs [][]string
 	for r := 1; r <= 6; r++ { // epochs of floor(7/3) = 2 rounds
-		got := draw.Pool(envs, ri(r, &c), &c)
+		got := draw.Pool(envs, ri(r, &c), draw.PoolSize(c.Design, c.Sample))
 		require.Len(t, got, 3, "round %d", r)
 		for i := 1; i < len(got); i++ {
 			require.Less(t, index[got[i-1].EnvID], index[got[i].EnvID], "round %d keeps the pool's order", r)
 		}
-		require.Equal(t, got, draw.Pool(envs, ri(r, &c), &c), "round %d is deterministic", r)
+		require.Equal(t, got, draw.Pool(envs, ri(r, &c), draw.PoolSize(c.Design, c.Sample)), "round %d is deterministic", r)
 		if r%2 == 1 {
 			epochs = append(epochs, nil)
 		}
@@ -67,5 +67,5 @@ func TestDraw(t *testing.T) {
 	require.NotEqual(t, epochs[0], epochs[1], "each epoch has its own order")
 	c2 := c
 	c2.Seed = 99
-	require.NotEqual(t, ids(draw.Pool(envs, ri(1, &c), &c)), ids(draw.Pool(envs, ri(1, &c2), &c2)), "another seed, another draw")
+	require.NotEqual(t, ids(draw.Pool(envs, ri(1, &c), draw.PoolSize(c.Design, c.Sample))), ids(draw.Pool(envs, ri(1, &c2), draw.PoolSize(c2.Design, c2.Sample))), "another seed, another draw")
 }

@@ -42,7 +42,7 @@ import (
 // longer answers (it died part way) fails the evaluation with
 // model.ErrUnavailable, nothing recorded.
 func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store, ck schemas.Checkpoint, tag engine.ServeTag, round int) ([]schemas.Eval, error) {
-	if err := Check(ctx, eng.Config, eng.Log); err != nil {
+	if err := Check(ctx, eng.Config.Eval, eng.Log); err != nil {
 		return nil, fmt.Errorf("eval of round %d: %w", round, err)
 	}
 	ep, stop, err := eng.ServeCheckpoint(ctx, store, config.RoleAgent, ck, tag)
@@ -58,7 +58,7 @@ func ServeAndScore(ctx context.Context, eng *engine.Engines, store storage.Store
 		log.Warn("eval: model.serving is fixed, so the scores are of whatever the server serves, not of the round's checkpoint; use managed or reload serving to score it",
 			"round", round, "checkpoint_id", ck.CheckpointID, "scored", ep.CheckpointID, "base_url", ep.Config.BaseURL)
 	}
-	rows, err := Score(ctx, eng.Config, eng.Log, ep, round)
+	rows, err := Score(ctx, eng.Config.Eval, eng.Log, ep, round)
 	if err != nil {
 		return nil, fmt.Errorf("eval of round %d (%s): %w", round, ep.CheckpointID, err)
 	}
@@ -126,11 +126,10 @@ type lmEval struct {
 	Limit       *int     `json:"limit"`
 }
 
-// NewRequest builds the evaluator's config for endpoint ep from cfg's
-// eval.* settings; a suite without tasks is left out (null). The
+// NewRequest builds the evaluator's config for endpoint ep from the
+// eval.* settings e; a suite without tasks is left out (null). The
 // lm_eval include path is made absolute. Error: no suite configured.
-func NewRequest(cfg *config.Config, ep engine.Endpoint) (Request, error) {
-	e := cfg.Eval
+func NewRequest(e config.Eval, ep engine.Endpoint) (Request, error) {
 	if !e.HasSuite() {
 		return Request{}, fmt.Errorf("no evaluation suite configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks (docs/config.md)")
 	}
@@ -173,12 +172,12 @@ var ErrEvaluator = errors.New("evaluator failed")
 // task failed, an error wrapping model.ErrUnavailable: a server that is
 // down scores nothing, and the stage commits nothing rather than a table
 // of failures.
-func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, round int) ([]schemas.Eval, error) {
+func Score(ctx context.Context, e config.Eval, log *slog.Logger, ep engine.Endpoint, round int) ([]schemas.Eval, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	var rows []schemas.Eval
-	err := runEvaluator(ctx, cfg, log.With("round", round, "checkpoint_id", ep.CheckpointID), ep, func(dir string) []string {
+	err := runEvaluator(ctx, e, log.With("round", round, "checkpoint_id", ep.CheckpointID), ep, func(dir string) []string {
 		return []string{"--out", filepath.Join(dir, "rows.jsonl")}
 	}, func(dir string) error {
 		var err error
@@ -194,18 +193,18 @@ func Score(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.
 	return rows, nil
 }
 
-// Check runs the evaluator's --check on cfg's eval settings, calling no
+// Check runs the evaluator's --check on the eval.* settings e, calling no
 // server: field values, reasoning-gym task and prompt names, the lm_eval
 // task directory and its task names, task YAML that does not parse.
 // ServeAndScore runs it before it starts a server, so a misspelt task
 // fails in seconds. Errors: ErrEvaluator with the evaluator's reason, and
 // NewRequest's.
-func Check(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func Check(ctx context.Context, e config.Eval, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
 	ep := engine.Endpoint{Config: openai.Config{BaseURL: "http://127.0.0.1:1/v1", Model: "check"}}
-	return runEvaluator(ctx, cfg, log, ep, func(string) []string { return []string{"--check"} }, func(string) error { return nil })
+	return runEvaluator(ctx, e, log, ep, func(string) []string { return []string{"--check"} }, func(string) error { return nil })
 }
 
 // runEvaluator writes the trainer package and the evaluator's config for
@@ -214,8 +213,8 @@ func Check(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // they come (evaluatorLog), and calls done(dir) when it exits 0. A
 // non-zero exit is ErrEvaluator with the evaluator's spade_eval_error
 // reason line (or, without one, the tail of its output).
-func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep engine.Endpoint, args func(dir string) []string, done func(dir string) error) error {
-	req, err := NewRequest(cfg, ep)
+func runEvaluator(ctx context.Context, e config.Eval, log *slog.Logger, ep engine.Endpoint, args func(dir string) []string, done func(dir string) error) error {
+	req, err := NewRequest(e, ep)
 	if err != nil {
 		return err
 	}
@@ -236,7 +235,7 @@ func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep 
 	if err := os.WriteFile(cfgPath, body, 0o600); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, cfg.Eval.Python, append([]string{"-m", "spade_trainer.evaluate", "--config", cfgPath}, args(dir)...)...)
+	cmd := exec.CommandContext(ctx, e.Python, append([]string{"-m", "spade_trainer.evaluate", "--config", cfgPath}, args(dir)...)...)
 	path := pp
 	if old := os.Getenv("PYTHONPATH"); old != "" {
 		path += string(os.PathListSeparator) + old
@@ -253,7 +252,7 @@ func runEvaluator(ctx context.Context, cfg *config.Config, log *slog.Logger, ep 
 		if out.reason != "" {
 			return fmt.Errorf("%w: %s", ErrEvaluator, out.reason)
 		}
-		return fmt.Errorf("%w: %s -m spade_trainer.evaluate: %v: %s", ErrEvaluator, cfg.Eval.Python, runErr, strings.TrimSpace(serving.TailText(out.String(), 8)))
+		return fmt.Errorf("%w: %s -m spade_trainer.evaluate: %v: %s", ErrEvaluator, e.Python, runErr, strings.TrimSpace(serving.TailText(out.String(), 8)))
 	}
 	return done(dir)
 }

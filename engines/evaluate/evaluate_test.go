@@ -234,7 +234,7 @@ func TestEvaluatorLog(t *testing.T) {
 // not re-run grpo.
 func TestSettingsCoverTheEvaluator(t *testing.T) {
 	c := config.Default()
-	b, err := json.Marshal(Settings(&c))
+	b, err := json.Marshal(Settings(c.Eval, c.Model))
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"Evaluator":"`+trainer.EvaluatorDigest()+`"`)
 	require.NotEqual(t, trainer.Digest(), trainer.EvaluatorDigest())

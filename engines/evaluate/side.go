@@ -70,7 +70,7 @@ func SideDigest(cfg *config.Config, checkpointID string) (string, error) {
 		}
 		le.IncludePath = abs
 	}
-	sub, err := json.Marshal(Settings(&pinned))
+	sub, err := json.Marshal(Settings(pinned.Eval, pinned.Model))
 	if err != nil {
 		panic("evaluate: config subset does not encode: " + err.Error())
 	}
@@ -223,16 +223,17 @@ func Scores(rows []schemas.Eval) map[string]float64 {
 // Settings is what an evaluation's scores depend on: the eval settings
 // and what answers the agent role (backend, serving mode, model name, and
 // the server's address when spade does not control it), and the
-// evaluator's code (trainer.EvaluatorDigest). It is the eval
+// evaluator's code (trainer.EvaluatorDigest), from the eval.* settings
+// e and the model.* settings m (the agent's, m.ForRole). It is the eval
 // stage's config subset and part of a side file's digest (SideDigest).
-func Settings(c *config.Config) any {
-	a := c.Model.ForRole(config.RoleAgent)
+func Settings(e config.Eval, m config.Model) any {
+	a := m.ForRole(config.RoleAgent)
 	sub := struct {
 		Eval                   config.Eval
 		Backend, Serving, Name string
 		BaseURL                string `json:",omitempty"`
 		Evaluator              string
-	}{Eval: c.Eval, Backend: a.Backend, Serving: a.Serving, Name: a.Name, Evaluator: trainer.EvaluatorDigest()}
+	}{Eval: e, Backend: a.Backend, Serving: a.Serving, Name: a.Name, Evaluator: trainer.EvaluatorDigest()}
 	if !config.FromCheckpoints(a.Serving) {
 		sub.BaseURL = a.BaseURL
 	}

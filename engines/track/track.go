@@ -105,23 +105,23 @@ type request struct {
 }
 
 // LogRound logs sealed round r (>= 1) of run to every tracker of
-// cfg.Observe.Trackers and returns, per tracker, "logged" or "already
+// o.Trackers (the run's observe.* settings; configDigest is the run's
+// config digest, logged as a parameter) and returns, per tracker, "logged" or "already
 // logged" (the tracker's own record of the round's Marker step, read back
 // before writing, so a resumed or repeated call logs a round once). With
-// no trackers it does nothing. The helper runs with cfg.Observe.Python;
+// no trackers it does nothing. The helper runs with o.Python;
 // relative directories (wandb_dir, tensorboard_dir) are resolved against
 // the working directory. Errors: those of Metrics; the helper's failure,
 // naming the interpreter and carrying its stderr.
-func LogRound(ctx context.Context, st storage.Store, run string, r int, cfg *config.Config) (map[string]string, error) {
-	if len(cfg.Observe.Trackers) == 0 || r < 1 {
+func LogRound(ctx context.Context, st storage.Store, run string, r int, o config.Observe, configDigest string) (map[string]string, error) {
+	if len(o.Trackers) == 0 || r < 1 {
 		return nil, nil
 	}
 	metrics, err := Metrics(ctx, st, run, r)
 	if err != nil {
 		return nil, err
 	}
-	o := cfg.Observe
-	req := request{Run: run, Round: r, Trackers: o.Trackers, Experiment: o.Experiment, ConfigDigest: cfg.Digest(),
+	req := request{Run: run, Round: r, Trackers: o.Trackers, Experiment: o.Experiment, ConfigDigest: configDigest,
 		MLflowTrackingURI: o.MLflowTrackingURI, WandbMode: o.WandbMode, WandbDir: o.WandbDir, TensorBoardDir: o.TensorBoardDir, Metrics: metrics}
 	in, err := json.Marshal(req)
 	if err != nil {

@@ -44,7 +44,7 @@ func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input,
 
 // ConfigSubset implements pipeline.Stage: evaluate.Settings. The weights
 // served are identified by the checkpoints input.
-func (*Stage) ConfigSubset(c *config.Config) any { return evaluate.Settings(c) }
+func (*Stage) ConfigSubset(c *config.Config) any { return evaluate.Settings(c.Eval, c.Model) }
 
 // Parts implements pipeline.Stage: one part (one server, one evaluator
 // run); its error is always nil.

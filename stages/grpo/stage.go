@@ -289,7 +289,7 @@ func TrainMessages(msgs []schemas.Message, mode string) ([]schemas.Message, bool
 	out := make([]schemas.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "assistant" {
-			if mode == "none" && m.Reasoning != "" && strings.TrimSpace(m.Content) == "" && m.ToolCalls == "" {
+			if mode == config.TrainReasoningNone && m.Reasoning != "" && strings.TrimSpace(m.Content) == "" && m.ToolCalls == "" {
 				return nil, false
 			}
 			m.Content = renderTurn(m.Reasoning, m.Content, mode)
@@ -442,7 +442,7 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 	for k, v := range stats {
 		metric(k, v)
 	}
-	if env.Config.GRPO.Trainer == "none" || len(batch) == 0 {
+	if env.Config.GRPO.Trainer == config.TrainerNone || len(batch) == 0 {
 		// No training: the batch is still written, the model carries over.
 		metric("trained", 0)
 		pipeline.Emit(out, schemas.Checkpoints, "checkpoints", parent)

@@ -50,7 +50,7 @@ func (Stage) Plan(ri pipeline.RoundInfo, c *config.Config) ([]pipeline.Input, bo
 // design.mode fixed_pool the round's draw from the pool (draw.PoolSize)
 // with them.
 func (Stage) ConfigSubset(c *config.Config) any {
-	if n := draw.PoolSize(c); n > 0 {
+	if n := draw.PoolSize(c.Design, c.Sample); n > 0 {
 		return struct {
 			Label config.Label
 			Draw  int
@@ -190,7 +190,7 @@ func (Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline.Ou
 		if err != nil {
 			return err
 		}
-		for _, p := range draw.Pool(pool, ri, env.Config) {
+		for _, p := range draw.Pool(pool, ri, draw.PoolSize(env.Config.Design, env.Config.Sample)) {
 			cands = append(cands, Candidate{EnvID: p.EnvID, SlotID: p.SlotID, Skill: p.Skill, Valid: true, RewardLow: 0, RewardHigh: 1})
 		}
 	}

@@ -78,7 +78,7 @@ func (*Stage) ConfigSubset(c *config.Config) any {
 		Model   config.Model
 		Sandbox config.Sandbox
 		Draw    int `json:",omitempty"`
-	}{c.Rollout, c.Model, c.Sandbox, draw.PoolSize(c)}
+	}{c.Rollout, c.Model, c.Sandbox, draw.PoolSize(c.Design, c.Sample)}
 }
 
 // Target is one environment to play.
@@ -175,7 +175,7 @@ func targets(ctx context.Context, env *pipeline.Env) ([]Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range draw.Pool(pool, ri, env.Config) {
+	for _, p := range draw.Pool(pool, ri, draw.PoolSize(env.Config.Design, env.Config.Sample)) {
 		out = append(out, poolTarget(p))
 	}
 	return out, nil

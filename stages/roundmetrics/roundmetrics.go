@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spade-pipeline/spade/engines/engine"
 	"github.com/spade-pipeline/spade/engines/metrics"
 	"github.com/spade-pipeline/spade/engines/model"
 	"github.com/spade-pipeline/spade/engines/report"
@@ -391,7 +392,7 @@ func policyOf(ctx context.Context, env *pipeline.Env) (float64, int, error) {
 		// fields are needed here.
 		err := pipeline.ScanAll(ctx, env, schemas.LLMCalls, t, r, func(calls []schemas.LLMCall) error {
 			for _, c := range calls {
-				if c.CheckpointID == "procedural" {
+				if c.CheckpointID == engine.ProceduralID {
 					continue
 				}
 				n++
