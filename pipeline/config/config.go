@@ -28,7 +28,7 @@ type Config struct {
 	// Seed is the run seed every derived seed comes from.
 	Seed int64 `yaml:"seed" json:"seed"`
 	// Workers bounds parallel parts and sandboxes (0 = number of CPUs).
-	Workers int `yaml:"workers" json:"workers"`
+	Workers int `yaml:"workers" json:"workers" spade:"operational"`
 	// RegenerateEvery is k: a regeneration every k rounds (docs/method.md step 8:
 	// 4 for games, 8 for tool use); round r regenerates when (r-1) % k == 0.
 	RegenerateEvery int `yaml:"regenerate_every" json:"regenerate_every"`

@@ -4,81 +4,94 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"slices"
+	"reflect"
 )
 
-// Operational lists the settings that change how a run executes but not
-// what it computes; they are left out of Digest, so a run can be resumed
-// with more workers or a longer timeout (docs/config.md).
-var Operational = []string{"workers", "model.concurrency", "model.timeout_s", "model.max_retries", "model.unavailable_after", "model.api_key_env", "model.serve_port", "model.serve_ready_timeout_s", "model.checkpoint_cache", "grpo.timeout_s", "grpo.mismatch_warn", "sandbox.programs_per_sandbox",
-	"observe.trackers", "observe.python", "observe.experiment", "observe.mlflow_tracking_uri", "observe.wandb_mode", "observe.wandb_dir", "observe.tensorboard_dir", "metrics.python",
-	"eval.concurrency", "eval.timeout_s", "eval.python"}
+// OperationalTag is the struct tag that marks a setting Operational:
+// `spade:"operational"` beside its yaml and json tags. The section that
+// owns the setting says so on the field; nothing else lists it.
+const OperationalTag = "operational"
 
-// Pinned returns c with the Operational settings zeroed.
+// Operational lists, in Keys order, the settings that change how a run
+// executes but not what it computes (the fields tagged OperationalTag);
+// they are left out of Digest, so a run can be resumed with more workers
+// or a longer timeout (docs/config.md).
+var Operational = operationalKeys()
+
+// operationalKeys walks Config for the fields tagged OperationalTag.
+func operationalKeys() []string {
+	var out []string
+	walk(reflect.TypeOf(Config{}), "", func(k string, f reflect.StructField) {
+		if f.Tag.Get("spade") == OperationalTag {
+			out = append(out, k)
+		}
+	})
+	return out
+}
+
+// pinner is a section with a rule of its own for the pinned config: pin
+// returns the section as the digest sees it (its Operational settings
+// already zeroed), typically blank where it holds the default of a
+// setting added after runs were first pinned (its JSON field omitempty
+// or omitzero), so the digest of a config that leaves the setting alone
+// is the one it had before the setting existed.
+type pinner interface{ pin() any }
+
+// unpinner is the inverse of pinner for a section read back from a
+// _RUN.json: unpin fills what pin blanked, and what a run file written
+// before the setting existed leaves out, with the default.
+type unpinner interface{ unpin() any }
+
+// Pinned returns c with the Operational settings zeroed and each
+// section's own pin rule applied (pinner; the sections' files hold
+// them).
 func (c Config) Pinned() Config {
-	c.Workers = 0
-	c.Model.Concurrency, c.Model.TimeoutS, c.Model.MaxRetries, c.Model.UnavailableAfter, c.Model.APIKeyEnv = 0, 0, 0, 0, ""
-	c.Model.ServePort, c.Model.ServeReadyTimeoutS, c.Model.CheckpointCache = 0, 0, ""
-	c.GRPO.TimeoutS, c.GRPO.MismatchWarn = 0, 0
-	c.Sandbox.ProgramsPerSandbox = 0
-	c.Observe = Observe{Timings: c.Observe.Timings}
-	c.Metrics.Python = ""
-	c.Eval.Concurrency, c.Eval.TimeoutS, c.Eval.Python = 0, 0, ""
-	if c.Eval.Every == 0 {
-		// No eval stage runs: the other eval settings change nothing the
-		// run computes (spade eval writes outside the rounds).
-		c.Eval = Eval{}
-	}
-	// The default embeddings pin as the absent section of runs made
-	// before metrics.embeddings existed.
-	if slices.Equal(c.Metrics.Embeddings, []string{EmbeddingsTFIDF}) {
-		c.Metrics.Embeddings = nil
-	}
-	return c.pinDefaults()
-}
-
-// pinDefaults blanks the settings added after runs were first pinned
-// when they hold their defaults, so the digest of a config that leaves
-// them alone is the one it had before they existed (their JSON fields are
-// omitempty / omitzero). WithDefaults is the inverse.
-func (c Config) pinDefaults() Config {
-	if c.Design.Mode == DesignModeDesigner {
-		c.Design.Mode = ""
-	}
-	if c.Label.DesignerReward == DesignerRewardRegret {
-		c.Label.DesignerReward = ""
-	}
-	if c.Label.Blend == DefaultBlend() {
-		c.Label.Blend = Blend{}
-	}
-	if c.Label.LearningPotential == DefaultLearningPotential() {
-		c.Label.LearningPotential = LearningPotential{}
-	}
+	v := reflect.ValueOf(&c).Elem()
+	zeroOperational(v)
+	eachSection(v, func(s any) any {
+		if p, ok := s.(pinner); ok {
+			return p.pin()
+		}
+		return s
+	})
 	return c
 }
 
-// WithDefaults fills the settings that pinDefaults blanks, and that a
-// _RUN.json written before they existed leaves out, with their defaults:
-// a config read back from a run file means what it meant when pinned, and
-// its digest is unchanged (Digest pins them blank again).
+// WithDefaults undoes the sections' pin rules (unpinner) on a config
+// read back from a run file: it means what it meant when pinned, and its
+// digest is unchanged (Digest pins it again).
 func (c Config) WithDefaults() Config {
-	d := Default()
-	if c.Design.Mode == "" {
-		c.Design.Mode = d.Design.Mode
-	}
-	if c.Label.DesignerReward == "" {
-		c.Label.DesignerReward = d.Label.DesignerReward
-	}
-	if c.Label.Blend == (Blend{}) {
-		c.Label.Blend = d.Label.Blend
-	}
-	if c.Label.LearningPotential == (LearningPotential{}) {
-		c.Label.LearningPotential = d.Label.LearningPotential
-	}
-	if c.Eval.Every == 0 && c.Eval.MaxTokens == 0 {
-		c.Eval = d.Eval // pinned blank while off (Pinned)
-	}
+	eachSection(reflect.ValueOf(&c).Elem(), func(s any) any {
+		if u, ok := s.(unpinner); ok {
+			return u.unpin()
+		}
+		return s
+	})
 	return c
+}
+
+// zeroOperational zeroes every field of the struct v (addressable)
+// tagged OperationalTag, in nested sections too.
+func zeroOperational(v reflect.Value) {
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		switch {
+		case f.Tag.Get("spade") == OperationalTag:
+			v.Field(i).SetZero()
+		case f.Type.Kind() == reflect.Struct:
+			zeroOperational(v.Field(i))
+		}
+	}
+}
+
+// eachSection replaces every section of the Config v (addressable) with
+// fn of it; fn returns a value of the section's type.
+func eachSection(v reflect.Value, fn func(any) any) {
+	for i := 0; i < v.NumField(); i++ {
+		if f := v.Field(i); f.Kind() == reflect.Struct {
+			f.Set(reflect.ValueOf(fn(f.Interface())))
+		}
+	}
 }
 
 // Digest is the hex sha256 of the canonical JSON of the pinned config

@@ -38,14 +38,14 @@ type Eval struct {
 	LMEval EvalLMEval `yaml:"lm_eval" json:"lm_eval"`
 	// Concurrency bounds the evaluation requests in flight (default 8,
 	// 1..2^20). Operational.
-	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty" spade:"operational"`
 	// TimeoutS bounds one evaluation request, in seconds (default 600).
 	// Operational.
-	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s,omitempty"`
+	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s,omitempty" spade:"operational"`
 	// Python is the evaluator's interpreter, one with reasoning-gym and
 	// lm-eval installed (default the pinned venv, requirements.txt).
 	// Operational.
-	Python string `yaml:"python" json:"python,omitempty"`
+	Python string `yaml:"python" json:"python,omitempty" spade:"operational"`
 }
 
 // EvalReasoningGym is eval.reasoning_gym.
@@ -150,4 +150,23 @@ func (e Eval) Check() []Problem {
 		add("eval.every", "eval.every is %d but no suite is configured: set eval.reasoning_gym.tasks or eval.lm_eval.tasks", e.Every)
 	}
 	return p
+}
+
+// pin implements pinner: with eval.every 0 no eval stage runs, and the
+// other eval settings change nothing the run computes (spade eval
+// writes outside the rounds), so the section pins blank.
+func (e Eval) pin() any {
+	if e.Every == 0 {
+		return Eval{}
+	}
+	return e
+}
+
+// unpin implements unpinner: a section pinned blank (every and
+// max_tokens 0) is the default.
+func (e Eval) unpin() any {
+	if e.Every == 0 && e.MaxTokens == 0 {
+		return DefaultEval()
+	}
+	return e
 }

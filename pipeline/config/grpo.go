@@ -43,7 +43,7 @@ type GRPO struct {
 	KLBeta float64 `yaml:"kl_beta" json:"kl_beta"`
 	// TimeoutS bounds one trainer run, wall clock, in seconds (default
 	// 3600, > 0). Operational: left out of the config digest.
-	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
+	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s" spade:"operational"`
 	// TrainReasoning says whether an agent turn's reasoning is part of its
 	// trained assistant text: "generated" (default: what the model
 	// generated, the reasoning in a <think> block before the answer, as
@@ -126,7 +126,7 @@ type GRPO struct {
 	// server's policy is not the trainer's (docs/training.md "Training on
 	// the sampled tokens"); default 0.1 (DefaultMismatchWarn, also what 0
 	// means), >= 0. Operational.
-	MismatchWarn float64 `yaml:"mismatch_warn" json:"mismatch_warn,omitempty"`
+	MismatchWarn float64 `yaml:"mismatch_warn" json:"mismatch_warn,omitempty" spade:"operational"`
 }
 
 // AttnImplementations are the values grpo.attn_implementation takes

@@ -14,7 +14,7 @@ import (
 // Keys lists every setting's dotted YAML path, in declaration order.
 func Keys() []string {
 	var out []string
-	walk(reflect.TypeOf(Config{}), "", func(k string, _ []int) { out = append(out, k) })
+	walk(reflect.TypeOf(Config{}), "", func(k string, _ reflect.StructField) { out = append(out, k) })
 	return out
 }
 
@@ -28,7 +28,10 @@ func (c Config) Get(key string) string {
 	return string(b)
 }
 
-func walk(t reflect.Type, prefix string, fn func(string, []int)) {
+// walk calls fn with the dotted key and the struct field of every
+// setting of t (a section type, or Config) under prefix, in declaration
+// order; sections are walked into, not passed to fn.
+func walk(t reflect.Type, prefix string, fn func(string, reflect.StructField)) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
@@ -40,7 +43,7 @@ func walk(t reflect.Type, prefix string, fn func(string, []int)) {
 			walk(f.Type, key, fn)
 			continue
 		}
-		fn(key, f.Index)
+		fn(key, f)
 	}
 }
 

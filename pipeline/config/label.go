@@ -149,3 +149,34 @@ func (m Memory) Check() []Problem {
 	p.count("memory.capacity", m.Capacity)
 	return p
 }
+
+// pin implements pinner: label.designer_reward, label.blend and
+// label.learning_potential are pinned blank while at their defaults, so
+// runs pinned before they existed keep their digest.
+func (l Label) pin() any {
+	if l.DesignerReward == DesignerRewardRegret {
+		l.DesignerReward = ""
+	}
+	if l.Blend == DefaultBlend() {
+		l.Blend = Blend{}
+	}
+	if l.LearningPotential == DefaultLearningPotential() {
+		l.LearningPotential = LearningPotential{}
+	}
+	return l
+}
+
+// unpin implements unpinner: each blank one of them is its default.
+func (l Label) unpin() any {
+	d := DefaultLabel()
+	if l.DesignerReward == "" {
+		l.DesignerReward = d.DesignerReward
+	}
+	if l.Blend == (Blend{}) {
+		l.Blend = d.Blend
+	}
+	if l.LearningPotential == (LearningPotential{}) {
+		l.LearningPotential = d.LearningPotential
+	}
+	return l
+}

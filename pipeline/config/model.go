@@ -20,17 +20,17 @@ type Model struct {
 	Name string `yaml:"name" json:"name"`
 	// APIKeyEnv names the environment variable holding the API key; the key
 	// itself is never stored.
-	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env"`
+	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env" spade:"operational"`
 	// Concurrency bounds the model requests in flight (default 16, > 0).
 	// Operational: left out of the config digest.
-	Concurrency int `yaml:"concurrency" json:"concurrency"`
+	Concurrency int `yaml:"concurrency" json:"concurrency" spade:"operational"`
 	// TimeoutS bounds one HTTP attempt of the openai backend, in seconds
 	// (default 120, > 0). Operational.
-	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s"`
+	TimeoutS float64 `yaml:"timeout_s" json:"timeout_s" spade:"operational"`
 	// MaxRetries is the number of retries after the first attempt of a
 	// retryable failure (HTTP 408, 429, 5xx, network), honouring
 	// Retry-After (default 5; 0 means none, >= 0). Operational.
-	MaxRetries int `yaml:"max_retries" json:"max_retries"`
+	MaxRetries int `yaml:"max_retries" json:"max_retries" spade:"operational"`
 	// UnavailableAfter is the number of model calls in a row, within one
 	// stage part, that may fail after their retries with a transient error
 	// (connection refused, attempt timeout, 429, 5xx) before the stage
@@ -39,7 +39,7 @@ type Model struct {
 	// every call failed that way fails too: an outage of the model server
 	// fails the round (resumable), it does not commit a round of errors.
 	// Operational (omitted from the pinned config).
-	UnavailableAfter int `yaml:"unavailable_after" json:"unavailable_after,omitempty"`
+	UnavailableAfter int `yaml:"unavailable_after" json:"unavailable_after,omitempty" spade:"operational"`
 	// ExtraBody is a JSON object whose members are sent as they are, as
 	// top-level fields of every request of the openai backend (the OpenAI
 	// Python client's extra_body): "chat_template_kwargs" ({"enable_thinking":
@@ -86,15 +86,15 @@ type Model struct {
 	ServedModelName string `yaml:"served_model_name" json:"served_model_name,omitempty"`
 	// ServePort is the managed server's loopback port (0: a free port
 	// chosen per stage). Operational.
-	ServePort int `yaml:"serve_port" json:"serve_port,omitempty"`
+	ServePort int `yaml:"serve_port" json:"serve_port,omitempty" spade:"operational"`
 	// ServeReadyTimeoutS bounds the wait for a managed server to list the
 	// served model, or for a reload to take effect, in seconds (0: 600).
 	// Operational.
-	ServeReadyTimeoutS float64 `yaml:"serve_ready_timeout_s" json:"serve_ready_timeout_s,omitempty"`
+	ServeReadyTimeoutS float64 `yaml:"serve_ready_timeout_s" json:"serve_ready_timeout_s,omitempty" spade:"operational"`
 	// CheckpointCache is the local directory that trained checkpoints are
 	// materialised into for serving, one sha256-verified directory per
 	// checkpoint id ("": <os temp dir>/spade-checkpoints). Operational.
-	CheckpointCache string `yaml:"checkpoint_cache" json:"checkpoint_cache,omitempty"`
+	CheckpointCache string `yaml:"checkpoint_cache" json:"checkpoint_cache,omitempty" spade:"operational"`
 	// Reload is the reload request of reload serving.
 	Reload Reload `yaml:"reload" json:"reload,omitzero"`
 	// Roles overrides backend, base_url, name and serving per SPADE role;

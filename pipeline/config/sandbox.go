@@ -26,7 +26,7 @@ type Sandbox struct {
 	// before it is replaced (sandbox.Config.ProgramsPerSandbox; 1 = a fresh
 	// sandbox per program). Operational: every program runs in a fresh
 	// process either way.
-	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty"`
+	ProgramsPerSandbox int `yaml:"programs_per_sandbox" json:"programs_per_sandbox,omitempty" spade:"operational"`
 }
 
 // DefaultSandbox is sandbox.*'s default: Debian's /usr/bin/python3, 5 s

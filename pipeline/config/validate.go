@@ -128,7 +128,7 @@ func (p *problems) countOrZero(key string, v int) {
 // such values (a NaN fails every comparison and is reported here).
 func (p *problems) finite(prefix string, section any) {
 	v := reflect.ValueOf(section)
-	walk(v.Type(), prefix, func(key string, _ []int) {
+	walk(v.Type(), prefix, func(key string, _ reflect.StructField) {
 		f, _ := lookup(v, strings.TrimPrefix(key, prefix+"."))
 		if f.Kind() == reflect.Float64 && !isFinite(f.Float()) {
 			p.add(fmt.Sprintf("%s must be a finite number (got %v)", key, f.Float()), key)
