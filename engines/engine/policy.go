@@ -43,9 +43,10 @@ func RoleOf(stage string) string {
 
 // Served reports whether role's calls must be answered by the round's
 // checkpoint: an openai backend with managed or reload serving. Such a
-// stage reads checkpoints of round r-1 (NeedsCheckpoint).
-func Served(c *config.Config, role string) bool {
-	m := c.Model.ForRole(role)
+// stage reads checkpoints of round r-1 (NeedsCheckpoint). It reads the
+// model.* settings m only (m.ForRole(role)).
+func Served(m config.Model, role string) bool {
+	m = m.ForRole(role)
 	return m.Backend == config.BackendOpenAI && config.FromCheckpoints(m.Serving)
 }
 
@@ -76,9 +77,10 @@ func RoundPolicy(ctx context.Context, env *pipeline.Env) (schemas.Checkpoint, er
 	return rows[0], nil
 }
 
-// policyID is the checkpoint_id recorded for role's calls with policy ck.
-func policyID(c *config.Config, role string, ck schemas.Checkpoint) string {
-	m := c.Model.ForRole(role)
+// policyID is the checkpoint_id recorded for role's calls with policy
+// ck, from the model.* settings m.
+func policyID(m config.Model, role string, ck schemas.Checkpoint) string {
+	m = m.ForRole(role)
 	switch {
 	case m.Backend != config.BackendOpenAI:
 		return ProceduralID
@@ -141,7 +143,7 @@ func (e *Engines) Serve(ctx context.Context, env *pipeline.Env, stage string) (f
 		return nil, err
 	}
 	if c.Model.Replay != "" || m.Backend != config.BackendOpenAI {
-		e.setSession(stage, nil, policyID(c, role, ck))
+		e.setSession(stage, nil, policyID(c.Model, role, ck))
 		return func() {}, nil
 	}
 	ep, stopServer, err := e.ServeCheckpoint(ctx, env.Store(), role, ck, ServeTag{Run: env.Round.Run, Round: env.Round.Round, Stage: stage})
@@ -236,7 +238,7 @@ func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role
 		if err != nil {
 			return Endpoint{}, nil, err
 		}
-		return Endpoint{Config: ocfg, CheckpointID: policyID(c, role, ck)}, nothing, nil
+		return Endpoint{Config: ocfg, CheckpointID: policyID(c.Model, role, ck)}, nothing, nil
 	}
 	dir, err := e.checkpointDir(ctx, store, ck)
 	if err != nil {
@@ -420,7 +422,7 @@ var TrainerImports = []string{"torch"}
 func CheckTrainer(ctx context.Context, c *config.Config) error {
 	served := false
 	for _, r := range config.RoleNames {
-		served = served || Served(c, r)
+		served = served || Served(c.Model, r)
 	}
 	if c.GRPO.Trainer == config.TrainerNone && !served {
 		return nil

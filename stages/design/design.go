@@ -56,7 +56,7 @@ func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input,
 		{Table: "corpus", Round: 0},
 		{Table: "memory", Round: ri.Round - 1, Optional: ri.Round == 1},
 	}
-	if engine.Served(cfg, config.RoleDesigner) {
+	if engine.Served(cfg.Model, config.RoleDesigner) {
 		ins = append(ins, engine.CheckpointInput(ri.Round))
 	}
 	return ins, true

@@ -45,7 +45,7 @@ func (*Stage) Outputs() []pipeline.Output {
 // r-1 is an input too.
 func (*Stage) Plan(ri pipeline.RoundInfo, cfg *config.Config) ([]pipeline.Input, bool) {
 	ins := []pipeline.Input{{Table: "environments", Round: ri.Round}}
-	if engine.Served(cfg, config.RoleHint) && ri.Round >= 1 {
+	if engine.Served(cfg.Model, config.RoleHint) && ri.Round >= 1 {
 		ins = append(ins, engine.CheckpointInput(ri.Round))
 	}
 	return ins, ri.Round >= 1 && ri.Regeneration
