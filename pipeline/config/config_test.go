@@ -206,6 +206,33 @@ func TestDigestIgnoresOperationalSettings(t *testing.T) {
 	}
 }
 
+// TestOperationalTagsLeaveTheDigest: every setting tagged
+// spade:"operational" (the Operational list) can take another value
+// without changing the digest, and a setting without the tag changes it.
+func TestOperationalTagsLeaveTheDigest(t *testing.T) {
+	def := Default()
+	want := def.Digest()
+	other := func(c *Config, key string) {
+		t.Helper()
+		val := "7"
+		switch c.Get(key)[0] {
+		case '"', 'n', '[':
+			val = "/other"
+		}
+		require.NoError(t, setPath(c, key, val), key)
+		require.NotEqual(t, def.Get(key), c.Get(key), key)
+	}
+	require.NotEmpty(t, Operational)
+	for _, k := range Operational {
+		c := Default()
+		other(&c, k)
+		require.Equal(t, want, c.Digest(), "%s is operational", k)
+	}
+	c := Default()
+	other(&c, "model.name")
+	require.NotEqual(t, want, c.Digest(), "model.name is pinned")
+}
+
 // TestNewSettingsKeepOldDigests: settings added after runs were pinned
 // (sandbox.fork_episodes, sandbox.programs_per_sandbox) must not change the
 // digest of a config that leaves them at their defaults, or every existing
