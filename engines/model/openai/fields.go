@@ -23,23 +23,26 @@ var tokenFields = map[string]any{
 }
 
 // params is req on the wire: toParams, then tool_choice, the token
-// fields while askTokens holds, and Config.ExtraBody. Errors wrap
-// model.ErrBadRequest, prefixed with the backend's name.
-func (b *Backend) params(req model.Request) (oa.ChatCompletionNewParams, error) {
-	params, err := toParams(b.cfg.Model, req)
+// fields while askTokens holds, and Config.ExtraBody; askedTokens says
+// whether these params carry the token fields (the caller's retry
+// without them depends on it, whatever other calls have learnt since).
+// Errors wrap model.ErrBadRequest, prefixed with the backend's name.
+func (b *Backend) params(req model.Request) (params oa.ChatCompletionNewParams, askedTokens bool, err error) {
+	params, err = toParams(b.cfg.Model, req)
 	if err != nil {
-		return params, fmt.Errorf("%s: %w", b.name, err)
+		return params, false, fmt.Errorf("%s: %w", b.name, err)
 	}
 	if b.cfg.ToolChoice != "" && len(req.Tools) > 0 {
 		params.ToolChoice = oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: param.NewOpt(b.cfg.ToolChoice)}
 	}
-	if b.askTokens() {
+	askedTokens = b.askTokens()
+	if askedTokens {
 		params.Logprobs = oa.Bool(true)
 	}
-	if extra := b.extraFields(); len(extra) > 0 {
+	if extra := b.extraFields(askedTokens); len(extra) > 0 {
 		params.SetExtraFields(extra)
 	}
-	return params, nil
+	return params, askedTokens, nil
 }
 
 // askTokens reports whether requests ask for token ids now:
@@ -69,8 +72,8 @@ func refusesTokenFields(cerr *model.CallError) bool {
 
 // extraFields is the request's extra top-level fields: tokenFields while
 // askTokens holds, then Config.ExtraBody over them.
-func (b *Backend) extraFields() map[string]any {
-	if !b.askTokens() {
+func (b *Backend) extraFields(askTokens bool) map[string]any {
+	if !askTokens {
 		return b.cfg.ExtraBody
 	}
 	out := make(map[string]any, len(tokenFields)+len(b.cfg.ExtraBody))

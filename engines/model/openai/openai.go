@@ -259,22 +259,24 @@ func (b *Backend) Name() string { return b.name }
 // model.ErrTimeout and the caller's ctx.Err()); an error wrapping
 // model.ErrBadRequest when req cannot be expressed on the wire.
 func (b *Backend) Chat(ctx context.Context, req model.Request) (model.Response, error) {
-	params, err := b.params(req)
+	params, asked, err := b.params(req)
 	if err != nil {
 		return model.Response{}, err
 	}
 	jitterSeed := requestSeed(b.cfg.Model, req)
 	for attempt := 0; ; attempt++ {
 		resp, cerr := b.attempt(ctx, params, req.Tools)
-		if cerr != nil && b.askTokens() && refusesTokenFields(cerr) {
+		if cerr != nil && asked && refusesTokenFields(cerr) {
 			// The server does not take the token extensions (transformers
 			// serve answers 422 "Unexpected fields"): stop asking, and ask
 			// again without them; the samples are trained from their text.
+			// asked is this request's own: a call sent with the fields
+			// while another call learnt of the refusal retries too.
 			if !b.tokensRefused.Swap(true) {
 				b.cfg.Logger.Warn("model server refused the token-id request fields; calls go on without them and training falls back to the text of the replies",
 					"backend", b.name, "endpoint", b.endpoint, "status", cerr.Status, "error", cerr.Message)
 			}
-			if params, err = b.params(req); err != nil {
+			if params, asked, err = b.params(req); err != nil {
 				return model.Response{}, err
 			}
 			attempt--

@@ -142,6 +142,55 @@ func TestChatTokensRefused(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "refused the token-id request fields"), logs.String())
 }
 
+// TestChatTokensRefusedConcurrent: calls sent with the fields at once
+// (a rollout's plays in flight) are all refused before any of them learns
+// of it; each asks again without them and none fails. (Once the first
+// refusal was seen, the others used to fail with the server's 422.)
+func TestChatTokensRefusedConcurrent(t *testing.T) {
+	plain := strings.Replace(sglangTokenBody, `,"prompt_token_ids":[1,2,3,4],"token_ids":[13048]`, "", 1)
+	plain = strings.Replace(plain, `{"content":[{"token":"Hi","bytes":[72,105],"logprob":-1.5,"top_logprobs":[]}]}`, "null", 1)
+	const n = 8
+	var mu sync.Mutex
+	refused := 0
+	all := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(raw), "return_token_ids") {
+			mu.Lock()
+			refused++
+			if refused == n {
+				close(all)
+			}
+			mu.Unlock()
+			select { // every call is in flight with the fields before any answer
+			case <-all:
+			case <-time.After(3 * time.Second):
+			}
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, `{"detail":"Unexpected fields in the request: {'return_token_ids', 'return_prompt_token_ids', 'return_tokens_as_token_ids'}"}`)
+			return
+		}
+		_, _ = io.WriteString(w, plain)
+	}))
+	t.Cleanup(srv.Close)
+	b, err := New(Config{BaseURL: srv.URL + "/v1", Model: "m", APIKeyEnv: "SPADE_TEST_NO_KEY", Timeout: 5 * time.Second,
+		MaxRetries: -1, ReturnTokens: true, Concurrency: n})
+	require.NoError(t, err)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := b.Chat(context.Background(), tokenReq)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		assert.NoError(t, <-errs)
+	}
+	assert.Equal(t, n, refused, "every call was first sent with the fields")
+	assert.True(t, b.TokensRefused())
+}
+
 // TestChoiceTokensMalformed: token information that does not decode is
 // dropped field by field, never failing the call.
 func TestChoiceTokensMalformed(t *testing.T) {
