@@ -105,7 +105,11 @@ some fail and the server no longer answers.`,
 			if data, err := storage.ReadAll(ctx, a.store, key); err == nil && !force {
 				_, _, derr := table.Decode(schemas.Evals, key, data)
 				if derr == nil {
-					fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))
+					note := ""
+					if rec, rerr := pipeline.ReadSideRecord(ctx, a.store, key); rerr == nil && rec == nil {
+						note = "; it has no side record, so spade verify cannot check its digest: --force writes it again with one"
+					}
+					fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again%s)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key), note)
 					return nil
 				}
 				a.log.Warn("eval: the earlier evaluation file is damaged; scoring again", "key", key, "error", derr)
@@ -118,7 +122,12 @@ some fail and the server no longer answers.`,
 			if err != nil {
 				return err
 			}
-			if _, err := evaluate.WriteSide(ctx, a.store, g.runName, round, digest, rows); err != nil {
+			withConfig := ""
+			if g.configPath != "" {
+				withConfig = " --config " + g.configPath
+			}
+			repair := fmt.Sprintf("spade --run %s%s eval --round %d --force (with the settings and build that wrote it)", g.runName, withConfig, round)
+			if _, err := evaluate.WriteSide(ctx, a.store, g.runName, round, digest, rows, repair); err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -135,3 +144,4 @@ some fail and the server no longer answers.`,
 	cmd.Flags().BoolVar(&force, "force", false, "score again even when this checkpoint was scored with these settings")
 	return cmd
 }
+
