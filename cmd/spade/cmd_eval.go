@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -116,6 +119,17 @@ some fail and the server no longer answers.`,
 			} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 				return err
 			}
+			// Registered as a writer of the run (and of the run whose
+			// files the checkpoint is, for a fork's inherited round) from
+			// before the checkpoint's files are read until its scores are
+			// written: spade gc leaves the run alone meanwhile (its
+			// retention rules would remove those files), exit 4 with --run,
+			// as for spade round (docs/format.md "Writers and gc").
+			release, err := registerEval(ctx, a, g.runName, ck)
+			if err != nil {
+				return err
+			}
+			defer release()
 			eng := &engine.Engines{Config: &cfg, Store: a.store, Log: a.log}
 			defer eng.Close()
 			rows, err := evaluate.ServeAndScore(ctx, eng, a.store, ck, engine.ServeTag{Run: g.runName, Round: round, Stage: eval.StageName}, round)
@@ -145,3 +159,30 @@ some fail and the server no longer answers.`,
 	return cmd
 }
 
+// registerEval registers spade eval as a writer of run, and of every
+// other run whose store keys ck's files lie under (a fork's round
+// inherited from its source), waiting while a spade gc holds one
+// (pipeline.RegisterWriter). The returned func releases them all.
+func registerEval(ctx context.Context, a *app, run string, ck schemas.Checkpoint) (func(), error) {
+	runs := []string{run}
+	for _, f := range ck.Files {
+		if owner, _, ok := strings.Cut(f.Key, "/"); ok && !slices.Contains(runs, owner) {
+			runs = append(runs, owner)
+		}
+	}
+	var held []*pipeline.HeldLease
+	release := func() {
+		for _, l := range held {
+			l.Release()
+		}
+	}
+	for _, r := range runs {
+		l, err := pipeline.RegisterWriter(ctx, a.store, r, a.log)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return release, nil
+}
