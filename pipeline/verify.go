@@ -14,6 +14,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/spade-pipeline/spade/pipeline/storage"
+	"github.com/spade-pipeline/spade/schemas"
 )
 
 // Damage is one damaged or missing object that Verify found.
@@ -56,6 +57,21 @@ type VerifyReport struct {
 	// Leftovers are part records left in sealed rounds (a kill during the
 	// seal's clean-up): harmless, removed by spade gc.
 	Leftovers []string `json:"leftovers,omitempty"`
+	// SideFiles is the number of side files read in full and checked
+	// (size and sha256): the checkpoint files the checkpoints tables list,
+	// and the files with a side record under VerifyOptions.SideDirs.
+	SideFiles int `json:"side_files"`
+	// SideBytes is their total size in bytes, as listed.
+	SideBytes int64 `json:"side_bytes"`
+	// RemovedByGC lists the checkpoint files that are missing because
+	// spade gc removed them by a retention rule (the round's
+	// checkpoints/_REMOVED.json names them): on purpose, not damage.
+	RemovedByGC []string `json:"removed_by_gc,omitempty"`
+	// Unrecorded lists the side files under VerifyOptions.SideDirs that
+	// have no side record (written by a build before records, or killed
+	// between the file and its record): their content cannot be checked.
+	// One that is a .parquet file that does not open is damage instead.
+	Unrecorded []string `json:"unrecorded,omitempty"`
 }
 
 // VerifyOptions selects what Verify checks.
@@ -67,6 +83,11 @@ type VerifyOptions struct {
 	// Round limits the check to one round when >= 0; -1 checks rounds 0
 	// up to the first unsealed one.
 	Round int
+	// SideDirs are key prefixes relative to the run ("evals/") under which
+	// side files are kept with their side records (SideRecord): each
+	// recorded file is read in full and checked against its record, and
+	// a file there without one is listed in VerifyReport.Unrecorded.
+	SideDirs []string
 }
 
 // verifyReads bounds how many data files Verify reads at once.
@@ -116,6 +137,11 @@ func Verify(ctx context.Context, s storage.Store, run string, o VerifyOptions) (
 	if err := v.readFiles(ctx); err != nil {
 		return nil, err
 	}
+	if err := v.sideFiles(ctx, o); err != nil {
+		return nil, err
+	}
+	sort.Strings(rep.RemovedByGC)
+	sort.Strings(rep.Unrecorded)
 	sort.SliceStable(rep.Damage, func(i, j int) bool {
 		a, b := rep.Damage[i], rep.Damage[j]
 		if a.Round != b.Round {
@@ -134,6 +160,16 @@ type verifier struct {
 	mu    sync.Mutex
 	seen  map[string]bool // data keys queued
 	files []fileCheck
+	// ckpts are the checkpoints tables read, whose rows list checkpoint
+	// files (checked by sideFiles once the tables' own files are read).
+	ckpts []ckptTable
+}
+
+// ckptTable is one checkpoints table version that Verify read.
+type ckptTable struct {
+	round  int
+	sealed bool
+	m      *Manifest
 }
 
 // fileCheck is one data file to read, with where it is listed.
@@ -248,6 +284,9 @@ func (v *verifier) round(ctx context.Context, r int, tables []string, prevID *st
 		}
 		for _, f := range m.Files {
 			v.queue(fileCheck{f: f, round: r, table: t, sealed: sealed})
+		}
+		if m.Kind == schemas.Checkpoints.Name {
+			v.ckpts = append(v.ckpts, ckptTable{round: r, sealed: sealed, m: m})
 		}
 	}
 	if !sealed {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -105,20 +108,40 @@ some fail and the server no longer answers.`,
 			if data, err := storage.ReadAll(ctx, a.store, key); err == nil && !force {
 				_, _, derr := table.Decode(schemas.Evals, key, data)
 				if derr == nil {
-					fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key))
+					note := ""
+					if rec, rerr := pipeline.ReadSideRecord(ctx, a.store, key); rerr == nil && rec == nil {
+						note = "; it has no side record, so spade verify cannot check its digest: --force writes it again with one"
+					}
+					fmt.Printf("round %d (%s) already evaluated with these settings: %s (--force scores it again%s)\n", round, termtext.Safe(ck.CheckpointID), termtext.Safe(key), note)
 					return nil
 				}
 				a.log.Warn("eval: the earlier evaluation file is damaged; scoring again", "key", key, "error", derr)
 			} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 				return err
 			}
+			// Registered as a writer of the run (and of the run whose
+			// files the checkpoint is, for a fork's inherited round) from
+			// before the checkpoint's files are read until its scores are
+			// written: spade gc leaves the run alone meanwhile (its
+			// retention rules would remove those files), exit 4 with --run,
+			// as for spade round (docs/format.md "Writers and gc").
+			release, err := registerEval(ctx, a, g.runName, ck)
+			if err != nil {
+				return err
+			}
+			defer release()
 			eng := &engine.Engines{Config: &cfg, Store: a.store, Log: a.log}
 			defer eng.Close()
 			rows, err := evaluate.ServeAndScore(ctx, eng, a.store, ck, engine.ServeTag{Run: g.runName, Round: round, Stage: eval.StageName}, round)
 			if err != nil {
 				return err
 			}
-			if _, err := evaluate.WriteSide(ctx, a.store, g.runName, round, digest, rows); err != nil {
+			withConfig := ""
+			if g.configPath != "" {
+				withConfig = " --config " + g.configPath
+			}
+			repair := fmt.Sprintf("spade --run %s%s eval --round %d --force (with the settings and build that wrote it)", g.runName, withConfig, round)
+			if _, err := evaluate.WriteSide(ctx, a.store, g.runName, round, digest, rows, repair); err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -134,4 +157,32 @@ some fail and the server no longer answers.`,
 	cmd.Flags().IntVar(&round, "round", 0, "the round whose checkpoint to score (0: the base checkpoint)")
 	cmd.Flags().BoolVar(&force, "force", false, "score again even when this checkpoint was scored with these settings")
 	return cmd
+}
+
+// registerEval registers spade eval as a writer of run, and of every
+// other run whose store keys ck's files lie under (a fork's round
+// inherited from its source), waiting while a spade gc holds one
+// (pipeline.RegisterWriter). The returned func releases them all.
+func registerEval(ctx context.Context, a *app, run string, ck schemas.Checkpoint) (func(), error) {
+	runs := []string{run}
+	for _, f := range ck.Files {
+		if owner, _, ok := strings.Cut(f.Key, "/"); ok && !slices.Contains(runs, owner) {
+			runs = append(runs, owner)
+		}
+	}
+	var held []*pipeline.HeldLease
+	release := func() {
+		for _, l := range held {
+			l.Release()
+		}
+	}
+	for _, r := range runs {
+		l, err := pipeline.RegisterWriter(ctx, a.store, r, a.log)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return release, nil
 }

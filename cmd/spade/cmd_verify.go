@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spade-pipeline/spade/engines/evaluate"
 	"github.com/spade-pipeline/spade/internal/termtext"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -36,12 +37,17 @@ func newVerifyCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "verify [--round R] [--all-runs] [--json]",
-		Short: "Read every committed file of the run and check sha256, size, row counts and the manifest/seal chain (exit 1 naming each damaged file)",
+		Short: "Read every committed file of the run and its side files (checkpoints, evaluations) and check sha256, size, row counts and the manifest/seal chain (exit 1 naming each damaged file)",
 		Long: `Read everything the run has committed and check it: the run file, each
 round's seal and its hash chain, each manifest against the content digest
 its seal records, and every data file the manifests list, read in full
 (size, sha256, and the row and row group counts of its Parquet footer).
-The part records of a round in progress are checked too. Every damaged,
+The part records of a round in progress are checked too, and so are the
+side files outside the tables: every checkpoint file a checkpoints table
+lists (size and sha256; one that spade gc removed by a retention rule is
+listed as removed, not damaged), and every evaluation that spade eval
+kept under <run>/evals/, against the side record written after it (one
+without a record is listed as unrecorded: nothing gives its digest). Every damaged,
 missing or disagreeing object is named, with the command that repairs it
 when one exists (running an unsealed round again rewrites a damaged part
 that is not committed yet; nothing rewrites a committed or sealed table,
@@ -73,7 +79,7 @@ Exit codes: 0 nothing damaged, 1 damage found, 2 usage, 130 interrupted.`,
 			out := verifyJSON{OK: true, Runs: []*pipeline.VerifyReport{}}
 			damaged := 0
 			for _, run := range runs {
-				rep, err := pipeline.Verify(ctx, a.store, run, pipeline.VerifyOptions{Tables: a.tableNames(), Round: round})
+				rep, err := pipeline.Verify(ctx, a.store, run, pipeline.VerifyOptions{Tables: a.tableNames(), Round: round, SideDirs: []string{evaluate.SideDir}})
 				if err != nil {
 					return err
 				}
@@ -130,10 +136,16 @@ func printVerify(rep *pipeline.VerifyReport) {
 	for _, k := range rep.Leftovers {
 		fmt.Printf("leftover part record %s (of a sealed round; spade gc removes it)\n", termtext.Safe(k))
 	}
+	for _, k := range rep.RemovedByGC {
+		fmt.Printf("removed by spade gc %s (a checkpoint retention rule; the round's checkpoints/_REMOVED.json says which)\n", termtext.Safe(k))
+	}
+	for _, k := range rep.Unrecorded {
+		fmt.Printf("unrecorded side file %s (no side record gives its sha256, so its content is not checked; the command that wrote it writes it again with one)\n", termtext.Safe(k))
+	}
 	verdict := "ok"
 	if len(rep.Damage) > 0 {
 		verdict = fmt.Sprintf("%d damaged", len(rep.Damage))
 	}
-	fmt.Printf("run %s: %d rounds (%d sealed), %d manifests, %d files (%d bytes) read: %s\n",
-		rep.Run, len(rep.Rounds), rep.Sealed, rep.Manifests, rep.Files, rep.Bytes, verdict)
+	fmt.Printf("run %s: %d rounds (%d sealed), %d manifests, %d files (%d bytes) and %d side files (%d bytes) read: %s\n",
+		termtext.Safe(rep.Run), len(rep.Rounds), rep.Sealed, rep.Manifests, rep.Files, rep.Bytes, rep.SideFiles, rep.SideBytes, verdict)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -37,9 +38,17 @@ func TestMain(m *testing.M) {
 
 // result is one finished spade invocation.
 type result struct {
+	args   []string // the command line after the binary's name
 	code   int
 	stdout string
 	stderr string
+}
+
+// String describes r for a failing assertion: the command, its exit
+// code, and what it wrote to stdout and stderr (stdout is empty when it
+// went elsewhere).
+func (r result) String() string {
+	return fmt.Sprintf("spade %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
 }
 
 // spade runs the binary in dir with args and extra environment variables.
@@ -80,7 +89,7 @@ func runSpade(t testing.TB, dir string, env []string, stdout io.Writer, args ...
 	} else if err != nil {
 		t.Fatalf("run spade %v: %v", args, err)
 	}
-	return result{code: code, stderr: se.String()}
+	return result{args: args, code: code, stderr: se.String()}
 }
 
 // TestStdoutClosed: only a write to standard output whose reader has gone

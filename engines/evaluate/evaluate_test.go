@@ -169,10 +169,10 @@ func TestSideFiles(t *testing.T) {
 		for _, in := range infos {
 			_ = st.Delete(ctx, in.Key)
 		}
-		if _, err := WriteSide(ctx, st, "run", 1, pair[0], row(300, 0.3)); err != nil {
+		if _, err := WriteSide(ctx, st, "run", 1, pair[0], row(300, 0.3), ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := WriteSide(ctx, st, "run", 1, pair[1], row(100, 0.1)); err != nil {
+		if _, err := WriteSide(ctx, st, "run", 1, pair[1], row(100, 0.1), ""); err != nil {
 			t.Fatal(err)
 		}
 		side, damaged, err := ReadSide(ctx, st, "run")

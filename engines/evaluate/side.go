@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -34,9 +36,14 @@ import (
 // leaves them alone (they are no part or part record); the report and
 // DuckDB read them (docs/recipes.md "Evaluation").
 
+// SideDir is where a run keeps its evaluations outside the rounds,
+// relative to the run: what `spade verify` checks through their side
+// records (pipeline.VerifyOptions.SideDirs).
+const SideDir = "evals/"
+
 // SidePrefix is the key prefix of run's evaluations outside the rounds:
 // "<run>/evals/".
-func SidePrefix(run string) string { return run + "/evals/" }
+func SidePrefix(run string) string { return run + "/" + SideDir }
 
 // SideKey is the key of the evaluation of round r with digest d (SideDigest):
 // "<run>/evals/round=%06d/evals-<d>.parquet".
@@ -114,24 +121,33 @@ func hashTree(h io.Writer, dir string) error {
 }
 
 // WriteSide stores rows (one evaluation of round r) at SideKey(run, r,
-// digest), replacing an earlier file of that key. Errors: encoding, the
-// store's.
-func WriteSide(ctx context.Context, s storage.Store, run string, r int, digest string, rows []schemas.Eval) (string, error) {
+// digest), replacing an earlier file of that key, and then its side
+// record (pipeline.WriteSideFile: sha256, size, rows and row groups, and
+// repair, the command that writes it again), which `spade verify` checks
+// it against. Errors: encoding, the store's.
+func WriteSide(ctx context.Context, s storage.Store, run string, r int, digest string, rows []schemas.Eval, repair string) (string, error) {
 	data, err := table.Encode(schemas.Evals, rows)
 	if err != nil {
 		return "", err
 	}
+	pf, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return "", fmt.Errorf("evaluate: the encoded evals file does not open: %w", err)
+	}
 	key := SideKey(run, r, digest)
-	if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
-		return "", fmt.Errorf("write %s: %w", key, err)
+	rec := pipeline.SideRecord{Round: r, Writer: "spade eval", File: pipeline.FileEntry{Rows: pf.NumRows(), RowGroups: int64(len(pf.RowGroups()))}, Repair: repair}
+	if err := pipeline.WriteSideFile(ctx, s, key, data, rec); err != nil {
+		return "", err
 	}
 	return key, nil
 }
 
 // ReadSide reads every evaluation of run kept outside the rounds, by
 // round, each round's files in key order. A file that does not decode as
-// the evals table is left out and its error (table.ErrCorrupt, naming the
-// key) returned in damaged, for the caller to report: side files are not
+// the evals table, or whose size or sha256 is not what its side record
+// says, is left out and its error (table.ErrCorrupt or
+// pipeline.ErrIntegrity, naming the key) returned in damaged, for the
+// caller to report: side files are not
 // sealed, and one damaged file must not hide the run's report (`spade
 // eval --round R --force` rewrites it). Errors: the store's.
 func ReadSide(ctx context.Context, s storage.Store, run string) (rows map[int][]schemas.Eval, damaged []error, err error) {
@@ -154,6 +170,13 @@ func ReadSide(ctx context.Context, s storage.Store, run string) (rows map[int][]
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := checkRecord(ctx, s, in.Key, data); err != nil {
+			if !errors.Is(err, pipeline.ErrIntegrity) {
+				return nil, nil, err
+			}
+			damaged = append(damaged, fmt.Errorf("%w (spade eval --round %d --force with the settings and the build that wrote it rewrites it; or delete it)", err, r))
+			continue
+		}
 		rows, _, err := table.Decode(schemas.Evals, in.Key, data)
 		if err != nil {
 			damaged = append(damaged, fmt.Errorf("%w (spade eval --round %d --force with the settings and the build that wrote it rewrites it; or delete it)", err, r))
@@ -162,6 +185,23 @@ func ReadSide(ctx context.Context, s storage.Store, run string) (rows map[int][]
 		out[r] = append(out[r], rows...)
 	}
 	return out, damaged, nil
+}
+
+// checkRecord checks data, read from key, against its side record: nil
+// when they agree or there is no record (a file of a build before
+// records). Errors: the store's; a record that does not decode, or a
+// size or sha256 other than it records (wrapping pipeline.ErrIntegrity,
+// naming the key).
+func checkRecord(ctx context.Context, s storage.Store, key string, data []byte) error {
+	rec, err := pipeline.ReadSideRecord(ctx, s, key)
+	if err != nil || rec == nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); int64(len(data)) != rec.File.Bytes || got != rec.File.SHA256 {
+		return fmt.Errorf("%s: %w: %d bytes with sha256 %.12s, but its side record %s says %d bytes with sha256 %.12s", key, pipeline.ErrIntegrity, len(data), got, pipeline.SideRecordKey(key), rec.File.Bytes, rec.File.SHA256)
+	}
+	return nil
 }
 
 // RoundEvals returns the evaluation scores of round r of run: the rows of

@@ -106,6 +106,12 @@ var (
 	// ErrNoIsolation is returned by New when Config.Strict is set and
 	// bubblewrap is missing or cannot create namespaces here.
 	ErrNoIsolation = errors.New("sandbox: bubblewrap isolation unavailable and Strict is set")
+	// ErrForeignProc is returned by New when /proc is not the proc file
+	// system of this process's PID namespace (a PID namespace entered
+	// without mounting its own /proc: `unshare --pid --fork` without
+	// --mount-proc) and the sandbox would need it: bubblewrap, or slot uids
+	// whose processes are found through /proc and signalled.
+	ErrForeignProc = errors.New("sandbox: /proc is not this PID namespace's")
 	// ErrClosed is returned by calls on a closed Sandbox or Program, or on a
 	// Program whose sandbox was killed (after a timeout, for example).
 	ErrClosed = errors.New("sandbox: closed")

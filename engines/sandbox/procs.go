@@ -3,10 +3,12 @@ package sandbox
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,9 +20,51 @@ type procInfo struct {
 	pid, ppid, uid int // uid: the real uid
 }
 
+// procProblem says why the proc file system mounted at root (normally
+// "/proc") does not show this process's PID namespace, or "" when it
+// does: its self link must name pid (this process's os.Getpid), and
+// /proc/self/status must list one pid for it (NSpid has a field per
+// namespace level from the mount's namespace down to the process's own;
+// more than one means the mount belongs to an ancestor namespace, as after
+// `unshare --pid --fork` without --mount-proc). Through such a /proc every
+// pid is another namespace's: bubblewrap cannot find the sandbox it
+// starts, and a pid read there names another process when signalled here.
+func procProblem(root string, pid int) string {
+	self, err := os.Readlink(filepath.Join(root, "self"))
+	if err != nil {
+		return fmt.Sprintf("%s does not show this process (%v): it is not mounted, or it is the proc file system of another PID namespace", root, err)
+	}
+	if self != strconv.Itoa(pid) {
+		return fmt.Sprintf("%s belongs to another PID namespace: %s/self names pid %s, but this process is pid %d in its own PID namespace", root, root, self, pid)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "self", "status"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(rest); len(f) > 1 {
+				return fmt.Sprintf("%s belongs to another PID namespace: it shows this process as pid %s, and pid %s is its pid in its own PID namespace", root, f[0], f[len(f)-1])
+			}
+		}
+	}
+	return ""
+}
+
+// ownProc reports whether /proc shows this process's PID namespace
+// (procProblem "" for "/proc"), checked once per process. Nothing found
+// through a /proc of another namespace is ever signalled: liveProcesses
+// lists nothing then.
+var ownProc = sync.OnceValue(func() bool { return procProblem("/proc", os.Getpid()) == "" })
+
 // liveProcesses lists every process in /proc that is not a zombie, with its
-// parent and real uid. Processes that end during the scan are skipped.
+// parent and real uid. Processes that end during the scan are skipped. It
+// lists none when /proc belongs to another PID namespace (ownProc): its
+// pids name other processes here.
 func liveProcesses() []procInfo {
+	if !ownProc() {
+		return nil
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil

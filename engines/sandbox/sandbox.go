@@ -213,7 +213,9 @@ var reapOnce, staleOnce sync.Once
 
 // New checks the interpreter and bubblewrap once (by starting a sandbox) and
 // returns a Sandbox. Errors: the interpreter is missing or broken;
-// ErrNoIsolation when Strict is set and bubblewrap is unusable.
+// ErrNoIsolation when Strict is set and bubblewrap is unusable;
+// ErrForeignProc, at once, when /proc is not this process's PID
+// namespace's and bubblewrap or slot uids would need it.
 func New(cfg Config) (*Sandbox, error) {
 	cfg = cfg.withDefaults()
 	s := &Sandbox{cfg: cfg, uidBase: -1, warm: make(chan int, cfg.Workers), cold: make(chan int, cfg.Workers), idle: make([]*worker, cfg.Workers)}
@@ -223,7 +225,30 @@ func New(cfg Config) (*Sandbox, error) {
 	if fi, err := os.Stat(cfg.Python); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("sandbox: python interpreter %s is not an executable file (sandbox.python, Config.Python)", cfg.Python)
 	}
-	if os.Geteuid() == 0 && cfg.UIDBase >= 0 {
+	if !cfg.NoBwrap {
+		s.bwrap = cfg.Bwrap
+		if s.bwrap == "" {
+			if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+				s.bwrap = "/usr/bin/bwrap"
+			} else if p, err := exec.LookPath("bwrap"); err == nil {
+				s.bwrap = p
+			}
+		}
+	}
+	uidSwitch := os.Geteuid() == 0 && cfg.UIDBase >= 0
+	if uidSwitch || s.bwrap != "" {
+		// Checked before anything reads /proc or starts bubblewrap: in a
+		// PID namespace that kept its parent's /proc, bubblewrap's monitor
+		// looks its sandbox up as /proc/PID by this namespace's pid, finds
+		// another process or none, and dies, leaving the sandbox waiting
+		// for it (the harness never answers: a LoadTimeout that blamed the
+		// interpreter); and pids read there name other processes here.
+		if why := procProblem("/proc", os.Getpid()); why != "" {
+			return nil, fmt.Errorf("%w: %s. The sandbox needs a /proc of its own PID namespace (bubblewrap finds its sandbox there, and spade finds the processes of its slot uids there to kill them); "+
+				"mount one: run under `unshare --pid --fork --mount-proc` (not plain --pid --fork), or give the container a PID namespace with its own /proc", ErrForeignProc, why)
+		}
+	}
+	if uidSwitch {
 		s.uidBase = cfg.UIDBase
 		if s.uidBase == 0 {
 			if cfg.Workers > UIDStride {
@@ -248,16 +273,6 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	s.harnessDir = dir
 
-	if !cfg.NoBwrap {
-		s.bwrap = cfg.Bwrap
-		if s.bwrap == "" {
-			if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
-				s.bwrap = "/usr/bin/bwrap"
-			} else if p, err := exec.LookPath("bwrap"); err == nil {
-				s.bwrap = p
-			}
-		}
-	}
 	var probeErr error
 	if s.bwrap != "" {
 		if prefix := pythonPrefix(cfg.Python); prefix != "" {
@@ -334,6 +349,9 @@ func (s *Sandbox) bwrapRuns() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LoadTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], append(slices.Clone(argv[1:]), "/usr/bin/true")...)
+	// A sandbox process orphaned by a dead bubblewrap monitor keeps the
+	// output pipe open; without a bound the wait for it never ends.
+	cmd.WaitDelay = 2 * time.Second
 	cmd.Env = s.childEnv()
 	cmd.SysProcAttr = procAttr(s.slotUID(0))
 	if out, err := cmd.CombinedOutput(); err != nil {
