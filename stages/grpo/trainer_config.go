@@ -128,6 +128,12 @@ type TrainerConfig struct {
 	// which the trainer warns on stderr; grpo.mismatch_warn, or
 	// config.DefaultMismatchWarn when that is 0.
 	MismatchWarn float64 `json:"mismatch_warn"`
+	// LossAggregation is how the per-token terms are averaged:
+	// "token_mean" (over every trained token of the batch) or
+	// "sample_mean" (over each sample's trained tokens, then over the
+	// samples; verl's seq-mean-token-mean, slime's default);
+	// grpo.loss_aggregation.
+	LossAggregation string `json:"loss_aggregation"`
 }
 
 // NewTrainerConfig returns the trainer config for grpo settings g and the
@@ -135,7 +141,8 @@ type TrainerConfig struct {
 // (grpo.lr, clip_eps, clip_eps_high, kl_beta, max_seq_len, adam_beta1,
 // adam_beta2, weight_decay, dtype, save_dtype, max_tokens_per_micro_batch,
 // gradient_checkpointing, attn_implementation, offload, tis_cap,
-// mismatch_warn; save_optimizer from keep_optimizer_rounds > 0; the KL
+// mismatch_warn, loss_aggregation;
+// save_optimizer from keep_optimizer_rounds > 0; the KL
 // reference from base_checkpoint when kl_beta > 0), else the fixed value
 // TrainerConfig documents (grad_clip 1.0, inner_steps 1, micro_batch_size
 // 1024, device auto, adam_eps 1e-8, overlong truncate_left, compile false,
@@ -150,7 +157,14 @@ func NewTrainerConfig(g config.GRPO, seed int64) TrainerConfig {
 		AttnImplementation: g.AttnImplementation, GradientCheckpointing: g.GradientCheckpointing, Offload: g.Offload,
 		Compile: false, ResumeOptimizer: true, SaveOptimizer: g.KeepOptimizerRounds > 0,
 		TISCap: g.TISCap, MismatchWarn: config.DefaultMismatchWarn,
+		LossAggregation: g.LossAggregation,
 	}
+	// A section read back pinned holds "" for a setting at its default
+	// (config.GRPO's pin rule); the trainer takes the value itself.
+	if tc.LossAggregation == "" {
+		tc.LossAggregation = config.LossTokenMean
+	}
+
 	if g.MismatchWarn > 0 {
 		tc.MismatchWarn = g.MismatchWarn
 	}

@@ -14,8 +14,15 @@ token, logp_old the policy's before this round's first optimiser step
 
 T is the number of trained tokens in the whole batch (token-level mean, as
 DAPO / Dr. GRPO recommend over a per-sequence mean that favours short
-sequences), so micro-batching with gradient accumulation gives the same
-gradient as one full-batch step. k3 is Schulman's unbiased, non-negative
+sequences; loss_aggregation "token_mean", verl's "token-mean"), so
+micro-batching with gradient accumulation gives the same gradient as one
+full-batch step. With loss_aggregation "sample_mean" (verl's
+"seq-mean-token-mean"; slime's default, get_sum_of_sample_mean with the
+loss scaled by 1 / global_batch_size, which the public SPADE launchers
+use) each token's 1/T is 1/(N T_i) instead: N the batch's trained
+samples, T_i the trained tokens of token t's sample, over all its pieces
+(loss_scales). It is still a sum of per-token terms, so micro-batching
+leaves it unchanged too. k3 is Schulman's unbiased, non-negative
 estimator of KL(policy || reference) (DeepSeekMath GRPO, eq. 4); the weight
 w_i scales only the policy-gradient term.
 
@@ -64,6 +71,13 @@ class Encoded:
     advantage: float
     weight: float
     sampler: Optional[List[float]] = None
+    # The trained sample the piece belongs to (pieces of one sample share
+    # it): the batch row's index. loss_scales counts a sample's trained
+    # tokens over its pieces.
+    sample: int = -1
+    # The loss coefficient of each of the piece's trained tokens in place
+    # of 1/T (loss_scales); None: 1/T, the token mean.
+    scale: Optional[float] = None
 
 
 NAN = float("nan")
@@ -137,7 +151,7 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
               "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns"):
         stats.setdefault(k, 0)
     out = []
-    for s in samples:
+    for k, s in enumerate(samples):
         msgs, as_text = prepare_messages(encoder, s.messages, s.tools)
         if s.has_token_ids():
             if vocab_size is not None:
@@ -171,7 +185,7 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
                 truncated = True
             if sum(mask[1:]) == 0:
                 raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
-            out.append(Encoded(ids, mask, s.advantage, s.weight, lp))
+            out.append(Encoded(ids, mask, s.advantage, s.weight, lp, sample=k))
             kept += 1
         stats["pieces"] += kept
         if kept == 0:
@@ -179,6 +193,36 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
         elif truncated:
             stats["truncated_samples"] += 1
     return out
+
+
+def trained_tokens(e: Encoded) -> int:
+    """The trained tokens of piece e: its loss-mask ones (target_columns:
+    a token is a target of the position before it, so the first token is
+    never one)."""
+    return sum(e.mask[1:])
+
+
+def loss_scales(enc: Sequence[Encoded], aggregation: str) -> None:
+    """Set each piece's loss coefficient for ``aggregation``:
+    "token_mean" leaves them None (every trained token weighs 1/T, T the
+    batch's trained tokens); "sample_mean" sets 1/(N T_i), N the number of
+    samples with a trained token and T_i the trained tokens of the
+    piece's sample summed over its pieces (Encoded.sample), so each sample
+    weighs 1/N whatever its length or its number of pieces. InputError on
+    another value."""
+    if aggregation == "token_mean":
+        for e in enc:
+            e.scale = None
+        return
+    if aggregation != "sample_mean":
+        raise InputError(f"loss_aggregation {aggregation!r}: want token_mean or sample_mean")
+    per: Dict[int, int] = {}
+    for e in enc:
+        per[e.sample] = per.get(e.sample, 0) + trained_tokens(e)
+    n = sum(1 for t in per.values() if t > 0)
+    for e in enc:
+        t = per[e.sample]
+        e.scale = 1.0 / (n * t) if t > 0 else 0.0
 
 
 @dataclasses.dataclass
@@ -210,6 +254,9 @@ class MicroBatch:
     # completion_logprobs), NaN where there is none; None when no sample of
     # the micro-batch has one.
     sampler_logp: Optional[torch.Tensor] = None
+    # (1, N) float32: each token's loss coefficient in place of 1/T
+    # (Encoded.scale, loss_scales); None: the token mean.
+    scale: Optional[torch.Tensor] = None
 
     def kept(self, t: torch.Tensor) -> torch.Tensor:
         """t (1, N, ...) at the kept positions: (1, K, ...)."""
@@ -263,6 +310,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
     adv: List[float] = []
     weight: List[float] = []
     sampler: List[float] = []
+    scale: List[float] = []
     for e in chunk:
         L = len(e.ids)
         ids += e.ids
@@ -273,7 +321,11 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         sampler += t_sampler
         adv += [e.advantage] * L
         weight += [e.weight] * L
+        scale += [e.scale if e.scale is not None else 0.0] * L
     has_sampler = any(e.sampler is not None for e in chunk)
+    scaled = [e.scale is not None for e in chunk]
+    if any(scaled) and not all(scaled):
+        raise ValueError("pack: some pieces have a loss coefficient and others none (loss_scales sets all or none)")
 
     def t(v, dtype):
         return torch.tensor(v, dtype=dtype).unsqueeze(0).to(device)
@@ -291,6 +343,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         max_len=max(len(e.ids) for e in chunk),
         keep=torch.tensor([i for i, m in enumerate(mask) if m], dtype=torch.long).to(device),
         sampler_logp=t(sampler, torch.float32) if has_sampler else None,
+        scale=t(scale, torch.float32) if all(scaled) else None,
     )
 
 
@@ -320,6 +373,7 @@ def grpo_loss(
     norm_tokens: float,
     clip_eps_high: Optional[float] = None,
     tis: Optional[torch.Tensor] = None,
+    token_scale: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """The module-level loss for one micro-batch, normalised by the whole
     batch's trained-token count ``norm_tokens``. Shapes: logp/old/ref/mask
@@ -329,6 +383,9 @@ def grpo_loss(
     gets no gradient: A > 0 and ratio > 1+eps, or A < 0 and ratio < 1-eps).
     ``tis`` (B, T), detached, multiplies each token's policy-gradient term
     (truncated importance sampling, tis_weights; None = 1).
+    ``token_scale`` (B, T), when given, is each token's coefficient in
+    place of 1 / norm_tokens in pg and kl (loss_aggregation sample_mean:
+    1/(N T_i), loss_scales).
     """
     hi = clip_eps_high if clip_eps_high else clip_eps
     a = adv[:, None] if adv.dim() == 1 else adv
@@ -339,12 +396,18 @@ def grpo_loss(
     surr = torch.min(unclipped, clipped)
     if tis is not None:
         surr = surr * tis
-    pg = -(surr * w * mask).sum() / norm_tokens
+    if token_scale is None:
+        pg = -(surr * w * mask).sum() / norm_tokens
+    else:
+        pg = -(surr * w * mask * token_scale).sum()
     loss = pg
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and kl_beta > 0:
         d = ref_logp - logp
-        kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
+        if token_scale is None:
+            kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
+        else:
+            kl = ((torch.exp(d) - d - 1.0) * mask * token_scale).sum()
         loss = loss + kl_beta * kl
     with torch.no_grad():
         active = ((a > 0) & (ratio > 1.0 + hi)) | ((a < 0) & (ratio < 1.0 - clip_eps))
@@ -497,7 +560,9 @@ def _accumulate(
                 old[j] = logp.detach()
                 tis[j] = stats.add(old[j], mb, cfg.tis_cap)
             r = ref.get(j, old[j])
-            loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, plan.norm_tokens, cfg.clip_epsilon_high, tis[j])
+            scale = mb.kept(mb.scale) if mb.scale is not None else None
+            loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, plan.norm_tokens,
+                                   cfg.clip_epsilon_high, tis[j], scale)
             (loss * plan.scale).backward()
             loss_sum += loss.detach()
             kl_sum += sums["kl"]
