@@ -134,6 +134,12 @@ type TrainerConfig struct {
 	// samples; verl's seq-mean-token-mean, slime's default);
 	// grpo.loss_aggregation.
 	LossAggregation string `json:"loss_aggregation"`
+	// TrainReasoning is "generated" (a trained turn's <think> block is
+	// trained with it) or "none" (no token of a trained turn's <think>
+	// block is trained, on the token-id path and the text path alike: the
+	// tokens through the first </think> and the whitespace after it; they
+	// stay in the context). grpo.train_reasoning.
+	TrainReasoning string `json:"train_reasoning"`
 }
 
 // NewTrainerConfig returns the trainer config for grpo settings g and the
@@ -141,7 +147,7 @@ type TrainerConfig struct {
 // (grpo.lr, clip_eps, clip_eps_high, kl_beta, max_seq_len, adam_beta1,
 // adam_beta2, weight_decay, dtype, save_dtype, max_tokens_per_micro_batch,
 // gradient_checkpointing, attn_implementation, offload, tis_cap,
-// mismatch_warn, loss_aggregation;
+// mismatch_warn, loss_aggregation, train_reasoning;
 // save_optimizer from keep_optimizer_rounds > 0; the KL
 // reference from base_checkpoint when kl_beta > 0), else the fixed value
 // TrainerConfig documents (grad_clip 1.0, inner_steps 1, micro_batch_size
@@ -157,12 +163,15 @@ func NewTrainerConfig(g config.GRPO, seed int64) TrainerConfig {
 		AttnImplementation: g.AttnImplementation, GradientCheckpointing: g.GradientCheckpointing, Offload: g.Offload,
 		Compile: false, ResumeOptimizer: true, SaveOptimizer: g.KeepOptimizerRounds > 0,
 		TISCap: g.TISCap, MismatchWarn: config.DefaultMismatchWarn,
-		LossAggregation: g.LossAggregation,
+		LossAggregation: g.LossAggregation, TrainReasoning: g.TrainReasoning,
 	}
 	// A section read back pinned holds "" for a setting at its default
 	// (config.GRPO's pin rule); the trainer takes the value itself.
 	if tc.LossAggregation == "" {
 		tc.LossAggregation = config.LossTokenMean
+	}
+	if tc.TrainReasoning == "" {
+		tc.TrainReasoning = config.TrainReasoningGenerated
 	}
 
 	if g.MismatchWarn > 0 {

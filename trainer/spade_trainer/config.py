@@ -20,6 +20,9 @@ FLOAT32_MAX = 3.4028234663852886e38
 # The values of loss_aggregation (grpo.loss_scales).
 LOSS_AGGREGATIONS = ("token_mean", "sample_mean")
 
+# The values of train_reasoning (grpo.encode_batch).
+TRAIN_REASONING = ("generated", "none")
+
 # torch.manual_seed's accepted range.
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -85,7 +88,10 @@ class TrainConfig:
     loss_aggregation: "token_mean" (one mean over every trained token of
     the batch; verl's token-mean) or "sample_mean" (each sample's trained
     tokens averaged, then the samples; verl's seq-mean-token-mean, slime's
-    default; grpo.loss_scales).
+    default; grpo.loss_scales). train_reasoning: "generated" (a trained
+    turn's <think> block is trained) or "none" (no token of it is: the
+    tokens through the first </think> and the whitespace after it stay in
+    the context untrained; grpo.encode_batch).
     """
 
     lr: float
@@ -116,6 +122,7 @@ class TrainConfig:
     tis_cap: float
     mismatch_warn: float
     loss_aggregation: str
+    train_reasoning: str
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
@@ -142,6 +149,8 @@ class TrainConfig:
             raise bad("overlong", f"{self.overlong!r}: want truncate_left, drop or error")
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise bad("loss_aggregation", f"{self.loss_aggregation!r}: want {' or '.join(LOSS_AGGREGATIONS)}")
+        if self.train_reasoning not in TRAIN_REASONING:
+            raise bad("train_reasoning", f"{self.train_reasoning!r}: want {' or '.join(TRAIN_REASONING)}")
         if not SEED_MIN <= self.seed <= SEED_MAX:
             raise bad("seed", f"{self.seed!r} is outside [-2^63, 2^64-1]")
 

@@ -83,7 +83,7 @@ class Encoded:
 NAN = float("nan")
 
 
-def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
+def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_reasoning: str = "generated") -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
     """The sample built from the ids the server sampled (docs/training.md
     "Training on the sampled tokens"): for trained turn i the context is
     its prompt_token_ids, else the template's rendering of messages[:i]
@@ -91,8 +91,10 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple
     trained. One running sequence is extended while it is a prefix of the
     next turn's context; otherwise it is closed as a piece of its own and
     a new one starts, so each turn trains in the context it was sampled
-    in. Returns ([(ids, mask, sampler log-probs)], whether a context was
-    rendered by the template rather than taken from prompt_token_ids)."""
+    in. With train_reasoning "none" a completion's reasoning block
+    (encoder.reasoning_end) stays in the sequence untrained. Returns
+    ([(ids, mask, sampler log-probs)], whether a context was rendered by
+    the template rather than taken from prompt_token_ids)."""
     pieces = []
     rendered = False
     ids: List[int] = []
@@ -115,15 +117,40 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple
             pieces.append((ids, mask, lp))
             ids, mask, lp = [], [], []
         tail = ctx[len(ids) :]
+        think = encoder.reasoning_end(comp) if train_reasoning == "none" else 0
+        stats["reasoning_tokens_untrained"] += think
         ids = ids + tail + comp
-        mask = mask + [0] * len(tail) + [1] * len(comp)
+        mask = mask + [0] * len(tail) + [0] * think + [1] * (len(comp) - think)
         lp = lp + [NAN] * len(tail) + [float(x) for x in clp]
     pieces.append((ids, mask, lp))
     return pieces, rendered
 
 
+def _untrain_reasoning(ids: List[int], mask: List[int], encoder) -> int:
+    """Text path, train_reasoning "none": in each trained run of mask (one
+    trained turn as the template rendered it), the reasoning block
+    (encoder.reasoning_end: a template such as Qwen3's renders an empty
+    one, <think>\n\n</think>\n\n, before the last turn's answer) is set
+    untrained. Returns the tokens untrained."""
+    n = 0
+    t = 0
+    while t < len(mask):
+        if not mask[t]:
+            t += 1
+            continue
+        end = t
+        while end < len(mask) and mask[end]:
+            end += 1
+        think = encoder.reasoning_end(ids[t:end])
+        for k in range(t, t + think):
+            mask[k] = 0
+        n += think
+        t = end
+    return n
+
+
 def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None,
-                 vocab_size: Optional[int] = None) -> List[Encoded]:
+                 vocab_size: Optional[int] = None, train_reasoning: str = "generated") -> List[Encoded]:
     """Tokenise every sample with its role's token mask: from the ids the
     server sampled when every trained turn has completion_token_ids (one or
     more pieces, _pieces_from_ids), else from the text (one piece, the
@@ -141,14 +168,23 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
     tool_calls_as_text (samples whose tool calls were rendered as spade's
     JSON because the template renders none), logprob_length_mismatch_turns
     (turns whose completion_logprobs is not parallel to their ids, so they
-    have no sampler log-prob). ``vocab_size`` bounds the batch's token ids
-    (an id outside it is an input error naming its line)."""
+    have no sampler log-prob), reasoning_tokens_untrained and
+    reasoning_only_pieces (below). ``vocab_size`` bounds the batch's
+    token ids (an id outside it is an input error naming its line).
+    ``train_reasoning`` "none" trains no token of a trained turn's
+    reasoning block (through its first </think> and the whitespace
+    after it, encoder.reasoning_end), on both paths; the block stays in
+    the sequence as context. A piece left with no trained token by that
+    (a turn that was all reasoning) is dropped and counted as a
+    reasoning_only_piece, not an input error."""
+    if train_reasoning not in ("generated", "none"):
+        raise InputError(f"train_reasoning {train_reasoning!r}: want generated or none")
     if overlong not in ("error", "truncate_left", "drop"):
         raise InputError(f"overlong {overlong!r}: want error, truncate_left or drop")
     if stats is None:
         stats = {}
     for k in ("truncated_samples", "dropped_samples", "truncated_pieces", "dropped_pieces", "token_id_samples", "text_samples",
-              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns"):
+              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns", "reasoning_tokens_untrained", "reasoning_only_pieces"):
         stats.setdefault(k, 0)
     out = []
     for k, s in enumerate(samples):
@@ -160,10 +196,12 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
                         bad = [t for t in m.get(key, ()) if t >= vocab_size]
                         if bad:
                             raise InputError(f"{where}:{s.line}: field messages[{i}].{key}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
-            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats)
+            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats, train_reasoning)
             stats["token_id_samples"] += 1
         else:
             ids, mask = encoder.encode_chat(msgs, s.trained_messages(), s.tools)
+            if train_reasoning == "none":
+                stats["reasoning_tokens_untrained"] += _untrain_reasoning(ids, mask, encoder)
             pieces = [(ids, mask, None)]
             stats["text_samples"] += 1
             rendered = True
@@ -172,6 +210,9 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
         kept = 0
         truncated = False
         for ids, mask, lp in pieces:
+            if train_reasoning == "none" and sum(mask[1:]) == 0:
+                stats["reasoning_only_pieces"] += 1
+                continue
             if len(ids) > max_seq_len:
                 if overlong == "error":
                     raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")

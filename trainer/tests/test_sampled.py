@@ -530,6 +530,112 @@ class CLITest(unittest.TestCase):
         self.assertEqual(r.stderr.count("spade_trainer: warning: mean |logp_trainer - logp_sampler|"), 1, r.stderr)
 
 
+class ReasoningTest(unittest.TestCase):
+    """train_reasoning "none" on a sample that carries the server's token
+    ids: no token of a turn's <think> block is trained (the block stays
+    in the sequence as the context it was), on the byte tokenizer (ids
+    read off the bytes), SmolLM2's BPE under Qwen3's template (where
+    </think> spans several tokens), and the CLI on the tiny model."""
+
+    THINK = "<think>\nThe door is closed; a key may open it.\n</think>\n\n"
+
+    def rows(self, tok, im_end):
+        """A two-turn agent play whose turns both reasoned, with the ids
+        the server sampled (the reasoning block first, as Qwen3 writes it)
+        and the contexts rendered by the trainer."""
+        msgs = [{"role": "system", "content": "You play a text game."}, {"role": "user", "content": "obs: a closed door"}]
+        turns = []
+        for answer in ("open the door", "take the key"):
+            ids = list(tok(self.THINK + answer, add_special_tokens=False)["input_ids"]) + [im_end]
+            turns.append(({"role": "assistant", "content": answer, "completion_token_ids": ids}, answer))
+        m = msgs + [turns[0][0], {"role": "user", "content": "obs: a key"}, turns[1][0]]
+        return row("a", "agent", m), [a for _, a in turns]
+
+    def check(self, enc_, im_end_text):
+        r, answers = self.rows(enc_.tok, enc_.tok.convert_tokens_to_ids(im_end_text))
+        for mode in ("generated", "none"):
+            with self.subTest(mode=mode):
+                stats = {}
+                # The contexts hold the answers only, so turn 2's does not
+                # extend turn 1's sampled ids: two pieces.
+                pieces = encode_batch(parse([r]), enc_, 8192, "mem", stats=stats, train_reasoning=mode)
+                comp = [m["completion_token_ids"] for m in r["messages"] if "completion_token_ids" in m]
+                self.assertEqual(len(pieces), 2)
+                runs = []
+                for e, c in zip(pieces, comp):
+                    # The sequence ends with the sampled ids either way.
+                    self.assertEqual(e.ids[-len(c):], c)
+                    t = 0
+                    while t < len(e.mask):
+                        if e.mask[t]:
+                            end = t
+                            while end < len(e.mask) and e.mask[end]:
+                                end += 1
+                            runs.append(e.ids[t:end])
+                            t = end
+                        else:
+                            t += 1
+                if mode == "generated":
+                    self.assertEqual(runs, comp)
+                    self.assertEqual(stats["reasoning_tokens_untrained"], 0)
+                else:
+                    self.assertEqual([enc_.tok.decode(x) for x in runs], [a + im_end_text for a in answers])
+                    for x in runs:
+                        self.assertNotIn("think", enc_.tok.decode(x))
+                    self.assertEqual(stats["reasoning_tokens_untrained"], sum(len(c) for c in comp) - sum(len(x) for x in runs))
+
+    def test_byte_tokenizer(self):
+        self.check(byte_encoder(), "<|im_end|>")
+
+    @unittest.skipUnless(HAVE_SMOL, f"no SmolLM2 checkpoint at {SMOLLM2}")
+    def test_smollm2_bpe_under_qwen3s_template(self):
+        enc_ = encoder(qwen_dir("qwen3"))
+        self.assertGreater(len(enc_.tok("</think>", add_special_tokens=False)["input_ids"]), 1, "precondition: </think> spans tokens")
+        self.check(enc_, "<|im_end|>")
+
+    def test_text_path_under_qwen3s_template_trains_no_think_block(self):
+        """On the text path Qwen3's template renders an empty <think>
+        block before the last turn's answer, which a thinking model never
+        writes: under none it is not trained."""
+        if not HAVE_SMOL:
+            self.skipTest("no SmolLM2")
+        enc_ = encoder(qwen_dir("qwen3"))
+        r = row("t", "agent", [{"role": "user", "content": "obs: a closed door"}, {"role": "assistant", "content": "open the door"}])
+        for mode, want in (("generated", "<think>\n\n</think>\n\nopen the door<|im_end|>"), ("none", "open the door<|im_end|>")):
+            (e,) = encode_batch(parse([r]), enc_, 8192, "mem", train_reasoning=mode)
+            self.assertEqual(enc_.tok.decode([t for t, m in zip(e.ids, e.mask) if m]), want, mode)
+
+    def test_all_reasoning_turn_is_dropped_and_counted(self):
+        enc_ = byte_encoder()
+        ids = list(enc_.tok(self.THINK, add_special_tokens=False)["input_ids"])
+        r = row("x", "agent", [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "", "completion_token_ids": ids}])
+        ok = row("y", "agent", [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "hi"}])
+        stats = {}
+        enc = encode_batch(parse([r, ok]), enc_, 8192, "mem", stats=stats, train_reasoning="none")
+        self.assertEqual(len(enc), 1)
+        self.assertEqual((stats["reasoning_only_pieces"], stats["dropped_samples"]), (1, 1))
+
+    def test_cli_on_the_tiny_model(self):
+        """The trainer config's train_reasoning reaches the encoder: one
+        round of tiny:3 from the CLI trains the answers' tokens only."""
+        tok = tiny_tokenizer()
+        r, answers = self.rows(tok, tok.convert_tokens_to_ids("<|im_end|>"))
+        n_answer = sum(len(tok(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
+        d = tempfile.mkdtemp(dir=tmp())
+        batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
+        with open(batch, "w") as f:
+            f.write(json.dumps(r) + "\n")
+        write_config(cfgp, lr=1e-3, device="cpu", save_optimizer=False, train_reasoning="none")
+        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        p = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", "tiny:3", "--output", out, "--config", cfgp,
+                            "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        with open(met) as f:
+            lines = [json.loads(x) for x in f]
+        self.assertGreater(lines[0]["reasoning_tokens_untrained"], 0)
+        self.assertEqual(lines[1]["trained_tokens"], n_answer)
+
+
 def http(url, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})

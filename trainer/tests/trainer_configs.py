@@ -52,6 +52,7 @@ BASE: Dict[str, Any] = {
     "tis_cap": 0.0,
     "mismatch_warn": 0.1,
     "loss_aggregation": "token_mean",
+    "train_reasoning": "generated",
 }
 
 
