@@ -389,7 +389,7 @@ func TestAttnImplementation(t *testing.T) {
 }
 
 // TestGRPOTrainerEnums: the trainer's enum settings added after runs were
-// first pinned (grpo.loss_aggregation) pin blank at their defaults, so a
+// first pinned (grpo.loss_aggregation, grpo.agent_samples) pin blank at their defaults, so a
 // default config keeps its digest and a run file without them reads them
 // back as the defaults; written out, the default keeps the digest; every
 // other value loads, changes the digest and survives the run file; a bad
@@ -405,6 +405,7 @@ func TestGRPOTrainerEnums(t *testing.T) {
 		bad    string
 	}{
 		{"loss_aggregation", LossAggregations, func(g GRPO) string { return g.LossAggregation }, "grpo.loss_aggregation must be token_mean or sample_mean"},
+		{"agent_samples", AgentSampleKinds, func(g GRPO) string { return g.AgentSamples }, "grpo.agent_samples must be play or turn"},
 	} {
 		require.NotContains(t, string(b), `"`+e.key+`"`, "the default config pins grpo.%s", e.key)
 		require.Equal(t, e.values[0], e.got(def.Pinned().WithDefaults().GRPO), "pinned and read back, the default is the default")

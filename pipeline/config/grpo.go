@@ -138,6 +138,14 @@ type GRPO struct {
 	// docs/training.md "Loss"). Pinned blank at the default, so runs
 	// pinned before it keep their digest.
 	LossAggregation string `yaml:"loss_aggregation" json:"loss_aggregation,omitempty"`
+	// AgentSamples is what one trained agent sample is: "play" (default:
+	// the whole play, every assistant turn trained in one sequence) or
+	// "turn" (one sample per assistant turn, trained in the context that
+	// turn was sampled in, each with the play's advantage and weight: the
+	// public 8B launcher's per-turn training; docs/training.md "Agent
+	// samples"). The trainer splits the play; train_batch keeps one row
+	// per play. Pinned blank at the default.
+	AgentSamples string `yaml:"agent_samples" json:"agent_samples,omitempty"`
 }
 
 // AttnImplementations are the values grpo.attn_implementation takes

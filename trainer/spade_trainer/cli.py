@@ -152,7 +152,8 @@ def _train(args: argparse.Namespace, lead: bool, emit: Callable[[dict], None]) -
     policy = _load(args.checkpoint, "checkpoint", attn)
     enc_stats: dict = {}
     vocab = getattr(policy.model.config, "vocab_size", None)
-    enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats, vocab, cfg.train_reasoning)
+    enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats, vocab, cfg.train_reasoning,
+                       cfg.agent_samples)
     emit({"event": "encode", "samples": len(samples), "kept": len(samples) - enc_stats["dropped_samples"], **enc_stats})
     if not enc:
         raise InputError(f"{args.batch}: every sample is longer than max_seq_len {cfg.max_seq_len} tokens")

@@ -23,6 +23,9 @@ LOSS_AGGREGATIONS = ("token_mean", "sample_mean")
 # The values of train_reasoning (grpo.encode_batch).
 TRAIN_REASONING = ("generated", "none")
 
+# The values of agent_samples (grpo.encode_batch).
+AGENT_SAMPLES = ("play", "turn")
+
 # torch.manual_seed's accepted range.
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -91,7 +94,11 @@ class TrainConfig:
     default; grpo.loss_scales). train_reasoning: "generated" (a trained
     turn's <think> block is trained) or "none" (no token of it is: the
     tokens through the first </think> and the whitespace after it stay in
-    the context untrained; grpo.encode_batch).
+    the context untrained; grpo.encode_batch). agent_samples: "play" (an
+    agent row is one sample, every assistant turn trained) or "turn"
+    (each assistant turn of an agent row is a sample of its own:
+    messages[:i+1] with turn i trained, in the context it was sampled in,
+    with the row's advantage and weight; grpo.encode_batch).
     """
 
     lr: float
@@ -123,6 +130,7 @@ class TrainConfig:
     mismatch_warn: float
     loss_aggregation: str
     train_reasoning: str
+    agent_samples: str
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
@@ -151,6 +159,8 @@ class TrainConfig:
             raise bad("loss_aggregation", f"{self.loss_aggregation!r}: want {' or '.join(LOSS_AGGREGATIONS)}")
         if self.train_reasoning not in TRAIN_REASONING:
             raise bad("train_reasoning", f"{self.train_reasoning!r}: want {' or '.join(TRAIN_REASONING)}")
+        if self.agent_samples not in AGENT_SAMPLES:
+            raise bad("agent_samples", f"{self.agent_samples!r}: want {' or '.join(AGENT_SAMPLES)}")
         if not SEED_MIN <= self.seed <= SEED_MAX:
             raise bad("seed", f"{self.seed!r} is outside [-2^63, 2^64-1]")
 

@@ -72,7 +72,8 @@ class Encoded:
     weight: float
     sampler: Optional[List[float]] = None
     # The trained sample the piece belongs to (pieces of one sample share
-    # it): the batch row's index. loss_scales counts a sample's trained
+    # it): numbered in batch order, one per row or, with agent_samples
+    # "turn", one per agent turn. loss_scales counts a sample's trained
     # tokens over its pieces.
     sample: int = -1
     # The loss coefficient of each of the piece's trained tokens in place
@@ -83,7 +84,8 @@ class Encoded:
 NAN = float("nan")
 
 
-def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_reasoning: str = "generated") -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
+def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_reasoning: str = "generated",
+                     train: Optional[Sequence[int]] = None) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
     """The sample built from the ids the server sampled (docs/training.md
     "Training on the sampled tokens"): for trained turn i the context is
     its prompt_token_ids, else the template's rendering of messages[:i]
@@ -91,7 +93,8 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_re
     trained. One running sequence is extended while it is a prefix of the
     next turn's context; otherwise it is closed as a piece of its own and
     a new one starts, so each turn trains in the context it was sampled
-    in. With train_reasoning "none" a completion's reasoning block
+    in. ``train`` is the trained turns (default s.trained_messages()).
+    With train_reasoning "none" a completion's reasoning block
     (encoder.reasoning_end) stays in the sequence untrained. Returns
     ([(ids, mask, sampler log-probs)], whether a context was rendered by
     the template rather than taken from prompt_token_ids)."""
@@ -100,7 +103,7 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_re
     ids: List[int] = []
     mask: List[int] = []
     lp: List[float] = []
-    for i in s.trained_messages():
+    for i in (s.trained_messages() if train is None else train):
         m = s.messages[i]
         if "prompt_token_ids" in m:
             ctx = list(m["prompt_token_ids"])
@@ -150,7 +153,7 @@ def _untrain_reasoning(ids: List[int], mask: List[int], encoder) -> int:
 
 
 def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None,
-                 vocab_size: Optional[int] = None, train_reasoning: str = "generated") -> List[Encoded]:
+                 vocab_size: Optional[int] = None, train_reasoning: str = "generated", agent_samples: str = "play") -> List[Encoded]:
     """Tokenise every sample with its role's token mask: from the ids the
     server sampled when every trained turn has completion_token_ids (one or
     more pieces, _pieces_from_ids), else from the text (one piece, the
@@ -176,40 +179,67 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
     after it, encoder.reasoning_end), on both paths; the block stays in
     the sequence as context. A piece left with no trained token by that
     (a turn that was all reasoning) is dropped and counted as a
-    reasoning_only_piece, not an input error."""
+    reasoning_only_piece, not an input error.
+
+    ``agent_samples`` "turn" makes each assistant turn i of an agent row a
+    sample of its own (Encoded.sample): messages[:i+1] with turn i
+    trained, from its ids when it has completion_token_ids, else from
+    text, with the row's advantage and weight. A template that rewrites
+    earlier turns (Qwen3's drops their <think> blocks and gives the last
+    turn an empty one) then trains each turn in the context it was
+    sampled in, and no rendering has to be a prefix of a later one's;
+    turn_samples counts these samples. Designer rows train their last
+    message as before."""
     if train_reasoning not in ("generated", "none"):
         raise InputError(f"train_reasoning {train_reasoning!r}: want generated or none")
+    if agent_samples not in ("play", "turn"):
+        raise InputError(f"agent_samples {agent_samples!r}: want play or turn")
     if overlong not in ("error", "truncate_left", "drop"):
         raise InputError(f"overlong {overlong!r}: want error, truncate_left or drop")
     if stats is None:
         stats = {}
     for k in ("truncated_samples", "dropped_samples", "truncated_pieces", "dropped_pieces", "token_id_samples", "text_samples",
-              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns", "reasoning_tokens_untrained", "reasoning_only_pieces"):
+              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns", "reasoning_tokens_untrained", "reasoning_only_pieces", "turn_samples"):
         stats.setdefault(k, 0)
     out = []
-    for k, s in enumerate(samples):
+    key = 0  # Encoded.sample of the next trained sample
+    for s in samples:
         msgs, as_text = prepare_messages(encoder, s.messages, s.tools)
-        if s.has_token_ids():
-            if vocab_size is not None:
-                for i, m in enumerate(s.messages):
-                    for key in ("completion_token_ids", "prompt_token_ids"):
-                        bad = [t for t in m.get(key, ()) if t >= vocab_size]
-                        if bad:
-                            raise InputError(f"{where}:{s.line}: field messages[{i}].{key}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
-            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats, train_reasoning)
-            stats["token_id_samples"] += 1
+        # The trained samples of the row: (trained turns, messages they
+        # need), one for the row or, per turn, one for each assistant turn.
+        if agent_samples == "turn" and s.role == "agent":
+            units = [([i], i + 1) for i in s.trained_messages()]
+            stats["turn_samples"] += len(units)
         else:
-            ids, mask = encoder.encode_chat(msgs, s.trained_messages(), s.tools)
-            if train_reasoning == "none":
-                stats["reasoning_tokens_untrained"] += _untrain_reasoning(ids, mask, encoder)
-            pieces = [(ids, mask, None)]
-            stats["text_samples"] += 1
-            rendered = True
-        if as_text and rendered:
+            units = [(s.trained_messages(), len(s.messages))]
+        from_ids = [all("completion_token_ids" in s.messages[i] for i in train) for train, _ in units]
+        if any(from_ids) and vocab_size is not None:
+            for i, m in enumerate(s.messages):
+                for k in ("completion_token_ids", "prompt_token_ids"):
+                    bad = [t for t in m.get(k, ()) if t >= vocab_size]
+                    if bad:
+                        raise InputError(f"{where}:{s.line}: field messages[{i}].{k}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
+        pieces = []
+        rendered_any = False
+        for (train, end), ids_path in zip(units, from_ids):
+            if ids_path:
+                got, rendered = _pieces_from_ids(s, msgs, encoder, stats, train_reasoning, train)
+                pieces += [(ids, mask, lp, key) for ids, mask, lp in got]
+                stats["token_id_samples"] += 1
+            else:
+                ids, mask = encoder.encode_chat(msgs[:end], train, s.tools)
+                if train_reasoning == "none":
+                    stats["reasoning_tokens_untrained"] += _untrain_reasoning(ids, mask, encoder)
+                pieces.append((ids, mask, None, key))
+                stats["text_samples"] += 1
+                rendered = True
+            rendered_any = rendered_any or rendered
+            key += 1
+        if as_text and rendered_any:
             stats["tool_calls_as_text"] += 1
         kept = 0
         truncated = False
-        for ids, mask, lp in pieces:
+        for ids, mask, lp, sk in pieces:
             if train_reasoning == "none" and sum(mask[1:]) == 0:
                 stats["reasoning_only_pieces"] += 1
                 continue
@@ -226,7 +256,7 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
                 truncated = True
             if sum(mask[1:]) == 0:
                 raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
-            out.append(Encoded(ids, mask, s.advantage, s.weight, lp, sample=k))
+            out.append(Encoded(ids, mask, s.advantage, s.weight, lp, sample=sk))
             kept += 1
         stats["pieces"] += kept
         if kept == 0:

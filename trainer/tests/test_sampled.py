@@ -636,6 +636,85 @@ class ReasoningTest(unittest.TestCase):
         self.assertEqual(lines[1]["trained_tokens"], n_answer)
 
 
+@unittest.skipUnless(HAVE_SMOL, f"no SmolLM2 checkpoint at {SMOLLM2}")
+class TurnSamplesTest(unittest.TestCase):
+    """agent_samples "turn" on a three-turn chat through Qwen3's chat
+    template (qwen_templates.QWEN3, the releases' branches, over SmolLM2's
+    tokenizer and weights): the whole play is not prefix-stable on the
+    text path (the template drops earlier turns' <think> blocks and gives
+    the last turn one), the per-turn samples are, each turn trained in
+    the context the template gives it when sampling it, and a round
+    trains them."""
+
+    REASONS = ("The door is closed.", "A key lies here.", "The chest is locked.")
+    ANSWERS = ("open the door", "take the key", "unlock the chest")
+
+    def chat(self):
+        m = [{"role": "system", "content": "You play a text game."}]
+        for k, (r, a) in enumerate(zip(self.REASONS, self.ANSWERS)):
+            m.append({"role": "user", "content": f"obs {k + 1}"})
+            # As the grpo stage renders a reasoning turn (train_reasoning generated).
+            m.append({"role": "assistant", "content": f"<think>\n{r}\n</think>\n\n{a}"})
+        return m
+
+    def test_three_turn_qwen3_chat(self):
+        enc_ = encoder(qwen_dir("qwen3"))
+        tok = enc_.tok
+        msgs = self.chat()
+        r = row("a", "agent", msgs, adv=1.0)
+        with self.assertRaisesRegex(ValueError, "not prefix-stable"):
+            encode_batch(parse([r]), enc_, 8192, "mem", agent_samples="play")
+        stats = {}
+        enc = encode_batch(parse([r]), enc_, 8192, "mem", stats=stats, agent_samples="turn")
+        self.assertEqual([e.sample for e in enc], [0, 1, 2])
+        self.assertEqual((stats["turn_samples"], stats["text_samples"], stats["token_id_samples"]), (3, 3, 0))
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for k, (e, i) in enumerate(zip(enc, turns)):
+            first = e.mask.index(1)
+            # The context is the template's prompt for turn i: earlier
+            # turns' answers without their reasoning.
+            ctx = tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True)
+            self.assertEqual(tok.decode(e.ids[:first]), ctx)
+            for j in range(k):
+                self.assertIn(self.ANSWERS[j], ctx)
+                self.assertNotIn(self.REASONS[j], ctx)
+            self.assertEqual(tok.decode([t for t, m in zip(e.ids, e.mask) if m]),
+                             f"<think>\n{self.REASONS[k]}\n</think>\n\n{self.ANSWERS[k]}<|im_end|>")
+            self.assertEqual(e.advantage, 1.0)
+        # Under train_reasoning none the turns train their answers only.
+        r_none = row("b", "agent", [{"role": m["role"], "content": m["content"].split("</think>\n\n")[-1]} for m in msgs])
+        enc_none = encode_batch(parse([r_none]), enc_, 8192, "mem", agent_samples="turn", train_reasoning="none")
+        self.assertEqual([tok.decode([t for t, m in zip(e.ids, e.mask) if m]) for e in enc_none], [a + "<|im_end|>" for a in self.ANSWERS])
+        # One round over the per-turn samples (sample_mean: each turn
+        # weighs a third): finite loss, every trained token counted.
+        from spade_trainer.grpo import loss_scales
+
+        loss_scales(enc, "sample_mean")
+        m, grads, _ = sgd_round(trainer_model(), enc, train_config(lr=0.0, grad_clip=0.0, loss_aggregation="sample_mean"))
+        self.assertTrue(math.isfinite(m[0]["loss"]))
+        self.assertAlmostEqual(m[0]["loss"], -1.0, places=5)
+        self.assertEqual(m[0]["trained_tokens"], sum(sum(e.mask) for e in enc))
+        self.assertTrue(grads)
+
+    def test_turns_from_sampled_ids_are_samples_of_their_own(self):
+        """With completion_token_ids each turn is built from its ids in its
+        own context (no running sequence across turns)."""
+        enc_ = encoder(qwen_dir("qwen3"))
+        tok = enc_.tok
+        msgs = self.chat()
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        for m in msgs:
+            if m["role"] == "assistant":
+                m["completion_token_ids"] = list(tok(m["content"], add_special_tokens=False)["input_ids"]) + [end]
+        enc = encode_batch(parse([row("a", "agent", msgs)]), enc_, 8192, "mem", agent_samples="turn")
+        self.assertEqual(len(enc), 3)
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for e, i in zip(enc, turns):
+            comp = msgs[i]["completion_token_ids"]
+            self.assertEqual(e.ids, enc_.context_ids(msgs[:i]) + comp)
+            self.assertEqual(e.mask, [0] * (len(e.ids) - len(comp)) + [1] * len(comp))
+
+
 def http(url, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})

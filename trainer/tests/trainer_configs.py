@@ -53,6 +53,7 @@ BASE: Dict[str, Any] = {
     "mismatch_warn": 0.1,
     "loss_aggregation": "token_mean",
     "train_reasoning": "generated",
+    "agent_samples": "play",
 }
 
 
