@@ -494,6 +494,25 @@ def tiny_checkpoint() -> str:
     return d
 
 
+def cli_round(test, rows, checkpoint, **cfg):
+    """One round of the trainer's command line (lr 1e-3 on CPU, no
+    optimizer state saved, cfg over trainer_configs' values) on rows from
+    checkpoint; asserts exit 0 and returns (the process, its metrics
+    lines)."""
+    d = tempfile.mkdtemp(dir=tmp())
+    batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
+    with open(batch, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    write_config(cfgp, **{"lr": 1e-3, "device": "cpu", "save_optimizer": False, **cfg})
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", checkpoint, "--output", out, "--config", cfgp,
+                        "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
+    test.assertEqual(p.returncode, 0, p.stderr[-3000:])
+    with open(met) as f:
+        return p, [json.loads(x) for x in f]
+
+
 class CLITest(unittest.TestCase):
     def test_sampled_batch_through_the_cli(self):
         """A batch sampled by the wire server from the tiny checkpoint
@@ -508,18 +527,7 @@ class CLITest(unittest.TestCase):
              "completion_logprobs": [e["logprob"] for e in ch["logprobs"]["content"]], "prompt_token_ids": body["prompt_token_ids"]}
         self.assertEqual(body["prompt_token_ids"], HFChatEncoder(tiny_tokenizer()).context_ids(msgs))
         rows = [row("s1", "agent", msgs + [a], adv=1.0), row("s2", "agent", TOOL_MSGS, adv=-1.0, tools=TOOLS)]
-        d = tempfile.mkdtemp(dir=tmp())
-        batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
-        with open(batch, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-        write_config(cfgp, lr=1e-3, device="cpu", mismatch_warn=1e-4, tis_cap=2.0, save_optimizer=False)
-        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        r = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", "tiny:4", "--output", out, "--config", cfgp,
-                            "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        with open(met) as f:
-            lines = [json.loads(x) for x in f]
+        r, lines = cli_round(self, rows, "tiny:4", mismatch_warn=1e-4, tis_cap=2.0)
         self.assertEqual({k: lines[0][k] for k in ("event", "samples", "kept", "token_id_samples", "text_samples", "pieces", "tool_calls_as_text")},
                          {"event": "encode", "samples": 2, "kept": 2, "token_id_samples": 1, "text_samples": 1, "pieces": 2, "tool_calls_as_text": 1})
         step = lines[1]
@@ -621,17 +629,7 @@ class ReasoningTest(unittest.TestCase):
         tok = tiny_tokenizer()
         r, answers = self.rows(tok, tok.convert_tokens_to_ids("<|im_end|>"))
         n_answer = sum(len(tok(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
-        d = tempfile.mkdtemp(dir=tmp())
-        batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
-        with open(batch, "w") as f:
-            f.write(json.dumps(r) + "\n")
-        write_config(cfgp, lr=1e-3, device="cpu", save_optimizer=False, train_reasoning="none")
-        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        p = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", "tiny:3", "--output", out, "--config", cfgp,
-                            "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        with open(met) as f:
-            lines = [json.loads(x) for x in f]
+        _, lines = cli_round(self, [r], "tiny:3", train_reasoning="none")
         self.assertGreater(lines[0]["reasoning_tokens_untrained"], 0)
         self.assertEqual(lines[1]["trained_tokens"], n_answer)
 
