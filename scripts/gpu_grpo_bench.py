@@ -223,6 +223,7 @@ def bench_train_config(max_tokens: int) -> TrainConfig:
         weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, max_seq_len=8192, overlong="truncate_left",
         save_dtype="bfloat16", reference_checkpoint="", attn_implementation="", gradient_checkpointing=False,
         offload=False, compile=False, resume_optimizer=True, save_optimizer=True, tis_cap=0.0, mismatch_warn=0.1,
+        loss_aggregation="token_mean", train_reasoning="generated", agent_samples="play",
     )
 
 

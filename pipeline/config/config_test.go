@@ -388,6 +388,43 @@ func TestAttnImplementation(t *testing.T) {
 	require.ErrorContains(t, err, "grpo.attn_implementation must be empty (the trainer's default) or one of varlen_sdpa, sdpa")
 }
 
+// TestGRPOTrainerEnums: the trainer's enum settings added after runs were
+// first pinned (grpo.loss_aggregation, grpo.agent_samples) pin blank at their defaults, so a
+// default config keeps its digest and a run file without them reads them
+// back as the defaults; written out, the default keeps the digest; every
+// other value loads, changes the digest and survives the run file; a bad
+// value is refused naming the key and the values.
+func TestGRPOTrainerEnums(t *testing.T) {
+	def := Default()
+	b, err := json.Marshal(def.Pinned())
+	require.NoError(t, err)
+	for _, e := range []struct {
+		key    string
+		values []string
+		got    func(GRPO) string
+		bad    string
+	}{
+		{"loss_aggregation", LossAggregations, func(g GRPO) string { return g.LossAggregation }, "grpo.loss_aggregation must be token_mean or sample_mean"},
+		{"agent_samples", AgentSampleKinds, func(g GRPO) string { return g.AgentSamples }, "grpo.agent_samples must be play or turn"},
+	} {
+		require.NotContains(t, string(b), `"`+e.key+`"`, "the default config pins grpo.%s", e.key)
+		require.Equal(t, e.values[0], e.got(def.Pinned().WithDefaults().GRPO), "pinned and read back, the default is the default")
+		for i, v := range e.values {
+			c, _, err := Load(write(t, "grpo:\n  "+e.key+": "+v+"\n"), nil)
+			require.NoError(t, err, v)
+			require.Equal(t, v, e.got(c.GRPO))
+			require.Equal(t, v, e.got(c.Pinned().WithDefaults().GRPO), "%s survives the run file", v)
+			if i == 0 {
+				require.Equal(t, def.Digest(), c.Digest(), "%s written out is the default", v)
+			} else {
+				require.NotEqual(t, def.Digest(), c.Digest(), "%s must change the digest", v)
+			}
+		}
+		_, _, err := Load(write(t, "grpo:\n  "+e.key+": bogus\n"), nil)
+		require.ErrorContains(t, err, e.bad)
+	}
+}
+
 // TestDesignMode: design.mode designer (the default) pins blank, so a
 // default config keeps the digest it had before the setting existed and
 // a run file without it reads back as designer; fixed_pool loads (also

@@ -57,9 +57,9 @@ type GRPO struct {
 	// rounds s..s+d-1 (public code --spade-proposer-training-delay: 4 for
 	// games, 8 for tool use; docs/training.md "Designer delay"). 0 (the
 	// default) trains them in round s. 0..2^20. The public code corrects
-	// the policy mismatch with truncated importance sampling (--use-tis);
-	// the trainer does not apply it yet (docs/training.md "Designer
-	// delay").
+	// the policy mismatch with truncated importance sampling (--use-tis),
+	// which the trainer applies with grpo.tis_cap > 0 (docs/training.md
+	// "Designer delay").
 	DesignerDelay int `yaml:"designer_delay" json:"designer_delay,omitempty"`
 
 	// ClipEpsHigh, when > 0, is the upper ratio clip (ratio in
@@ -127,6 +127,25 @@ type GRPO struct {
 	// the sampled tokens"); default 0.1 (DefaultMismatchWarn, also what 0
 	// means), >= 0. Operational.
 	MismatchWarn float64 `yaml:"mismatch_warn" json:"mismatch_warn,omitempty" spade:"operational"`
+
+	// LossAggregation is how the trainer averages the per-token
+	// policy-gradient and KL terms over the batch: "token_mean" (default:
+	// one mean over every trained token of the batch, verl's
+	// "token-mean", as DAPO and Dr. GRPO recommend) or "sample_mean" (each
+	// sample's tokens averaged, then the mean over samples: verl's
+	// "seq-mean-token-mean", slime's default without
+	// --calculate-per-token-loss, which the public SPADE launchers use;
+	// docs/training.md "Loss"). Pinned blank at the default, so runs
+	// pinned before it keep their digest.
+	LossAggregation string `yaml:"loss_aggregation" json:"loss_aggregation,omitempty"`
+	// AgentSamples is what one trained agent sample is: "play" (default:
+	// the whole play, every assistant turn trained in one sequence) or
+	// "turn" (one sample per assistant turn, trained in the context that
+	// turn was sampled in, each with the play's advantage and weight: the
+	// public 8B launcher's per-turn training; docs/training.md "Agent
+	// samples"). The trainer splits the play; train_batch keeps one row
+	// per play. Pinned blank at the default.
+	AgentSamples string `yaml:"agent_samples" json:"agent_samples,omitempty"`
 }
 
 // AttnImplementations are the values grpo.attn_implementation takes

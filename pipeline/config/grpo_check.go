@@ -46,6 +46,33 @@ const (
 // TrainReasonings lists the values of grpo.train_reasoning.
 var TrainReasonings = []string{TrainReasoningGenerated, TrainReasoningNone}
 
+// The values of grpo.loss_aggregation (docs/training.md "Loss"; the
+// names of the peer frameworks' settings in parentheses).
+const (
+	// LossTokenMean averages over every trained token of the batch
+	// (verl's "token-mean"; the default).
+	LossTokenMean = "token_mean"
+	// LossSampleMean averages each sample's trained tokens, then the
+	// samples (verl's "seq-mean-token-mean"; slime's default, the public
+	// SPADE code's).
+	LossSampleMean = "sample_mean"
+)
+
+// LossAggregations lists the values of grpo.loss_aggregation.
+var LossAggregations = []string{LossTokenMean, LossSampleMean}
+
+// The values of grpo.agent_samples.
+const (
+	// AgentSamplesPlay trains each play as one sample (the default).
+	AgentSamplesPlay = "play"
+	// AgentSamplesTurn trains each assistant turn of a play as a sample
+	// of its own, with the play's advantage.
+	AgentSamplesTurn = "turn"
+)
+
+// AgentSampleKinds lists the values of grpo.agent_samples.
+var AgentSampleKinds = []string{AgentSamplesPlay, AgentSamplesTurn}
+
 // The values of grpo.designer_norm.
 const (
 	// DesignerNormNone leaves designer advantages unscaled (public code).
@@ -78,11 +105,38 @@ const (
 
 // DefaultGRPO is grpo.*'s default: no trainer, the tiny:0 base, the
 // ratio weight rule, AdamW at lr 1e-5 (betas 0.9, 0.999), clip 0.2, no
-// KL, one local process, an hour per trainer run.
+// KL, the token-mean loss over whole-play agent samples, one local
+// process, an hour per trainer run.
 func DefaultGRPO() GRPO {
 	return GRPO{Trainer: TrainerNone, Python: DefaultTrainerPython, BaseCheckpoint: "tiny:0", Eps: 1e-6, WeightRule: WeightRuleRatio, DesignerNorm: DesignerNormNone, MaxSeqLen: 8192, LR: 1e-5, ClipEps: 0.2, KLBeta: 0, TimeoutS: 3600, TrainReasoning: TrainReasoningGenerated,
 		AdamBeta1: 0.9, AdamBeta2: 0.999, Dtype: "auto", SaveDtype: "bfloat16", MaxTokensPerMicroBatch: 16384,
-		Launcher: LauncherLocal, NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1, MismatchWarn: DefaultMismatchWarn}
+		Launcher: LauncherLocal, NprocPerNode: 1, Nnodes: 1, KeepOptimizerRounds: 1, MismatchWarn: DefaultMismatchWarn,
+		LossAggregation: LossTokenMean, AgentSamples: AgentSamplesPlay}
+}
+
+// pin implements pinner: grpo.loss_aggregation and grpo.agent_samples
+// are pinned blank while at their defaults, so runs pinned before they
+// existed keep their digest (and so do the grpo stage's fingerprints,
+// which hash the pinned section).
+func (g GRPO) pin() any {
+	if g.LossAggregation == LossTokenMean {
+		g.LossAggregation = ""
+	}
+	if g.AgentSamples == AgentSamplesPlay {
+		g.AgentSamples = ""
+	}
+	return g
+}
+
+// unpin implements unpinner: each blank one of them is its default.
+func (g GRPO) unpin() any {
+	if g.LossAggregation == "" {
+		g.LossAggregation = LossTokenMean
+	}
+	if g.AgentSamples == "" {
+		g.AgentSamples = AgentSamplesPlay
+	}
+	return g
 }
 
 // Check checks grpo.*: finite numbers, counts and ranges, the enums, the
@@ -93,6 +147,8 @@ func (g GRPO) Check() []Problem {
 	p.finite("grpo", g)
 	p.count("grpo.max_seq_len", g.MaxSeqLen)
 	p.oneOf("grpo.train_reasoning", g.TrainReasoning, TrainReasonings)
+	p.oneOf("grpo.loss_aggregation", g.LossAggregation, LossAggregations)
+	p.oneOf("grpo.agent_samples", g.AgentSamples, AgentSampleKinds)
 	p.countOrZero("grpo.designer_delay", g.DesignerDelay)
 	p.atLeast("grpo.eps", g.Eps, 0, false)
 	p.atLeast("grpo.lr", g.LR, 0, true)

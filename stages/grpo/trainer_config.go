@@ -128,6 +128,23 @@ type TrainerConfig struct {
 	// which the trainer warns on stderr; grpo.mismatch_warn, or
 	// config.DefaultMismatchWarn when that is 0.
 	MismatchWarn float64 `json:"mismatch_warn"`
+	// LossAggregation is how the per-token terms are averaged:
+	// "token_mean" (over every trained token of the batch) or
+	// "sample_mean" (over each sample's trained tokens, then over the
+	// samples; verl's seq-mean-token-mean, slime's default);
+	// grpo.loss_aggregation.
+	LossAggregation string `json:"loss_aggregation"`
+	// TrainReasoning is "generated" (a trained turn's <think> block is
+	// trained with it) or "none" (no token of a trained turn's <think>
+	// block is trained, on the token-id path and the text path alike: the
+	// tokens through the first </think> and the whitespace after it; they
+	// stay in the context). grpo.train_reasoning.
+	TrainReasoning string `json:"train_reasoning"`
+	// AgentSamples is "play" (an agent row is one sample, every assistant
+	// turn trained) or "turn" (each assistant turn of an agent row is a
+	// sample of its own, trained in the context it was sampled in, with
+	// the row's advantage and weight); grpo.agent_samples.
+	AgentSamples string `json:"agent_samples"`
 }
 
 // NewTrainerConfig returns the trainer config for grpo settings g and the
@@ -135,7 +152,8 @@ type TrainerConfig struct {
 // (grpo.lr, clip_eps, clip_eps_high, kl_beta, max_seq_len, adam_beta1,
 // adam_beta2, weight_decay, dtype, save_dtype, max_tokens_per_micro_batch,
 // gradient_checkpointing, attn_implementation, offload, tis_cap,
-// mismatch_warn; save_optimizer from keep_optimizer_rounds > 0; the KL
+// mismatch_warn, loss_aggregation, train_reasoning, agent_samples;
+// save_optimizer from keep_optimizer_rounds > 0; the KL
 // reference from base_checkpoint when kl_beta > 0), else the fixed value
 // TrainerConfig documents (grad_clip 1.0, inner_steps 1, micro_batch_size
 // 1024, device auto, adam_eps 1e-8, overlong truncate_left, compile false,
@@ -150,7 +168,20 @@ func NewTrainerConfig(g config.GRPO, seed int64) TrainerConfig {
 		AttnImplementation: g.AttnImplementation, GradientCheckpointing: g.GradientCheckpointing, Offload: g.Offload,
 		Compile: false, ResumeOptimizer: true, SaveOptimizer: g.KeepOptimizerRounds > 0,
 		TISCap: g.TISCap, MismatchWarn: config.DefaultMismatchWarn,
+		LossAggregation: g.LossAggregation, TrainReasoning: g.TrainReasoning, AgentSamples: g.AgentSamples,
 	}
+	// A section read back pinned holds "" for a setting at its default
+	// (config.GRPO's pin rule); the trainer takes the value itself.
+	if tc.LossAggregation == "" {
+		tc.LossAggregation = config.LossTokenMean
+	}
+	if tc.AgentSamples == "" {
+		tc.AgentSamples = config.AgentSamplesPlay
+	}
+	if tc.TrainReasoning == "" {
+		tc.TrainReasoning = config.TrainReasoningGenerated
+	}
+
 	if g.MismatchWarn > 0 {
 		tc.MismatchWarn = g.MismatchWarn
 	}

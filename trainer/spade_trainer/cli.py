@@ -27,7 +27,7 @@ from .attention import NAME as ATTN_VARLEN
 from .attention import default_implementation as default_attention
 from .attention import register as register_attention
 from .config import InputError, as_json, load_batch, load_config
-from .grpo import encode_batch, make_micro_batches, make_optimizer, train_round
+from .grpo import encode_batch, loss_scales, make_micro_batches, make_optimizer, train_round
 
 TRAINER_ID = "spade_trainer/2"
 
@@ -152,10 +152,12 @@ def _train(args: argparse.Namespace, lead: bool, emit: Callable[[dict], None]) -
     policy = _load(args.checkpoint, "checkpoint", attn)
     enc_stats: dict = {}
     vocab = getattr(policy.model.config, "vocab_size", None)
-    enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats, vocab)
+    enc = encode_batch(samples, policy.encoder, cfg.max_seq_len, args.batch, cfg.overlong, enc_stats, vocab, cfg.train_reasoning,
+                       cfg.agent_samples)
     emit({"event": "encode", "samples": len(samples), "kept": len(samples) - enc_stats["dropped_samples"], **enc_stats})
     if not enc:
         raise InputError(f"{args.batch}: every sample is longer than max_seq_len {cfg.max_seq_len} tokens")
+    loss_scales(enc, cfg.loss_aggregation)
     model, params, opt, restored, sharded = _prepare_model(policy, cfg, device, dtype)
     fwd = model
     if cfg.compile:

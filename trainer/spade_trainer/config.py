@@ -17,6 +17,15 @@ class InputError(ValueError):
 # a larger value would silently turn into inf and then NaN in the loss.
 FLOAT32_MAX = 3.4028234663852886e38
 
+# The values of loss_aggregation (grpo.loss_scales).
+LOSS_AGGREGATIONS = ("token_mean", "sample_mean")
+
+# The values of train_reasoning (grpo.encode_batch).
+TRAIN_REASONING = ("generated", "none")
+
+# The values of agent_samples (grpo.encode_batch).
+AGENT_SAMPLES = ("play", "turn")
+
 # torch.manual_seed's accepted range.
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -79,6 +88,17 @@ class TrainConfig:
     exceeds it (nats; docs/training.md "Training on the sampled tokens").
     tis_cap: truncated importance sampling of the policy-gradient term,
     w_t = min(exp(logp_old_t - logp_sampler_t), tis_cap) (0 = off; grpo.py).
+    loss_aggregation: "token_mean" (one mean over every trained token of
+    the batch; verl's token-mean) or "sample_mean" (each sample's trained
+    tokens averaged, then the samples; verl's seq-mean-token-mean, slime's
+    default; grpo.loss_scales). train_reasoning: "generated" (a trained
+    turn's <think> block is trained) or "none" (no token of it is: the
+    tokens through the first </think> and the whitespace after it stay in
+    the context untrained; grpo.encode_batch). agent_samples: "play" (an
+    agent row is one sample, every assistant turn trained) or "turn"
+    (each assistant turn of an agent row is a sample of its own:
+    messages[:i+1] with turn i trained, in the context it was sampled in,
+    with the row's advantage and weight; grpo.encode_batch).
     """
 
     lr: float
@@ -108,6 +128,9 @@ class TrainConfig:
     save_optimizer: bool
     tis_cap: float
     mismatch_warn: float
+    loss_aggregation: str
+    train_reasoning: str
+    agent_samples: str
 
     def validate(self, where: str) -> None:
         def bad(field: str, why: str) -> InputError:
@@ -132,6 +155,12 @@ class TrainConfig:
             raise bad("device", f"{self.device!r}: want auto, cpu, cuda or cuda:N")
         if self.overlong not in ("error", "truncate_left", "drop"):
             raise bad("overlong", f"{self.overlong!r}: want truncate_left, drop or error")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise bad("loss_aggregation", f"{self.loss_aggregation!r}: want {' or '.join(LOSS_AGGREGATIONS)}")
+        if self.train_reasoning not in TRAIN_REASONING:
+            raise bad("train_reasoning", f"{self.train_reasoning!r}: want {' or '.join(TRAIN_REASONING)}")
+        if self.agent_samples not in AGENT_SAMPLES:
+            raise bad("agent_samples", f"{self.agent_samples!r}: want {' or '.join(AGENT_SAMPLES)}")
         if not SEED_MIN <= self.seed <= SEED_MAX:
             raise bad("seed", f"{self.seed!r} is outside [-2^63, 2^64-1]")
 

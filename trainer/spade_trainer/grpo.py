@@ -14,8 +14,15 @@ token, logp_old the policy's before this round's first optimiser step
 
 T is the number of trained tokens in the whole batch (token-level mean, as
 DAPO / Dr. GRPO recommend over a per-sequence mean that favours short
-sequences), so micro-batching with gradient accumulation gives the same
-gradient as one full-batch step. k3 is Schulman's unbiased, non-negative
+sequences; loss_aggregation "token_mean", verl's "token-mean"), so
+micro-batching with gradient accumulation gives the same gradient as one
+full-batch step. With loss_aggregation "sample_mean" (verl's
+"seq-mean-token-mean"; slime's default, get_sum_of_sample_mean with the
+loss scaled by 1 / global_batch_size, which the public SPADE launchers
+use) each token's 1/T is 1/(N T_i) instead: N the batch's trained
+samples, T_i the trained tokens of token t's sample, over all its pieces
+(loss_scales). It is still a sum of per-token terms, so micro-batching
+leaves it unchanged too. k3 is Schulman's unbiased, non-negative
 estimator of KL(policy || reference) (DeepSeekMath GRPO, eq. 4); the weight
 w_i scales only the policy-gradient term.
 
@@ -64,12 +71,21 @@ class Encoded:
     advantage: float
     weight: float
     sampler: Optional[List[float]] = None
+    # The trained sample the piece belongs to (pieces of one sample share
+    # it): numbered in batch order, one per row or, with agent_samples
+    # "turn", one per agent turn. loss_scales counts a sample's trained
+    # tokens over its pieces.
+    sample: int = -1
+    # The loss coefficient of each of the piece's trained tokens in place
+    # of 1/T (loss_scales); None: 1/T, the token mean.
+    scale: Optional[float] = None
 
 
 NAN = float("nan")
 
 
-def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
+def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict, train_reasoning: str = "generated",
+                     train: Optional[Sequence[int]] = None) -> Tuple[List[Tuple[List[int], List[int], List[float]]], bool]:
     """The sample built from the ids the server sampled (docs/training.md
     "Training on the sampled tokens"): for trained turn i the context is
     its prompt_token_ids, else the template's rendering of messages[:i]
@@ -77,14 +93,17 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple
     trained. One running sequence is extended while it is a prefix of the
     next turn's context; otherwise it is closed as a piece of its own and
     a new one starts, so each turn trains in the context it was sampled
-    in. Returns ([(ids, mask, sampler log-probs)], whether a context was
-    rendered by the template rather than taken from prompt_token_ids)."""
+    in. ``train`` is the trained turns (default s.trained_messages()).
+    With train_reasoning "none" a completion's reasoning block
+    (encoder.reasoning_end) stays in the sequence untrained. Returns
+    ([(ids, mask, sampler log-probs)], whether a context was rendered by
+    the template rather than taken from prompt_token_ids)."""
     pieces = []
     rendered = False
     ids: List[int] = []
     mask: List[int] = []
     lp: List[float] = []
-    for i in s.trained_messages():
+    for i in (s.trained_messages() if train is None else train):
         m = s.messages[i]
         if "prompt_token_ids" in m:
             ctx = list(m["prompt_token_ids"])
@@ -101,15 +120,40 @@ def _pieces_from_ids(s: Sample, msgs: List[dict], encoder, stats: dict) -> Tuple
             pieces.append((ids, mask, lp))
             ids, mask, lp = [], [], []
         tail = ctx[len(ids) :]
+        think = encoder.reasoning_end(comp) if train_reasoning == "none" else 0
+        stats["reasoning_tokens_untrained"] += think
         ids = ids + tail + comp
-        mask = mask + [0] * len(tail) + [1] * len(comp)
+        mask = mask + [0] * len(tail) + [0] * think + [1] * (len(comp) - think)
         lp = lp + [NAN] * len(tail) + [float(x) for x in clp]
     pieces.append((ids, mask, lp))
     return pieces, rendered
 
 
+def _untrain_reasoning(ids: List[int], mask: List[int], encoder) -> int:
+    """Text path, train_reasoning "none": in each trained run of mask (one
+    trained turn as the template rendered it), the reasoning block
+    (encoder.reasoning_end: a template such as Qwen3's renders an empty
+    one, <think>\n\n</think>\n\n, before the last turn's answer) is set
+    untrained. Returns the tokens untrained."""
+    n = 0
+    t = 0
+    while t < len(mask):
+        if not mask[t]:
+            t += 1
+            continue
+        end = t
+        while end < len(mask) and mask[end]:
+            end += 1
+        think = encoder.reasoning_end(ids[t:end])
+        for k in range(t, t + think):
+            mask[k] = 0
+        n += think
+        t = end
+    return n
+
+
 def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: str, overlong: str = "error", stats: dict | None = None,
-                 vocab_size: Optional[int] = None) -> List[Encoded]:
+                 vocab_size: Optional[int] = None, train_reasoning: str = "generated", agent_samples: str = "play") -> List[Encoded]:
     """Tokenise every sample with its role's token mask: from the ids the
     server sampled when every trained turn has completion_token_ids (one or
     more pieces, _pieces_from_ids), else from the text (one piece, the
@@ -127,37 +171,78 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
     tool_calls_as_text (samples whose tool calls were rendered as spade's
     JSON because the template renders none), logprob_length_mismatch_turns
     (turns whose completion_logprobs is not parallel to their ids, so they
-    have no sampler log-prob). ``vocab_size`` bounds the batch's token ids
-    (an id outside it is an input error naming its line)."""
+    have no sampler log-prob), reasoning_tokens_untrained and
+    reasoning_only_pieces (below). ``vocab_size`` bounds the batch's
+    token ids (an id outside it is an input error naming its line).
+    ``train_reasoning`` "none" trains no token of a trained turn's
+    reasoning block (through its first </think> and the whitespace
+    after it, encoder.reasoning_end), on both paths; the block stays in
+    the sequence as context. A piece left with no trained token by that
+    (a turn that was all reasoning) is dropped and counted as a
+    reasoning_only_piece, not an input error.
+
+    ``agent_samples`` "turn" makes each assistant turn i of an agent row a
+    sample of its own (Encoded.sample): messages[:i+1] with turn i
+    trained, from its ids when it has completion_token_ids, else from
+    text, with the row's advantage and weight. A template that rewrites
+    earlier turns (Qwen3's drops their <think> blocks and gives the last
+    turn an empty one) then trains each turn in the context it was
+    sampled in, and no rendering has to be a prefix of a later one's;
+    turn_samples counts these samples. Designer rows train their last
+    message as before."""
+    if train_reasoning not in ("generated", "none"):
+        raise InputError(f"train_reasoning {train_reasoning!r}: want generated or none")
+    if agent_samples not in ("play", "turn"):
+        raise InputError(f"agent_samples {agent_samples!r}: want play or turn")
     if overlong not in ("error", "truncate_left", "drop"):
         raise InputError(f"overlong {overlong!r}: want error, truncate_left or drop")
     if stats is None:
         stats = {}
     for k in ("truncated_samples", "dropped_samples", "truncated_pieces", "dropped_pieces", "token_id_samples", "text_samples",
-              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns"):
+              "pieces", "tool_calls_as_text", "logprob_length_mismatch_turns", "reasoning_tokens_untrained", "reasoning_only_pieces", "turn_samples"):
         stats.setdefault(k, 0)
     out = []
+    key = 0  # Encoded.sample of the next trained sample
     for s in samples:
         msgs, as_text = prepare_messages(encoder, s.messages, s.tools)
-        if s.has_token_ids():
-            if vocab_size is not None:
-                for i, m in enumerate(s.messages):
-                    for key in ("completion_token_ids", "prompt_token_ids"):
-                        bad = [t for t in m.get(key, ()) if t >= vocab_size]
-                        if bad:
-                            raise InputError(f"{where}:{s.line}: field messages[{i}].{key}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
-            pieces, rendered = _pieces_from_ids(s, msgs, encoder, stats)
-            stats["token_id_samples"] += 1
+        # The trained samples of the row: (trained turns, messages they
+        # need), one for the row or, per turn, one for each assistant turn.
+        if agent_samples == "turn" and s.role == "agent":
+            units = [([i], i + 1) for i in s.trained_messages()]
+            stats["turn_samples"] += len(units)
         else:
-            ids, mask = encoder.encode_chat(msgs, s.trained_messages(), s.tools)
-            pieces = [(ids, mask, None)]
-            stats["text_samples"] += 1
-            rendered = True
-        if as_text and rendered:
+            units = [(s.trained_messages(), len(s.messages))]
+        from_ids = [all("completion_token_ids" in s.messages[i] for i in train) for train, _ in units]
+        if any(from_ids) and vocab_size is not None:
+            for i, m in enumerate(s.messages):
+                for k in ("completion_token_ids", "prompt_token_ids"):
+                    bad = [t for t in m.get(k, ()) if t >= vocab_size]
+                    if bad:
+                        raise InputError(f"{where}:{s.line}: field messages[{i}].{k}: token id {bad[0]} is outside the checkpoint's vocabulary of {vocab_size}")
+        pieces = []
+        rendered_any = False
+        for (train, end), ids_path in zip(units, from_ids):
+            if ids_path:
+                got, rendered = _pieces_from_ids(s, msgs, encoder, stats, train_reasoning, train)
+                pieces += [(ids, mask, lp, key) for ids, mask, lp in got]
+                stats["token_id_samples"] += 1
+            else:
+                ids, mask = encoder.encode_chat(msgs[:end], train, s.tools)
+                if train_reasoning == "none":
+                    stats["reasoning_tokens_untrained"] += _untrain_reasoning(ids, mask, encoder)
+                pieces.append((ids, mask, None, key))
+                stats["text_samples"] += 1
+                rendered = True
+            rendered_any = rendered_any or rendered
+            key += 1
+        if as_text and rendered_any:
             stats["tool_calls_as_text"] += 1
         kept = 0
         truncated = False
-        for ids, mask, lp in pieces:
+        for ids, mask, lp, sk in pieces:
+            if train_reasoning == "none" and sum(mask[1:]) == 0:
+                stats["reasoning_only_pieces"] += 1
+                continue
             if len(ids) > max_seq_len:
                 if overlong == "error":
                     raise InputError(f"{where}:{s.line}: sample {s.sample_id}: {len(ids)} tokens exceeds max_seq_len {max_seq_len}")
@@ -171,7 +256,7 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
                 truncated = True
             if sum(mask[1:]) == 0:
                 raise InputError(f"{where}:{s.line}: sample {s.sample_id}: no trainable tokens after tokenisation")
-            out.append(Encoded(ids, mask, s.advantage, s.weight, lp))
+            out.append(Encoded(ids, mask, s.advantage, s.weight, lp, sample=sk))
             kept += 1
         stats["pieces"] += kept
         if kept == 0:
@@ -179,6 +264,36 @@ def encode_batch(samples: Sequence[Sample], encoder, max_seq_len: int, where: st
         elif truncated:
             stats["truncated_samples"] += 1
     return out
+
+
+def trained_tokens(e: Encoded) -> int:
+    """The trained tokens of piece e: its loss-mask ones (target_columns:
+    a token is a target of the position before it, so the first token is
+    never one)."""
+    return sum(e.mask[1:])
+
+
+def loss_scales(enc: Sequence[Encoded], aggregation: str) -> None:
+    """Set each piece's loss coefficient for ``aggregation``:
+    "token_mean" leaves them None (every trained token weighs 1/T, T the
+    batch's trained tokens); "sample_mean" sets 1/(N T_i), N the number of
+    samples with a trained token and T_i the trained tokens of the
+    piece's sample summed over its pieces (Encoded.sample), so each sample
+    weighs 1/N whatever its length or its number of pieces. InputError on
+    another value."""
+    if aggregation == "token_mean":
+        for e in enc:
+            e.scale = None
+        return
+    if aggregation != "sample_mean":
+        raise InputError(f"loss_aggregation {aggregation!r}: want token_mean or sample_mean")
+    per: Dict[int, int] = {}
+    for e in enc:
+        per[e.sample] = per.get(e.sample, 0) + trained_tokens(e)
+    n = sum(1 for t in per.values() if t > 0)
+    for e in enc:
+        t = per[e.sample]
+        e.scale = 1.0 / (n * t) if t > 0 else 0.0
 
 
 @dataclasses.dataclass
@@ -210,6 +325,9 @@ class MicroBatch:
     # completion_logprobs), NaN where there is none; None when no sample of
     # the micro-batch has one.
     sampler_logp: Optional[torch.Tensor] = None
+    # (1, N) float32: each token's loss coefficient in place of 1/T
+    # (Encoded.scale, loss_scales); None: the token mean.
+    scale: Optional[torch.Tensor] = None
 
     def kept(self, t: torch.Tensor) -> torch.Tensor:
         """t (1, N, ...) at the kept positions: (1, K, ...)."""
@@ -263,6 +381,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
     adv: List[float] = []
     weight: List[float] = []
     sampler: List[float] = []
+    scale: List[float] = []
     for e in chunk:
         L = len(e.ids)
         ids += e.ids
@@ -273,7 +392,11 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         sampler += t_sampler
         adv += [e.advantage] * L
         weight += [e.weight] * L
+        scale += [e.scale if e.scale is not None else 0.0] * L
     has_sampler = any(e.sampler is not None for e in chunk)
+    scaled = [e.scale is not None for e in chunk]
+    if any(scaled) and not all(scaled):
+        raise ValueError("pack: some pieces have a loss coefficient and others none (loss_scales sets all or none)")
 
     def t(v, dtype):
         return torch.tensor(v, dtype=dtype).unsqueeze(0).to(device)
@@ -291,6 +414,7 @@ def pack(chunk: Sequence[Encoded], device: torch.device) -> MicroBatch:
         max_len=max(len(e.ids) for e in chunk),
         keep=torch.tensor([i for i, m in enumerate(mask) if m], dtype=torch.long).to(device),
         sampler_logp=t(sampler, torch.float32) if has_sampler else None,
+        scale=t(scale, torch.float32) if all(scaled) else None,
     )
 
 
@@ -320,6 +444,7 @@ def grpo_loss(
     norm_tokens: float,
     clip_eps_high: Optional[float] = None,
     tis: Optional[torch.Tensor] = None,
+    token_scale: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """The module-level loss for one micro-batch, normalised by the whole
     batch's trained-token count ``norm_tokens``. Shapes: logp/old/ref/mask
@@ -329,6 +454,9 @@ def grpo_loss(
     gets no gradient: A > 0 and ratio > 1+eps, or A < 0 and ratio < 1-eps).
     ``tis`` (B, T), detached, multiplies each token's policy-gradient term
     (truncated importance sampling, tis_weights; None = 1).
+    ``token_scale`` (B, T), when given, is each token's coefficient in
+    place of 1 / norm_tokens in pg and kl (loss_aggregation sample_mean:
+    1/(N T_i), loss_scales).
     """
     hi = clip_eps_high if clip_eps_high else clip_eps
     a = adv[:, None] if adv.dim() == 1 else adv
@@ -339,12 +467,18 @@ def grpo_loss(
     surr = torch.min(unclipped, clipped)
     if tis is not None:
         surr = surr * tis
-    pg = -(surr * w * mask).sum() / norm_tokens
+    if token_scale is None:
+        pg = -(surr * w * mask).sum() / norm_tokens
+    else:
+        pg = -(surr * w * mask * token_scale).sum()
     loss = pg
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and kl_beta > 0:
         d = ref_logp - logp
-        kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
+        if token_scale is None:
+            kl = ((torch.exp(d) - d - 1.0) * mask).sum() / norm_tokens
+        else:
+            kl = ((torch.exp(d) - d - 1.0) * mask * token_scale).sum()
         loss = loss + kl_beta * kl
     with torch.no_grad():
         active = ((a > 0) & (ratio > 1.0 + hi)) | ((a < 0) & (ratio < 1.0 - clip_eps))
@@ -497,7 +631,9 @@ def _accumulate(
                 old[j] = logp.detach()
                 tis[j] = stats.add(old[j], mb, cfg.tis_cap)
             r = ref.get(j, old[j])
-            loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, plan.norm_tokens, cfg.clip_epsilon_high, tis[j])
+            scale = mb.kept(mb.scale) if mb.scale is not None else None
+            loss, sums = grpo_loss(logp, old[j], r, mb.kept(mb.adv), mb.kept(mb.weight), mb.kept(mb.mask), cfg.clip_epsilon, cfg.kl_beta, plan.norm_tokens,
+                                   cfg.clip_epsilon_high, tis[j], scale)
             (loss * plan.scale).backward()
             loss_sum += loss.detach()
             kl_sum += sums["kl"]

@@ -48,6 +48,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
+# The end of a reasoning block (Qwen3, DeepSeek-R1 and the models trained
+# after them; spade's grpo stage renders reasoning the same way).
+THINK_CLOSE = "</think>"
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -400,6 +403,31 @@ class HFChatEncoder:
                 "split_special_tokens, or drop samples whose messages contain special-token text"
             )
         return ids
+
+    def reasoning_end(self, ids: Sequence[int]) -> int:
+        """How many leading tokens of an assistant turn's ids are its
+        reasoning block: through the token that completes the first
+        ``</think>`` of the decoded text, and the whitespace-only tokens
+        right after it (Qwen3 writes ``<think>\n...\n</think>\n\n``
+        before the answer); 0 when the text holds no ``</think>``.
+        Everything before ``</think>`` counts, as vLLM's Qwen3 reasoning
+        parser takes it, also when the block's ``<think>`` was in the
+        prompt (templates that open it in the generation prompt). Found by
+        decoding prefixes (a binary search), so it holds whether
+        ``</think>`` is one added token (Qwen3) or several."""
+        ids = list(ids)
+        if not ids or THINK_CLOSE not in self.tok.decode(ids):
+            return 0
+        lo, hi = 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if THINK_CLOSE in self.tok.decode(ids[:mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        while lo < len(ids) and self.tok.decode([ids[lo]]).strip() == "" and self.tok.decode([ids[lo]]) != "":
+            lo += 1
+        return lo
 
     def encode_chat(self, messages: Sequence[dict], train: Sequence[int], tools=None) -> Tuple[List[int], List[int]]:
         full = self._ids(messages, False, tools)

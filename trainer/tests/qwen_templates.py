@@ -52,9 +52,12 @@ QWEN25 = (
         {{- '<|im_end|>\\n' }}""" + _TOOL_TURN
 )
 
-# Qwen3's layout: reasoning (<think>) of assistant turns before the last
-# user query is dropped from the history, and the turn after it gets an
-# (empty) think block: contexts of later turns are not prefix-extensions.
+# Qwen3's layout (the Qwen3 releases' template, April 2025: the same
+# branches, reasoning_content and enable_thinking included): reasoning
+# (<think>) of assistant turns before the last user query is dropped from
+# the history, and the last turn after it gets a think block, empty when
+# it has no reasoning: contexts of later turns are not prefix-extensions,
+# and a whole multi-turn chat is not prefix-stable on the text path.
 QWEN3 = (
     "{%- if tools %}\n{{- '<|im_start|>system\\n' }}\n"
     "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}\n" + _TOOLS_SYSTEM +
@@ -72,7 +75,9 @@ QWEN3 = (
         {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}
     {%- elif message.role == "assistant" %}
         {%- set reasoning_content = '' %}
-        {%- if '</think>' in content %}
+        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- elif '</think>' in content %}
             {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
             {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
         {%- endif %}
@@ -90,7 +95,10 @@ QWEN3 = (
                 {{- '}\\n</tool_call>' }}
             {%- endfor %}
         {%- endif %}
-        {{- '<|im_end|>\\n' }}""" + _TOOL_TURN
+        {{- '<|im_end|>\\n' }}""" + _TOOL_TURN.replace(
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
 )
 
 

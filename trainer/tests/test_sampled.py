@@ -494,6 +494,25 @@ def tiny_checkpoint() -> str:
     return d
 
 
+def cli_round(test, rows, checkpoint, **cfg):
+    """One round of the trainer's command line (lr 1e-3 on CPU, no
+    optimizer state saved, cfg over trainer_configs' values) on rows from
+    checkpoint; asserts exit 0 and returns (the process, its metrics
+    lines)."""
+    d = tempfile.mkdtemp(dir=tmp())
+    batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
+    with open(batch, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    write_config(cfgp, **{"lr": 1e-3, "device": "cpu", "save_optimizer": False, **cfg})
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", checkpoint, "--output", out, "--config", cfgp,
+                        "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
+    test.assertEqual(p.returncode, 0, p.stderr[-3000:])
+    with open(met) as f:
+        return p, [json.loads(x) for x in f]
+
+
 class CLITest(unittest.TestCase):
     def test_sampled_batch_through_the_cli(self):
         """A batch sampled by the wire server from the tiny checkpoint
@@ -508,18 +527,7 @@ class CLITest(unittest.TestCase):
              "completion_logprobs": [e["logprob"] for e in ch["logprobs"]["content"]], "prompt_token_ids": body["prompt_token_ids"]}
         self.assertEqual(body["prompt_token_ids"], HFChatEncoder(tiny_tokenizer()).context_ids(msgs))
         rows = [row("s1", "agent", msgs + [a], adv=1.0), row("s2", "agent", TOOL_MSGS, adv=-1.0, tools=TOOLS)]
-        d = tempfile.mkdtemp(dir=tmp())
-        batch, cfgp, out, met = (os.path.join(d, n) for n in ("b.jsonl", "c.json", "out", "m.jsonl"))
-        with open(batch, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-        write_config(cfgp, lr=1e-3, device="cpu", mismatch_warn=1e-4, tis_cap=2.0, save_optimizer=False)
-        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        r = subprocess.run([sys.executable, "-m", "spade_trainer", "--batch", batch, "--checkpoint", "tiny:4", "--output", out, "--config", cfgp,
-                            "--metrics", met], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        with open(met) as f:
-            lines = [json.loads(x) for x in f]
+        r, lines = cli_round(self, rows, "tiny:4", mismatch_warn=1e-4, tis_cap=2.0)
         self.assertEqual({k: lines[0][k] for k in ("event", "samples", "kept", "token_id_samples", "text_samples", "pieces", "tool_calls_as_text")},
                          {"event": "encode", "samples": 2, "kept": 2, "token_id_samples": 1, "text_samples": 1, "pieces": 2, "tool_calls_as_text": 1})
         step = lines[1]
@@ -528,6 +536,181 @@ class CLITest(unittest.TestCase):
         self.assertGreaterEqual(step["logprob_mismatch_max"], step["logprob_mismatch_mean"])
         self.assertTrue(0 <= step["tis_clip_fraction"] <= 1)
         self.assertEqual(r.stderr.count("spade_trainer: warning: mean |logp_trainer - logp_sampler|"), 1, r.stderr)
+
+
+class ReasoningTest(unittest.TestCase):
+    """train_reasoning "none" on a sample that carries the server's token
+    ids: no token of a turn's <think> block is trained (the block stays
+    in the sequence as the context it was), on the byte tokenizer (ids
+    read off the bytes), SmolLM2's BPE under Qwen3's template (where
+    </think> spans several tokens), and the CLI on the tiny model."""
+
+    THINK = "<think>\nThe door is closed; a key may open it.\n</think>\n\n"
+
+    def rows(self, tok, im_end):
+        """A two-turn agent play whose turns both reasoned, with the ids
+        the server sampled (the reasoning block first, as Qwen3 writes it)
+        and the contexts rendered by the trainer."""
+        msgs = [{"role": "system", "content": "You play a text game."}, {"role": "user", "content": "obs: a closed door"}]
+        turns = []
+        for answer in ("open the door", "take the key"):
+            ids = list(tok(self.THINK + answer, add_special_tokens=False)["input_ids"]) + [im_end]
+            turns.append(({"role": "assistant", "content": answer, "completion_token_ids": ids}, answer))
+        m = msgs + [turns[0][0], {"role": "user", "content": "obs: a key"}, turns[1][0]]
+        return row("a", "agent", m), [a for _, a in turns]
+
+    def check(self, enc_, im_end_text):
+        r, answers = self.rows(enc_.tok, enc_.tok.convert_tokens_to_ids(im_end_text))
+        for mode in ("generated", "none"):
+            with self.subTest(mode=mode):
+                stats = {}
+                # The contexts hold the answers only, so turn 2's does not
+                # extend turn 1's sampled ids: two pieces.
+                pieces = encode_batch(parse([r]), enc_, 8192, "mem", stats=stats, train_reasoning=mode)
+                comp = [m["completion_token_ids"] for m in r["messages"] if "completion_token_ids" in m]
+                self.assertEqual(len(pieces), 2)
+                runs = []
+                for e, c in zip(pieces, comp):
+                    # The sequence ends with the sampled ids either way.
+                    self.assertEqual(e.ids[-len(c):], c)
+                    t = 0
+                    while t < len(e.mask):
+                        if e.mask[t]:
+                            end = t
+                            while end < len(e.mask) and e.mask[end]:
+                                end += 1
+                            runs.append(e.ids[t:end])
+                            t = end
+                        else:
+                            t += 1
+                if mode == "generated":
+                    self.assertEqual(runs, comp)
+                    self.assertEqual(stats["reasoning_tokens_untrained"], 0)
+                else:
+                    self.assertEqual([enc_.tok.decode(x) for x in runs], [a + im_end_text for a in answers])
+                    for x in runs:
+                        self.assertNotIn("think", enc_.tok.decode(x))
+                    self.assertEqual(stats["reasoning_tokens_untrained"], sum(len(c) for c in comp) - sum(len(x) for x in runs))
+
+    def test_byte_tokenizer(self):
+        self.check(byte_encoder(), "<|im_end|>")
+
+    @unittest.skipUnless(HAVE_SMOL, f"no SmolLM2 checkpoint at {SMOLLM2}")
+    def test_smollm2_bpe_under_qwen3s_template(self):
+        enc_ = encoder(qwen_dir("qwen3"))
+        self.assertGreater(len(enc_.tok("</think>", add_special_tokens=False)["input_ids"]), 1, "precondition: </think> spans tokens")
+        self.check(enc_, "<|im_end|>")
+
+    def test_text_path_under_qwen3s_template_trains_no_think_block(self):
+        """On the text path Qwen3's template renders an empty <think>
+        block before the last turn's answer, which a thinking model never
+        writes: under none it is not trained."""
+        if not HAVE_SMOL:
+            self.skipTest("no SmolLM2")
+        enc_ = encoder(qwen_dir("qwen3"))
+        r = row("t", "agent", [{"role": "user", "content": "obs: a closed door"}, {"role": "assistant", "content": "open the door"}])
+        for mode, want in (("generated", "<think>\n\n</think>\n\nopen the door<|im_end|>"), ("none", "open the door<|im_end|>")):
+            (e,) = encode_batch(parse([r]), enc_, 8192, "mem", train_reasoning=mode)
+            self.assertEqual(enc_.tok.decode([t for t, m in zip(e.ids, e.mask) if m]), want, mode)
+
+    def test_all_reasoning_turn_is_dropped_and_counted(self):
+        enc_ = byte_encoder()
+        ids = list(enc_.tok(self.THINK, add_special_tokens=False)["input_ids"])
+        r = row("x", "agent", [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "", "completion_token_ids": ids}])
+        ok = row("y", "agent", [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "hi"}])
+        stats = {}
+        enc = encode_batch(parse([r, ok]), enc_, 8192, "mem", stats=stats, train_reasoning="none")
+        self.assertEqual(len(enc), 1)
+        self.assertEqual((stats["reasoning_only_pieces"], stats["dropped_samples"]), (1, 1))
+
+    def test_cli_on_the_tiny_model(self):
+        """The trainer config's train_reasoning reaches the encoder: one
+        round of tiny:3 from the CLI trains the answers' tokens only."""
+        tok = tiny_tokenizer()
+        r, answers = self.rows(tok, tok.convert_tokens_to_ids("<|im_end|>"))
+        n_answer = sum(len(tok(a, add_special_tokens=False)["input_ids"]) + 1 for a in answers)
+        _, lines = cli_round(self, [r], "tiny:3", train_reasoning="none")
+        self.assertGreater(lines[0]["reasoning_tokens_untrained"], 0)
+        self.assertEqual(lines[1]["trained_tokens"], n_answer)
+
+
+@unittest.skipUnless(HAVE_SMOL, f"no SmolLM2 checkpoint at {SMOLLM2}")
+class TurnSamplesTest(unittest.TestCase):
+    """agent_samples "turn" on a three-turn chat through Qwen3's chat
+    template (qwen_templates.QWEN3, the releases' branches, over SmolLM2's
+    tokenizer and weights): the whole play is not prefix-stable on the
+    text path (the template drops earlier turns' <think> blocks and gives
+    the last turn one), the per-turn samples are, each turn trained in
+    the context the template gives it when sampling it, and a round
+    trains them."""
+
+    REASONS = ("The door is closed.", "A key lies here.", "The chest is locked.")
+    ANSWERS = ("open the door", "take the key", "unlock the chest")
+
+    def chat(self):
+        m = [{"role": "system", "content": "You play a text game."}]
+        for k, (r, a) in enumerate(zip(self.REASONS, self.ANSWERS)):
+            m.append({"role": "user", "content": f"obs {k + 1}"})
+            # As the grpo stage renders a reasoning turn (train_reasoning generated).
+            m.append({"role": "assistant", "content": f"<think>\n{r}\n</think>\n\n{a}"})
+        return m
+
+    def test_three_turn_qwen3_chat(self):
+        enc_ = encoder(qwen_dir("qwen3"))
+        tok = enc_.tok
+        msgs = self.chat()
+        r = row("a", "agent", msgs, adv=1.0)
+        with self.assertRaisesRegex(ValueError, "not prefix-stable"):
+            encode_batch(parse([r]), enc_, 8192, "mem", agent_samples="play")
+        stats = {}
+        enc = encode_batch(parse([r]), enc_, 8192, "mem", stats=stats, agent_samples="turn")
+        self.assertEqual([e.sample for e in enc], [0, 1, 2])
+        self.assertEqual((stats["turn_samples"], stats["text_samples"], stats["token_id_samples"]), (3, 3, 0))
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for k, (e, i) in enumerate(zip(enc, turns)):
+            first = e.mask.index(1)
+            # The context is the template's prompt for turn i: earlier
+            # turns' answers without their reasoning.
+            ctx = tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True)
+            self.assertEqual(tok.decode(e.ids[:first]), ctx)
+            for j in range(k):
+                self.assertIn(self.ANSWERS[j], ctx)
+                self.assertNotIn(self.REASONS[j], ctx)
+            self.assertEqual(tok.decode([t for t, m in zip(e.ids, e.mask) if m]),
+                             f"<think>\n{self.REASONS[k]}\n</think>\n\n{self.ANSWERS[k]}<|im_end|>")
+            self.assertEqual(e.advantage, 1.0)
+        # Under train_reasoning none the turns train their answers only.
+        r_none = row("b", "agent", [{"role": m["role"], "content": m["content"].split("</think>\n\n")[-1]} for m in msgs])
+        enc_none = encode_batch(parse([r_none]), enc_, 8192, "mem", agent_samples="turn", train_reasoning="none")
+        self.assertEqual([tok.decode([t for t, m in zip(e.ids, e.mask) if m]) for e in enc_none], [a + "<|im_end|>" for a in self.ANSWERS])
+        # One round over the per-turn samples (sample_mean: each turn
+        # weighs a third): finite loss, every trained token counted.
+        from spade_trainer.grpo import loss_scales
+
+        loss_scales(enc, "sample_mean")
+        m, grads, _ = sgd_round(trainer_model(), enc, train_config(lr=0.0, grad_clip=0.0, loss_aggregation="sample_mean"))
+        self.assertTrue(math.isfinite(m[0]["loss"]))
+        self.assertAlmostEqual(m[0]["loss"], -1.0, places=5)
+        self.assertEqual(m[0]["trained_tokens"], sum(sum(e.mask) for e in enc))
+        self.assertTrue(grads)
+
+    def test_turns_from_sampled_ids_are_samples_of_their_own(self):
+        """With completion_token_ids each turn is built from its ids in its
+        own context (no running sequence across turns)."""
+        enc_ = encoder(qwen_dir("qwen3"))
+        tok = enc_.tok
+        msgs = self.chat()
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        for m in msgs:
+            if m["role"] == "assistant":
+                m["completion_token_ids"] = list(tok(m["content"], add_special_tokens=False)["input_ids"]) + [end]
+        enc = encode_batch(parse([row("a", "agent", msgs)]), enc_, 8192, "mem", agent_samples="turn")
+        self.assertEqual(len(enc), 3)
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for e, i in zip(enc, turns):
+            comp = msgs[i]["completion_token_ids"]
+            self.assertEqual(e.ids, enc_.context_ids(msgs[:i]) + comp)
+            self.assertEqual(e.mask, [0] * (len(e.ids) - len(comp)) + [1] * len(comp))
 
 
 def http(url, body=None):

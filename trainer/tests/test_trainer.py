@@ -468,7 +468,7 @@ class BatchParseTest(unittest.TestCase):
                         load_config(p)
             with open(p, "w") as f:
                 json.dump({}, f)
-            with self.assertRaisesRegex(InputError, "missing fields 'lr', 'clip_epsilon', .*'mismatch_warn'$"):
+            with self.assertRaisesRegex(InputError, f"missing fields 'lr', 'clip_epsilon', .*'{list(BASE)[-1]}'$"):
                 load_config(p)
 
 
@@ -517,6 +517,91 @@ class LossTest(unittest.TestCase):
         self.assertEqual(m[0]["clip_fraction"], 0.0)
         # kl_beta 0: KL is not computed, so it has no value (null), not 0.
         self.assertIsNone(m[0]["kl"])
+
+    def test_sample_mean_hand_computed(self):
+        """loss_aggregation sample_mean on three samples of 3, 2 and 1
+        trained tokens, ratios away from 1 and a KL term: each sample's
+        tokens are averaged, then the samples (verl's
+        seq-mean-token-mean, slime's sum_of_sample_mean / batch size),
+        computed here by hand."""
+        lr = math.log
+        # Rows are samples, padded to 3 tokens (mask 0).
+        logp = torch.tensor([[lr(0.6), lr(0.3), lr(0.2)], [lr(0.3), lr(0.5), lr(0.9)], [lr(0.4), lr(0.1), lr(0.1)]])
+        old = torch.tensor([[lr(0.4), lr(0.3), lr(0.25)], [lr(0.5), lr(0.5), lr(0.9)], [lr(0.5), lr(0.1), lr(0.1)]])
+        ref = torch.tensor([[lr(0.5), lr(0.3), lr(0.2)], [lr(0.5), lr(0.4), lr(0.9)], [lr(0.3), lr(0.1), lr(0.1)]])
+        adv = torch.tensor([1.0, -1.0, 0.5])
+        w = torch.tensor([1.0, 2.0, 3.0])
+        mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+        n = [3, 2, 1]
+        scale = torch.tensor([[1 / (3 * n[i])] * 3 for i in range(3)])
+        loss, sums = grpo_loss(logp, old, ref, adv, w, mask, clip_eps=0.2, kl_beta=0.1, norm_tokens=6.0, token_scale=scale)
+        # Surrogates min(r A, clip(r, 0.8, 1.2) A) per token:
+        # sample 1 (A = 1): r = 1.5 -> 1.2, 1.0, 0.8 -> 0.8;
+        # sample 2 (A = -1): r = 0.6 -> min(-0.6, -0.8) = -0.8, 1.0 -> -1.0;
+        # sample 3 (A = 0.5): r = 0.8 -> 0.4.
+        s1 = (1.2 + 1.0 + 0.8) / 3
+        s2 = (-0.8 + -1.0) / 2
+        s3 = 0.4 / 1
+        pg = -(1.0 * s1 + 2.0 * s2 + 3.0 * s3) / 3
+
+        def k3(r, p):
+            d = math.log(r) - math.log(p)
+            return math.exp(d) - d - 1
+
+        kl = ((k3(0.5, 0.6) + k3(0.3, 0.3) + k3(0.2, 0.2)) / 3 + (k3(0.5, 0.3) + k3(0.4, 0.5)) / 2 + k3(0.3, 0.4)) / 3
+        self.assertAlmostEqual(float(sums["pg"]), pg, places=6)
+        self.assertAlmostEqual(float(sums["kl"]), kl, places=6)
+        self.assertAlmostEqual(float(loss), pg + 0.1 * kl, places=6)
+        # The token mean of the same batch differs (long samples weigh more).
+        tok_loss, _ = grpo_loss(logp, old, ref, adv, w, mask, clip_eps=0.2, kl_beta=0.0, norm_tokens=6.0)
+        self.assertAlmostEqual(float(tok_loss), -(1.0 * (1.2 + 1.0 + 0.8) + 2.0 * (-0.8 - 1.0) + 3.0 * 0.4) / 6, places=6)
+
+    def test_sample_mean_through_train_round(self):
+        """Three samples of 14, 5 and 16 trained tokens through
+        encode_batch, loss_scales and train_round: on the first step
+        (ratio 1) the loss is -(1/3) sum_i w_i A_i under sample_mean and
+        -(1/T) sum_i w_i A_i n_i under token_mean; the gradient does not
+        depend on the micro-batching."""
+        from spade_trainer.grpo import loss_scales
+
+        rows = fixed_batch()
+        rows[2]["messages"] = DESIGN_MSGS[:-1] + [{"role": "assistant", "content": "class Env: pass"}]
+        n = [len(b"open") + 1 + len(b"take key") + 1, len(b"wait") + 1, len(b"class Env: pass") + 1]
+        self.assertEqual(len(set(n)), 3)
+        want = {"sample_mean": -(1.0 * 1.0 + 1.0 * -1.0 + 3.0 * 0.5) / 3,
+                "token_mean": -(1.0 * 1.0 * n[0] + 1.0 * -1.0 * n[1] + 3.0 * 0.5 * n[2]) / sum(n)}
+        for agg, loss in want.items():
+            grads = []
+            for mbs_size in (1, 3):
+                with self.subTest(aggregation=agg, micro_batch_size=mbs_size):
+                    model = ck.new_tiny(3)
+                    cfg = train_config(lr=0.0, grad_clip=0.0, loss_aggregation=agg, micro_batch_size=mbs_size)
+                    enc = encode_batch(to_samples(rows), byte_encoder(), cfg.max_seq_len, "mem")
+                    self.assertEqual([sum(e.mask) for e in enc], n)
+                    loss_scales(enc, agg)
+                    mbs = make_micro_batches(enc, 1 << 20, torch.device("cpu"), mbs_size)
+                    params = list(model.parameters())
+                    m = train_round(LF(model), params, torch.optim.SGD(params, lr=0.0), mbs, cfg, torch.device("cpu"), None)
+                    self.assertAlmostEqual(m[0]["loss"], loss, places=6)
+                    self.assertEqual(m[0]["trained_tokens"], sum(n))
+                    grads.append([p.grad.clone() for p in params])
+            for a, b in zip(*grads):
+                self.assertTrue(torch.allclose(a, b, atol=1e-7, rtol=1e-5))
+
+    def test_sample_mean_counts_a_sample_once_over_its_pieces(self):
+        """A sample split into pieces (non-prefix contexts on the token-id
+        path) is one sample of the mean: each of its tokens weighs
+        1/(N T_i) with T_i over all its pieces."""
+        from spade_trainer.grpo import Encoded, loss_scales
+
+        enc = [Encoded([1, 2, 3], [0, 1, 1], 1.0, 1.0, sample=0), Encoded([1, 4, 5, 6], [0, 0, 1, 1], 1.0, 1.0, sample=0),
+               Encoded([7, 8], [0, 1], -1.0, 1.0, sample=1)]
+        loss_scales(enc, "sample_mean")
+        self.assertEqual([e.scale for e in enc], [1 / (2 * 4), 1 / (2 * 4), 1 / (2 * 1)])
+        loss_scales(enc, "token_mean")
+        self.assertEqual([e.scale for e in enc], [None, None, None])
+        with self.assertRaises(InputError):
+            loss_scales(enc, "seq_mean")
 
     def test_metrics_without_data_are_null(self):
         """A text batch (no sampler log-prob on any token, as behind a

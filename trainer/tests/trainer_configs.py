@@ -51,6 +51,9 @@ BASE: Dict[str, Any] = {
     "save_optimizer": True,
     "tis_cap": 0.0,
     "mismatch_warn": 0.1,
+    "loss_aggregation": "token_mean",
+    "train_reasoning": "generated",
+    "agent_samples": "play",
 }
 
 
