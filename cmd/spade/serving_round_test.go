@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -24,6 +27,10 @@ import (
 // the file the variable names when it starts, so that tests count the
 // server processes, not only spade's log lines.
 const fakeServeEnv = "SPADE_TEST_FAKE_SERVE"
+
+// fakeLatencyEnv is the fake server's answer latency (a Go duration;
+// none when unset).
+const fakeLatencyEnv = "SPADE_TEST_FAKE_SERVE_LATENCY"
 
 // fakeServe runs the fake model server of fakeServeEnv: args are the
 // checkpoint directory (which must exist; nothing is read from it), the
@@ -48,7 +55,11 @@ func fakeServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake serve:", err)
 		return 1
 	}
-	srv, err := modeltest.New(modeltest.WithAddr("127.0.0.1:"+args[0]), modeltest.WithModel(args[1]), modeltest.WithoutRecording())
+	opts := []modeltest.Option{modeltest.WithAddr("127.0.0.1:" + args[0]), modeltest.WithModel(args[1]), modeltest.WithoutRecording()}
+	if d, err := time.ParseDuration(os.Getenv(fakeLatencyEnv)); err == nil {
+		opts = append(opts, modeltest.WithLatency(d))
+	}
+	srv, err := modeltest.New(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake serve:", err)
 		return 1
@@ -62,11 +73,12 @@ func fakeServe(args []string) int {
 }
 
 // fakeServeCommand is the model.serve_command of the fake server: this
-// test binary under env(1), recording its starts in starts.
-func fakeServeCommand(t *testing.T, starts string) []string {
+// test binary under env(1), recording its starts in starts, answering
+// after latency (0: at once).
+func fakeServeCommand(t *testing.T, starts string, latency time.Duration) []string {
 	self, err := os.Executable()
 	require.NoError(t, err)
-	return []string{"env", fakeServeEnv + "=" + starts, self, "{checkpoint}", "{port}", "{served_model}"}
+	return []string{"env", fakeServeEnv + "=" + starts, fakeLatencyEnv + "=" + latency.String(), self, "{checkpoint}", "{port}", "{served_model}"}
 }
 
 // serverPids returns the pids the fake servers wrote to starts.
@@ -123,7 +135,7 @@ model:
   checkpoint_cache: %s
   max_retries: 0
 grpo: {trainer: command, command: [/bin/sh, %q], base_checkpoint: %s}
-`, yamlList(fakeServeCommand(t, starts)), filepath.Join(t.TempDir(), "cache"), trainer, base))
+`, yamlList(fakeServeCommand(t, starts, 0)), filepath.Join(t.TempDir(), "cache"), trainer, base))
 	gone := func(pids []int) {
 		t.Helper()
 		for _, pid := range pids {
@@ -170,4 +182,67 @@ grpo: {trainer: command, command: [/bin/sh, %q], base_checkpoint: %s}
 		require.Equal(t, ck1, sqlCSV(t, dir, cfg, "select string_agg(distinct checkpoint_id, ',') from "+table+" where round = 2"), table)
 	}
 	require.Equal(t, "1", sqlCSV(t, dir, cfg, "select value from metrics where round = 2 and name = 'on_policy'"))
+}
+
+// TestServingSharedServerKill: SIGKILL of spade round while the server it
+// shares between stages serves the rollout stage (started for design,
+// reused by hint and rollout) leaves no server process; the rerun resumes
+// (design and hint stay committed), starts one server for what is left
+// and commits an on-policy round.
+func TestServingSharedServerKill(t *testing.T) {
+	dir := t.TempDir()
+	base := fakeCheckpoint(t)
+	starts := filepath.Join(t.TempDir(), "starts")
+	cfg := writeConfig(t, dir, fmt.Sprintf(`seed: 3
+workers: 1
+sample: {slots: 2}
+design: {slots_per_part: 1}
+rollout: {group_size: 2, max_turns: 4, envs_per_part: 1}
+model:
+  backend: openai
+  name: policy
+  serving: managed
+  serve_command: %s
+  serve_ready_timeout_s: 60
+  checkpoint_cache: %s
+  max_retries: 0
+grpo: {base_checkpoint: %s}
+`, yamlList(fakeServeCommand(t, starts, 100*time.Millisecond)), filepath.Join(t.TempDir(), "cache"), base))
+	cmd := exec.Command(spadeBin, "--config", cfg, "--log-level", "info", "round", "1")
+	cmd.Dir = dir
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var seen []string
+	killed := false
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if strings.Contains(sc.Text(), "model server reused") && strings.Contains(sc.Text(), "stage=rollout") {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			killed = true
+			break
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	_ = cmd.Wait()
+	require.True(t, killed, "rollout never reused the server: %s", strings.Join(seen, "\n"))
+	log := strings.Join(seen, "\n")
+	require.Equal(t, 1, strings.Count(log, "model server started"), log)
+	pids := serverPids(t, starts)
+	require.Len(t, pids, 1)
+	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(-pids[0], 0), syscall.ESRCH) }, 15*time.Second, 50*time.Millisecond,
+		"no process of the shared server's group outlives spade")
+
+	r := spade(t, dir, nil, "--config", cfg, "--log-level", "info", "round", "1")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `ran \[[^]]*rollout[^]]*\], already committed \[[^]]*design[^]]*hint[^]]*\]`, r.stdout, "the rerun resumes")
+	require.Equal(t, 1, strings.Count(r.stderr, "model server started"), r.stderr)
+	require.Len(t, serverPids(t, starts), 2)
+	id := "base:" + base
+	for _, table := range []string{"design_calls", "hint_calls", "rollout_calls"} {
+		require.Equal(t, id, sqlCSV(t, dir, cfg, "select string_agg(distinct checkpoint_id, ',') from "+table), table)
+	}
+	require.Equal(t, "0", sqlCSV(t, dir, cfg, "select count(*) from rollout_calls where error <> ''"))
+	require.Equal(t, "1", sqlCSV(t, dir, cfg, "select value from metrics where name = 'on_policy'"))
 }
