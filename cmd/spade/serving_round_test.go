@@ -81,6 +81,20 @@ func fakeServeCommand(t *testing.T, starts string, latency time.Duration) []stri
 	return []string{"env", fakeServeEnv + "=" + starts, fakeLatencyEnv + "=" + latency.String(), self, "{checkpoint}", "{port}", "{served_model}"}
 }
 
+// fakeModelYAML is the model.* block that serves every role (openai,
+// one managed serving setting) by the fake server of fakeServeCommand.
+func fakeModelYAML(t *testing.T, starts string, latency time.Duration) string {
+	return fmt.Sprintf(`model:
+  backend: openai
+  name: policy
+  serving: managed
+  serve_command: %s
+  serve_ready_timeout_s: 60
+  checkpoint_cache: %s
+  max_retries: 0
+`, yamlList(fakeServeCommand(t, starts, latency)), filepath.Join(t.TempDir(), "cache"))
+}
+
 // serverPids returns the pids the fake servers wrote to starts.
 func serverPids(t *testing.T, starts string) []int {
 	b, err := os.ReadFile(starts)
@@ -126,16 +140,8 @@ sample: {slots: 2}
 design: {slots_per_part: 2}
 rollout: {group_size: 1, max_turns: 2, envs_per_part: 2}
 label: {band_low: 0, band_high: 1}
-model:
-  backend: openai
-  name: policy
-  serving: managed
-  serve_command: %s
-  serve_ready_timeout_s: 60
-  checkpoint_cache: %s
-  max_retries: 0
-grpo: {trainer: command, command: [/bin/sh, %q], base_checkpoint: %s}
-`, yamlList(fakeServeCommand(t, starts, 0)), filepath.Join(t.TempDir(), "cache"), trainer, base))
+%sgrpo: {trainer: command, command: [/bin/sh, %q], base_checkpoint: %s}
+`, fakeModelYAML(t, starts, 0), trainer, base))
 	gone := func(pids []int) {
 		t.Helper()
 		for _, pid := range pids {
@@ -198,16 +204,8 @@ workers: 1
 sample: {slots: 2}
 design: {slots_per_part: 1}
 rollout: {group_size: 2, max_turns: 4, envs_per_part: 1}
-model:
-  backend: openai
-  name: policy
-  serving: managed
-  serve_command: %s
-  serve_ready_timeout_s: 60
-  checkpoint_cache: %s
-  max_retries: 0
-grpo: {base_checkpoint: %s}
-`, yamlList(fakeServeCommand(t, starts, 100*time.Millisecond)), filepath.Join(t.TempDir(), "cache"), base))
+%sgrpo: {base_checkpoint: %s}
+`, fakeModelYAML(t, starts, 100*time.Millisecond), base))
 	cmd := exec.Command(spadeBin, "--config", cfg, "--log-level", "info", "round", "1")
 	cmd.Dir = dir
 	stderr, err := cmd.StderrPipe()
