@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/spade-pipeline/spade/engines/engine"
+	"github.com/spade-pipeline/spade/engines/model/serving"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
 	"github.com/spade-pipeline/spade/pipeline/storage"
@@ -125,6 +126,12 @@ once; one of another host only after --lease-ttl seconds.`,
 			}
 			r, eng := a.runner()
 			defer eng.Close()
+			// One server per round (docs/serving.md): the round's
+			// model-calling stages share the managed server of their
+			// checkpoint; it stops before the trainer, when another
+			// checkpoint is served (eval of checkpoint(r)) and here.
+			eng.Servers = &serving.Pool{Log: a.log}
+			defer eng.Servers.Close(context.WithoutCancel(ctx))
 			var round int
 			if args[0] == "next" {
 				lease, err := pipeline.TakeLease(ctx, a.store, g.runName, leaseTTL, a.log)

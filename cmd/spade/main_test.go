@@ -20,6 +20,9 @@ import (
 var spadeBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fakeServeEnv) != "" {
+		os.Exit(fakeServe(os.Args[1:]))
+	}
 	dir, err := os.MkdirTemp("", "spade-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

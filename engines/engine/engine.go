@@ -21,6 +21,7 @@ import (
 	"github.com/spade-pipeline/spade/engines/model/openai"
 	"github.com/spade-pipeline/spade/engines/model/procedural"
 	"github.com/spade-pipeline/spade/engines/model/replay"
+	"github.com/spade-pipeline/spade/engines/model/serving"
 	"github.com/spade-pipeline/spade/engines/sandbox"
 	"github.com/spade-pipeline/spade/pipeline"
 	"github.com/spade-pipeline/spade/pipeline/config"
@@ -44,6 +45,14 @@ type Engines struct {
 	// ServeLogDir is where managed model servers write their logs (""
 	// means <model.checkpoint_cache>/serve-logs).
 	ServeLogDir string
+
+	// Servers, when set, keeps managed model servers for reuse by the
+	// later stages of this process (docs/serving.md "One server per
+	// round"): `spade round` sets it and closes it when the round ends,
+	// so the stages of a round served by one checkpoint with the same
+	// settings share one server. nil (`spade stage`, `spade eval`)
+	// starts one server per ServeCheckpoint and stops it with the stage.
+	Servers *serving.Pool
 
 	mu       sync.Mutex
 	sb       *sandbox.Sandbox

@@ -207,7 +207,12 @@ type ServeTag struct {
 //     model.checkpoint_cache; the base is grpo.base_checkpoint itself),
 //     model.serve_command starts over it on a loopback port, and the call
 //     waits until the server serves model.served_model_name
-//     (serving.WaitReady); stop ends the server's process group;
+//     (serving.WaitReady); stop ends the server's process group. With
+//     Engines.Servers set, a server that an earlier stage of this process
+//     started for the same command, served name and checkpoint is reused
+//     (checked ready again), and stop leaves it running for the next
+//     stage; the pool stops it when another checkpoint is asked for,
+//     before the trainer (StopIdleServers) and when it is closed;
 //   - reload: ck is materialised, model.reload asks model.base_url to load
 //     it, and the server must then serve it.
 //
@@ -255,37 +260,12 @@ func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role
 	}
 	stopServer := nothing
 	if m.Serving == config.ServingManaged {
-		port := c.Model.ServePort
-		if port == 0 {
-			if port, err = serving.FreePort(); err != nil {
-				return Endpoint{}, nil, err
-			}
-		}
-		ph.Port = port
-		argv := make([]string, len(c.Model.ServeCommand))
-		for i, a := range c.Model.ServeCommand {
-			argv[i] = ph.Expand(a, false)
-		}
-		logPath := filepath.Join(e.serveLogDir(), fmt.Sprintf("%s-round%06d-%s-%d.log", tag.Run, tag.Round, tag.Stage, port))
-		srv, err := serving.Start(argv, logPath, nil)
+		ocfg.Model = ph.Expand(served, false)
+		base, stop, err := e.managed(ctx, ck, ph, ocfg.Model, tag, ready)
 		if err != nil {
 			return Endpoint{}, nil, err
 		}
-		e.log().Info("model server started", "stage", tag.Stage, "checkpoint_id", ck.CheckpointID, "pid", srv.Pid(), "port", port, "log", logPath)
-		stopServer = func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*serving.StopGrace)
-			defer cancel()
-			if err := srv.Stop(sctx); err != nil {
-				e.log().Warn("model server stop", "stage", tag.Stage, "error", err)
-			}
-			e.log().Info("model server stopped", "stage", tag.Stage, "pid", srv.Pid())
-		}
-		ocfg.BaseURL = fmt.Sprintf("http://127.0.0.1:%d/v1", port)
-		ocfg.Model = ph.Expand(served, false)
-		if err := serving.WaitReady(ctx, e.Log, srv, ocfg.BaseURL, ocfg.Model, ready); err != nil {
-			stopServer()
-			return Endpoint{}, nil, err
-		}
+		ocfg.BaseURL, stopServer = base, stop
 	} else {
 		rr := serving.ReloadFor(c.Model.Reload)
 		ocfg.Model = ph.Expand(served, false)
@@ -324,6 +304,107 @@ func (e *Engines) ServeCheckpoint(ctx context.Context, store storage.Store, role
 	}
 	ocfg.CheckModel = true
 	return Endpoint{Config: ocfg, CheckpointID: ck.CheckpointID, Controlled: true}, stopServer, nil
+}
+
+// ReuseCheckTimeout bounds the readiness check of a server kept from an
+// earlier stage (Pool): one that answered before and is idle answers at
+// once; one that does not within this time is stopped and a fresh one
+// started.
+const ReuseCheckTimeout = 60 * time.Second
+
+// managed starts model.serve_command over the checkpoint ph names (or, with
+// Servers set, reuses the server an earlier stage started for the same
+// command, served name and checkpoint) and waits until it serves served.
+// It returns the server's API root and the function that ends this
+// stage's use of it: the server stops, or, pooled, stays up for the next
+// stage. Errors: a free port, serving.Start's, and WaitReady's.
+func (e *Engines) managed(ctx context.Context, ck schemas.Checkpoint, ph serving.Placeholders, served string, tag ServeTag, ready time.Duration) (string, func(), error) {
+	c := e.Config
+	baseURL := func(srv *serving.Server) string { return fmt.Sprintf("http://127.0.0.1:%d/v1", srv.Port) }
+	start := func() (*serving.Server, error) {
+		port := c.Model.ServePort
+		if port == 0 {
+			var err error
+			if port, err = serving.FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		p := ph
+		p.Port = port
+		argv := make([]string, len(c.Model.ServeCommand))
+		for i, a := range c.Model.ServeCommand {
+			argv[i] = p.Expand(a, false)
+		}
+		logPath := filepath.Join(e.serveLogDir(), fmt.Sprintf("%s-round%06d-%s-%d.log", tag.Run, tag.Round, tag.Stage, port))
+		srv, err := serving.Start(argv, logPath, nil)
+		if err != nil {
+			return nil, err
+		}
+		srv.Port = port
+		e.log().Info("model server started", "stage", tag.Stage, "checkpoint_id", ck.CheckpointID, "pid", srv.Pid(), "port", port, "log", logPath, "shared", e.Servers != nil)
+		return srv, nil
+	}
+	if e.Servers == nil {
+		srv, err := start()
+		if err != nil {
+			return "", nil, err
+		}
+		stop := func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*serving.StopGrace)
+			defer cancel()
+			if err := srv.Stop(sctx); err != nil {
+				e.log().Warn("model server stop", "stage", tag.Stage, "error", err)
+			}
+			e.log().Info("model server stopped", "stage", tag.Stage, "pid", srv.Pid())
+		}
+		if err := serving.WaitReady(ctx, e.Log, srv, baseURL(srv), served, ready); err != nil {
+			stop()
+			return "", nil, err
+		}
+		return baseURL(srv), stop, nil
+	}
+	// The server's identity: the command over this checkpoint (the port
+	// is the pool's choice, not part of it) and the name it serves.
+	noPort := ph
+	noPort.Port = 0 // {port} stays as written
+	key := []string{"id=" + ck.CheckpointID, "served=" + served}
+	for _, a := range c.Model.ServeCommand {
+		key = append(key, noPort.Expand(a, false))
+	}
+	poolKey := strings.Join(key, "\x00")
+	for {
+		lease, err := e.Servers.Acquire(ctx, poolKey, start)
+		if err != nil {
+			return "", nil, err
+		}
+		wait := ready
+		if lease.Reused {
+			e.log().Info("model server reused", "stage", tag.Stage, "checkpoint_id", ck.CheckpointID, "pid", lease.Server.Pid(), "port", lease.Server.Port, "log", lease.Server.LogPath)
+			wait = min(ready, ReuseCheckTimeout)
+		}
+		err = serving.WaitReady(ctx, e.Log, lease.Server, baseURL(lease.Server), served, wait)
+		if err == nil {
+			return baseURL(lease.Server), lease.Release, nil
+		}
+		_ = lease.Discard(ctx, "not ready: "+err.Error())
+		if !lease.Reused || ctx.Err() != nil {
+			return "", nil, err
+		}
+		e.log().Warn("model server kept from an earlier stage does not answer; starting a fresh one", "stage", tag.Stage, "checkpoint_id", ck.CheckpointID, "error", err)
+	}
+}
+
+// StopIdleServers stops the managed servers that Servers keeps and no
+// stage uses (a no-op without Servers): called before the trainer runs,
+// so that it has the accelerator to itself (docs/serving.md "One server
+// per round"). A failed stop is logged; the group is SIGKILLed in any case.
+func (e *Engines) StopIdleServers(ctx context.Context) {
+	if e.Servers == nil {
+		return
+	}
+	if err := e.Servers.StopIdle(ctx, "the trainer takes the accelerator"); err != nil {
+		e.log().Warn("model server stop", "error", err)
+	}
 }
 
 // checkpointDir is the local directory of checkpoint ck: the base

@@ -44,7 +44,7 @@ func Stages(eng *engine.Engines) []pipeline.Stage {
 		label.Stage{},
 		memory.Stage{},
 		pool.Stage{},
-		&grpo.Stage{Log: eng.Log},
+		&grpo.Stage{Log: eng.Log, BeforeTrain: eng.StopIdleServers},
 		roundmetrics.Stage{},
 		&eval.Stage{Eng: eng},
 	}

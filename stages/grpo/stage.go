@@ -34,6 +34,11 @@ type Stage struct {
 	// Log receives the stage's warnings (a policy mismatch between the
 	// server and the trainer); nil means slog.Default().
 	Log *slog.Logger
+	// BeforeTrain, when set, runs before the trainer does (not with
+	// grpo.trainer none or an empty batch): `spade round` stops the
+	// round's shared model server there, so that the trainer has the
+	// accelerator to itself (docs/serving.md "One server per round").
+	BeforeTrain func(ctx context.Context)
 }
 
 // Name implements pipeline.Stage.
@@ -452,6 +457,9 @@ func (s *Stage) Run(ctx context.Context, env *pipeline.Env, _ int, out *pipeline
 			out.Stat("grpo", "trainer none: batch written, model unchanged")
 		}
 		return nil
+	}
+	if s.BeforeTrain != nil {
+		s.BeforeTrain(ctx)
 	}
 	ck, steps, err := s.train(ctx, env, batch, parent)
 	if err != nil {

@@ -140,6 +140,7 @@ type config struct {
 	envSource  string
 	hint       string
 	behaviour  Behaviour
+	addr       string
 }
 
 // WithHandler sets the function that answers each request (default:
@@ -183,6 +184,11 @@ func WithEnvSource(src string) Option { return func(c *config) { c.envSource = s
 // WithHint sets the text the default handler returns to hint prompts.
 func WithHint(hint string) Option { return func(c *config) { c.hint = hint } }
 
+// WithAddr makes the server listen on addr ("127.0.0.1:8000") instead of
+// a random loopback port, as a server a test's serve_command starts on
+// its {port} must.
+func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
+
 // WithBehaviour makes the server answer the way a real model and server
 // do (see Behaviour): the default handler shapes its answers by it, and
 // the server-level parts (RejectTools, VLLMErrors) apply whatever the
@@ -212,19 +218,19 @@ type Server struct {
 	refused     atomic.Int64
 }
 
-// New starts a server on 127.0.0.1 with a random port. Close it when done.
-// Errors: the listener could not be opened.
+// New starts a server on 127.0.0.1 with a random port (or on WithAddr's
+// address). Close it when done. Errors: the listener could not be opened.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{modelName: DefaultModel, record: true, envSource: DefaultEnvSource, hint: DefaultHint}
+	cfg := config{modelName: DefaultModel, record: true, envSource: DefaultEnvSource, hint: DefaultHint, addr: "127.0.0.1:0"}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.handler == nil {
 		cfg.handler = BehavingHandler(cfg.envSource, cfg.hint, cfg.behaviour)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return nil, fmt.Errorf("modeltest: listen on 127.0.0.1: %w", err)
+		return nil, fmt.Errorf("modeltest: listen on %s: %w", cfg.addr, err)
 	}
 	s := &Server{
 		URL:  "http://" + ln.Addr().String() + "/v1",

@@ -3,8 +3,10 @@
 // docs/serving.md): it materialises a stored checkpoint into a local cache
 // (Materialize), starts and stops a serving engine over it for one stage
 // (Start, Server.Stop: vLLM, SGLang, transformers serve, llama.cpp), waits
-// until the engine serves it under the expected name (WaitReady), and asks
-// a long-running engine to load it (Reload, presets for SGLang and vLLM).
+// until the engine serves it under the expected name (WaitReady), keeps
+// servers for reuse by the later stages of one process (Pool: one server
+// per round under `spade round`), and asks a long-running engine to load
+// it (Reload, presets for SGLang and vLLM).
 package serving
 
 import (
@@ -68,13 +70,15 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Server is a serving engine spade started for one stage: its own process
-// group, killed with the group when spade dies (parent-death signal), its
-// output in LogPath.
+// Server is a serving engine spade started for one stage, or for the
+// stages of a round that share it (Pool): its own process group, killed
+// with the group when spade dies (parent-death signal), its output in
+// LogPath.
 type Server struct {
 	// Argv is the expanded command line.
 	Argv []string
-	// Port is the loopback port it serves on.
+	// Port is the loopback port it serves on (set by the caller that
+	// chose it; Start does not read it).
 	Port int
 	// LogPath is the file holding its stdout and stderr.
 	LogPath string
