@@ -28,7 +28,9 @@ export SPADE_AIRFLOW_VENV
 AIRFLOW_STAMP := $(SPADE_AIRFLOW_VENV)/.spade-requirements.sha256
 AIRFLOW_SHA   := $(shell sha256sum requirements-airflow.txt | cut -d' ' -f1)
 
-.PHONY: all deps build round test test-go test-python test-race lint bench fuzz tools clean venv airflow-venv models
+DEMO_ROUNDS ?= 5
+
+.PHONY: all deps build round demo test test-go test-python test-race lint bench fuzz tools clean venv airflow-venv models
 
 all: build
 
@@ -53,6 +55,14 @@ build:
 round: DEPS_SCOPE := round
 round: build
 	./$(SPADE) round $(N) $(ARGS)
+
+## demo: the CPU learning recipe (configs/learn-cpu.yaml, docs/recipes.md
+## "Learning on a CPU"): SmolLM2-135M-Instruct plays and learns four one-turn
+## games for DEMO_ROUNDS rounds (default 5), scored by `spade eval` before
+## and after (scripts/demo.sh names its settings, e.g. DEMO_RUN)
+demo: DEPS_SCOPE := round
+demo: build venv models
+	DEMO_ROUNDS=$(DEMO_ROUNDS) SPADE=$(SPADE) scripts/demo.sh
 
 ## venv: the pinned Python environment at $(SPADE_VENV) (torch, transformers,
 ## the OpenAI-compatible server of `transformers serve`); reinstalled only when

@@ -25,7 +25,8 @@ is one JSON object:
   ``local-chat-completions`` model against the same endpoint, the chat
   template applied by the server, tasks from DIR only (task YAML and data
   files on disk; the hub is never asked: HF_HUB_OFFLINE and
-  HF_DATASETS_OFFLINE are set).
+  HF_DATASETS_OFFLINE are set). The harness runs with DIR as its working
+  directory, so a task's relative ``data_files`` name files of DIR.
 
 ROWS gets one JSON object per line: ``suite``, ``task``, ``metric``,
 ``value``, ``n`` (items scored), ``stderr`` (standard error of the mean,
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import math
 import os
@@ -253,8 +255,13 @@ def lm_eval_rows(cfg: dict, top: dict, concurrency: int) -> list[dict]:
     key_env = _field(top, "api_key_env", str, "")
     if key_env and os.environ.get(key_env):
         os.environ["OPENAI_API_KEY"] = os.environ[key_env]
-    out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=model_args, tasks=tasks, task_manager=tm,
-                                  apply_chat_template=True, limit=limit, log_samples=False)
+    # A task's data files are named relative to its task directory (the
+    # tree whose digest the run pins), not to wherever spade was started:
+    # datasets resolves a relative data_files path against the working
+    # directory, so the harness runs inside include_path.
+    with contextlib.chdir(path):
+        out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=model_args, tasks=tasks, task_manager=tm,
+                                      apply_chat_template=True, limit=limit, log_samples=False)
     rows = []
     nsamples = out.get("n-samples", {})
     for task, res in sorted(out["results"].items()):

@@ -116,6 +116,22 @@ class EvaluateTest(unittest.TestCase):
         again = evaluate.run(self.cfg(reasoning_gym={"tasks": ["basic_arithmetic"], "size": 4, "seed": 3, "system_prompt": "direct"}))
         self.assertEqual(again, rows[:3])
 
+    def test_relative_data_files(self):
+        # A task directory that carries its data file and names it
+        # relative to itself (as configs/pools/learnable/eval does) is
+        # read wherever the evaluator was started.
+        tasks = os.path.join(self.dir, "relative")
+        os.mkdir(tasks)
+        with open(os.path.join(tasks, "rel_add.jsonl"), "w") as f:
+            for i in range(2):
+                f.write(json.dumps({"a": i, "b": 2}) + "\n")
+        with open(os.path.join(tasks, "rel_add.yaml"), "w") as f:
+            f.write(TASK.format(data="rel_add.jsonl").replace("task: tiny_add", "task: rel_add"))
+        here = os.getcwd()
+        rows = evaluate.run(self.cfg(lm_eval={"include_path": tasks, "tasks": ["rel_add"]}))
+        self.assertEqual(os.getcwd(), here)
+        self.assertEqual([(r["task"], r["n"]) for r in rows], [("rel_add", 2)])
+
     def test_dead_endpoint_is_counted(self):
         rows = evaluate.run(self.cfg(base_url=f"http://127.0.0.1:{free_port()}/v1",
                                      reasoning_gym={"tasks": ["basic_arithmetic"], "size": 3, "seed": 1}))
