@@ -3,8 +3,9 @@
 # "Learning on a CPU"). Imports the learnable pool as round 0 of the run,
 # scores the base model with `spade eval --round 0`, runs DEMO_ROUNDS rounds
 # of configs/learn-cpu.yaml (each serves the previous round's checkpoint,
-# plays the four games and trains the agent), printing each round's
-# unhinted win rate, scores the last checkpoint, and writes the report.
+# plays the four games, trains the agent and, in its eval stage, scores
+# the new checkpoint on held-out seeds), printing each round's unhinted
+# win rate and held-out score, and writes the report.
 #
 # Settings (environment):
 #   DEMO_ROUNDS  rounds to run (default 5)
@@ -47,5 +48,5 @@ done
 echo "demo: round 0 (the base model), held-out exact match: ${eval0:-already evaluated (spade eval --round 0 --force prints it)}"
 echo "demo: per round, the plays' unhinted win rate (temperature 0.7) and the new checkpoint's exact match on 40 held-out seeds (greedy):"
 sp sql "select m.round, round(m.value, 3) as win_rate, round(e.value, 3) as held_out_exact_match from metrics m left join evals e on e.round = m.round and e.task = 'learnable_games' where m.name = 'win_rate' order by m.round" --format table
-sp report --out "runs-$run-report.html"
-echo "demo: report written to runs-$run-report.html; $(($(date +%s) - start)) s in all"
+sp report --out "$run-report.html"
+echo "demo: report written to $run-report.html; $(($(date +%s) - start)) s in all"
