@@ -38,10 +38,10 @@ const (
 //
 //	go test ./internal/archtest -run TestSizes -v -args -archtest.print-sizes
 //
-// Five entries are debts, not old code: newEvalCmd, ops_test.go,
-// TestEvalLeaseAndSideFiles, sandbox.go and test_sampled.py grew past the
-// limits in the 2026-12-08 merges (eval lease and side records, the PID
-// namespace check, the trainer's turn samples) and are to be split.
+// Four entries are debts, not old code: newEvalCmd, ops_test.go,
+// TestEvalLeaseAndSideFiles and test_sampled.py grew past the
+// limits in the 2026-12-08 merges (eval lease and side records, the
+// trainer's turn samples) and are to be split.
 const sizeAllowList = `
 cmd/spade/cmd_eval.go:newEvalCmd 128
 cmd/spade/eval_test.go:TestEvalStage 157
@@ -50,7 +50,6 @@ cmd/spade/ops_test.go 824
 cmd/spade/pool_cli_test.go:TestPoolImportFixedPoolCLI 187
 cmd/spade/side_files_test.go:TestEvalLeaseAndSideFiles 149
 datasets/import_test.go:TestImportJSONL 199
-engines/sandbox/sandbox.go 807
 internal/faults/badinput_test.go:TestBadInput 138
 pipeline/config/config_test.go:TestLoadErrors 125
 stages/label/label_test.go:TestCompute 123
